@@ -1,0 +1,63 @@
+"""Backend: where and how training steps run (one device, virtual nodes, out-of-core...)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Backend(ABC):
+    """Runs training and evaluation steps. Estimators that train call ``prepare`` once per
+    model, then ``train_step`` per mini-batch; the backend owns device placement, gradient
+    accumulation and memory strategy, so estimators never depend on the hardware."""
+
+    name: str = "backend"
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The device that holds the model between steps."""
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """Move ``model`` to the backend's device (and wrap it if the backend needs to)."""
+        return model.to(self.device)
+
+    @abstractmethod
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
+                   inputs: torch.Tensor, targets: torch.Tensor, step: int) -> float:
+        """One optimisation step on the global batch ``(inputs, targets)``: zero gradients,
+        forward, backward, ``optimizer.step()``. Returns the mean loss over the batch. ``step``
+        is the global step index (backends derive per-step random seeds from it)."""
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+        """Logits of ``model`` in evaluation mode, on the CPU."""
+        was_training = model.training
+        model.eval()
+        try:
+            outs = [model(inputs[i:i + batch_size].to(self.device)).float().cpu()
+                    for i in range(0, len(inputs), batch_size)]
+        finally:
+            model.train(was_training)
+        return torch.cat(outs) if outs else torch.empty(0)
+
+    def reset_peak_memory(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_memory(self) -> int:
+        """Peak bytes allocated on the device since the last reset (0 where not measurable)."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return 0
+
+    def describe(self) -> dict[str, object]:
+        return {"backend": self.name, "device": str(self.device)}
+
+    def close(self) -> None:
+        """Release processes or memory the backend holds."""

@@ -1,0 +1,106 @@
+"""StudyConfig: everything that defines a study, validated up front, stored with the study."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, check_choice
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass
+class StudyConfig:
+    space: str = "nb201"
+    strategy: str = "random"
+    estimator: str = "nb201-table"
+    backend: str = "single-device"
+    dataset: str | None = "digits"
+    space_options: dict[str, Any] = field(default_factory=dict)
+    strategy_options: dict[str, Any] = field(default_factory=dict)
+    estimator_options: dict[str, Any] = field(default_factory=dict)
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    prescreen: dict[str, Any] | None = None
+    directions: list[str] = field(default_factory=lambda: ["maximize"])
+    objectives: list[str] = field(default_factory=lambda: ["value"])
+    seed: int = 0
+    tracking: bool = True
+    tracking_uri: str | None = None
+    trial_timeout: float | None = None
+    plugins: list[str] = field(default_factory=list)
+    disable_plugins: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("space", "strategy", "estimator", "backend"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"invalid {name} {value!r}; expected a component name")
+        if isinstance(self.directions, str):
+            self.directions = [self.directions]
+        if not self.directions:
+            raise ConfigError("invalid directions []; give at least one of 'maximize', 'minimize'")
+        for d in self.directions:
+            check_choice("direction", d, DIRECTIONS)
+        if isinstance(self.objectives, str):
+            self.objectives = [self.objectives]
+        if len(self.objectives) != len(self.directions):
+            if self.objectives == ["value"] and len(self.directions) > 1:
+                raise ConfigError(
+                    f"{len(self.directions)} directions {self.directions} need as many "
+                    "objectives, e.g. objectives=['value', 'params']")
+            raise ConfigError(
+                f"objectives {self.objectives} and directions {self.directions} differ in length")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ConfigError(f"invalid seed {self.seed!r}; expected an integer")
+        if self.trial_timeout is not None and not (
+                isinstance(self.trial_timeout, (int, float)) and self.trial_timeout > 0):
+            raise ConfigError(f"invalid trial_timeout {self.trial_timeout!r}; expected seconds > 0")
+        for name in ("space_options", "strategy_options", "estimator_options",
+                     "backend_options", "dataset_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"invalid {name} {getattr(self, name)!r}; expected a table/dict")
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> "StudyConfig":
+        check_keys("study config", data, [f.name for f in fields(cls)])
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "StudyConfig":
+        return cls.from_mapping(json.loads(text))
+
+
+#: Keys of a run file (TOML) that are not part of StudyConfig.
+RUN_KEYS = ("study_name", "storage", "n_trials", "timeout", "n_jobs", "load_if_exists")
+
+
+def check_keys(what: str, data: dict[str, Any], valid: list[str]) -> None:
+    for key in data:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown key {key!r} in {what}{hint}; valid keys: {', '.join(valid)}")
+
+
+def load_run_file(path: str | Path) -> tuple[StudyConfig, dict[str, Any]]:
+    """Read a TOML run file: returns the study config and the run keys (:data:`RUN_KEYS`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+    valid = [f.name for f in fields(StudyConfig)] + list(RUN_KEYS)
+    check_keys(f"config file {str(path)!r}", data, valid)
+    run = {k: data.pop(k) for k in RUN_KEYS if k in data}
+    return StudyConfig.from_mapping(data), run

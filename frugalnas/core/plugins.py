@@ -1,0 +1,240 @@
+"""The plugin host: built-in plugins, entry points, ``-p NAME`` / ``-p no:NAME``, registries.
+
+Loading follows pytest: built-ins first, then every entry point of the group ``frugalnas``
+(unless ``FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD`` is set, or restricted by
+``FRUGALNAS_PLUGINS_ALLOW``), then plugins named explicitly. A blocked name is never loaded.
+Hook implementations are validated against the specs when a plugin is registered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import DuplicateComponentError, PluginError
+from .registry import Component, Registry
+
+ENTRY_POINT_GROUP = "frugalnas"
+AUTOLOAD_ENV = "FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD"
+ALLOW_ENV = "FRUGALNAS_PLUGINS_ALLOW"
+
+hookimpl = pluggy.HookimplMarker("frugalnas")
+
+#: Built-in plugins: name -> module. They register exactly like third-party plugins.
+BUILTIN_PLUGINS: dict[str, str] = {
+    "nb201": "frugalnas.plugins.nb201",
+    "datasets": "frugalnas.plugins.datasets",
+    "training": "frugalnas.plugins.training",
+    "single-device": "frugalnas.plugins.backends.single_device",
+    "random": "frugalnas.plugins.strategies.random",
+    "mlflow": "frugalnas.plugins.tracking_mlflow",
+    "progress": "frugalnas.plugins.progress",
+}
+
+KINDS: dict[str, str] = {
+    "search_spaces": "search space",
+    "proxies": "proxy",
+    "estimators": "estimator",
+    "surrogates": "surrogate",
+    "strategies": "strategy",
+    "backends": "backend",
+    "datasets": "dataset",
+}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    module: str
+    source: str  # "builtin", "entrypoint" or "explicit"
+    distribution: str | None = None
+    version: str | None = None
+
+
+def _autoload_disabled() -> bool:
+    return os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _allow_list() -> set[str] | None:
+    raw = os.environ.get(ALLOW_ENV, "").strip()
+    return {p.strip() for p in raw.split(",") if p.strip()} if raw else None
+
+
+def _split_plugin_args(args: Iterable[str]) -> tuple[list[str], set[str]]:
+    """Split pytest-style ``-p`` values into plugins to add and names to block."""
+    add, block = [], set()
+    for arg in args:
+        if arg.startswith("no:"):
+            block.add(arg[3:])
+        else:
+            add.append(arg)
+    return add, block
+
+
+class PluginHost:
+    """A pluggy plugin manager plus the component registries built from it."""
+
+    def __init__(self, plugins: Sequence[str | ModuleType | object] = (),
+                 disable_plugins: Iterable[str] = (), autoload: bool | None = None):
+        named = [p for p in plugins if isinstance(p, str)]
+        add, block = _split_plugin_args(named)
+        self.blocked = set(block) | set(disable_plugins)
+        self.pm = pluggy.PluginManager("frugalnas")
+        self.pm.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+        self._registries: dict[str, Registry] = {}
+
+        for name, module in BUILTIN_PLUGINS.items():
+            if name not in self.blocked:
+                self._register_module(name, module, "builtin")
+
+        eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        autoload = (not _autoload_disabled()) if autoload is None else autoload
+        allow = _allow_list()
+        if autoload:
+            for name, ep in eps.items():
+                if name in self.blocked or name in self.infos:
+                    continue
+                if allow is not None and name not in allow:
+                    continue
+                self._register_entry_point(ep, "entrypoint")
+
+        for item in add:
+            if item in self.blocked or item in self.infos:
+                continue
+            if item in eps:
+                self._register_entry_point(eps[item], "explicit")
+            else:
+                self._register_module(item, item, "explicit")
+        for obj in plugins:
+            if not isinstance(obj, str):
+                name = getattr(obj, "__name__", None) or type(obj).__name__
+                if name not in self.blocked:
+                    self._register_object(name, obj, PluginInfo(name, name, "explicit"))
+
+    # -- loading -------------------------------------------------------------------------
+    def _register_module(self, name: str, module_path: str, source: str) -> None:
+        try:
+            module = importlib.import_module(module_path)
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {name!r} failed to import module {module_path!r}: "
+                f"{type(exc).__name__}: {exc}") from exc
+        self._register_object(name, module, PluginInfo(name, module_path, source))
+
+    def _register_entry_point(self, ep: importlib.metadata.EntryPoint, source: str) -> None:
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {ep.name!r} (entry point {ep.value!r}) failed to load: "
+                f"{type(exc).__name__}: {exc}") from exc
+        dist = getattr(ep, "dist", None)
+        info = PluginInfo(ep.name, ep.value, source,
+                          dist.metadata["Name"] if dist else None, dist.version if dist else None)
+        self._register_object(ep.name, obj, info)
+
+    def _register_object(self, name: str, obj: object, info: PluginInfo) -> None:
+        try:
+            self.pm.register(obj, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {name!r} has an invalid hook: {exc}") from exc
+        except ValueError as exc:
+            raise PluginError(f"plugin {name!r} could not be registered: {exc}") from exc
+        unknown = [
+            hook for hook in dir(obj)
+            if hook.startswith("frugalnas_") and callable(getattr(obj, hook, None))
+            and not hasattr(self.pm.hook, hook)
+        ]
+        if unknown:
+            self.pm.unregister(obj)
+            valid = sorted(n for n in dir(hookspecs) if n.startswith("frugalnas_"))
+            raise PluginError(
+                f"plugin {name!r} implements unknown hook(s) {', '.join(unknown)}; "
+                f"valid hooks: {', '.join(valid)}")
+        self.infos[name] = info
+        self._registries.clear()
+
+    # -- registries ----------------------------------------------------------------------
+    def registry(self, kind: str) -> Registry:
+        """The components of ``kind`` (one of :data:`KINDS`), built on first use."""
+        if kind not in KINDS:
+            raise PluginError(f"unknown component kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+        if kind not in self._registries:
+            self._registries[kind] = self._build_registry(kind)
+        return self._registries[kind]
+
+    def _build_registry(self, kind: str) -> Registry:
+        label = KINDS[kind]
+        caller = getattr(self.pm.hook, f"frugalnas_{kind}")
+        found: dict[str, Component] = {}
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                provided = impl.function() or {}
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r} failed in frugalnas_{kind}: "
+                    f"{type(exc).__name__}: {exc}") from exc
+            if not isinstance(provided, dict):
+                raise PluginError(
+                    f"plugin {impl.plugin_name!r}: frugalnas_{kind} must return a dict of "
+                    f"name -> factory, got {type(provided).__name__}")
+            info = self.infos.get(impl.plugin_name)
+            for name, factory in provided.items():
+                if name in found:
+                    raise DuplicateComponentError(
+                        f"{label} {name!r} is registered by both plugin "
+                        f"{found[name].plugin!r} and plugin {impl.plugin_name!r}; block one "
+                        f"with -p no:NAME")
+                found[name] = Component(label, name, factory, impl.plugin_name,
+                                        info.distribution if info else None,
+                                        info.version if info else None)
+        return Registry(label, found)
+
+    def create(self, kind: str, name: str, **options: Any) -> Any:
+        return self.registry(kind).create(name, **options)
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def has_plugin(self, name: str) -> bool:
+        return self.pm.has_plugin(name)
+
+
+_default_host: PluginHost | None = None
+
+
+def get_host(plugins: Sequence[Any] = (), disable_plugins: Iterable[str] = ()) -> PluginHost:
+    """The shared default host, or a new one when plugins are added or blocked."""
+    global _default_host
+    plugins, disable_plugins = list(plugins), list(disable_plugins)
+    if plugins or disable_plugins:
+        return PluginHost(plugins, disable_plugins)
+    if _default_host is None:
+        _default_host = PluginHost()
+    return _default_host
+
+
+def reset_default_host() -> None:
+    """Forget the cached default host (after installing a plugin, or in tests)."""
+    global _default_host
+    _default_host = None
+
+
+def list_components(kind: str) -> list[str]:
+    """Names of the registered components of ``kind`` in the default host."""
+    return get_host().registry(kind).names()
+
+
+def create_component(kind: str, name: str, **options: Any) -> Any:
+    """Create the component ``name`` of ``kind`` from the default host."""
+    return get_host().create(kind, name, **options)

@@ -1,0 +1,97 @@
+"""Named components of one kind (timm-style): list, describe and create by name."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError, UnknownComponentError
+
+
+@dataclass(frozen=True)
+class Component:
+    """One registered component: its factory and where it came from."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+
+    @property
+    def summary(self) -> str:
+        doc = inspect.getdoc(self.factory) or ""
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+    def create(self, **options: Any) -> Any:
+        """Call the factory, turning an unknown keyword option into a ConfigError."""
+        _check_options(self, options)
+        return self.factory(**options)
+
+    def options(self) -> dict[str, Any]:
+        """Keyword options the factory accepts, with their defaults (``inspect.Parameter.empty``
+        for required ones)."""
+        try:
+            sig = inspect.signature(self.factory)
+        except (TypeError, ValueError):
+            return {}
+        return {
+            n: p.default
+            for n, p in sig.parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"
+        }
+
+
+def _check_options(component: Component, options: dict[str, Any]) -> None:
+    try:
+        sig = inspect.signature(component.factory)
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return
+    valid = component.options()
+    for key in options:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown option {key!r} for {component.kind} {component.name!r}; "
+                f"valid options: {', '.join(sorted(valid)) or '(none)'}"
+            )
+
+
+class Registry:
+    """The components of one kind, keyed by name."""
+
+    def __init__(self, kind: str, components: dict[str, Component]):
+        self.kind = kind
+        self._components = dict(sorted(components.items()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._components
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._components)
+
+    def __len__(self) -> int:
+        return len(self._components)
+
+    def names(self) -> list[str]:
+        return list(self._components)
+
+    def get(self, name: str) -> Component:
+        try:
+            return self._components[name]
+        except KeyError:
+            raise UnknownComponentError(self.kind, name, self._components) from None
+
+    def create(self, name: str, **options: Any) -> Any:
+        return self.get(name).create(**options)
+
+    def describe(self) -> list[dict[str, str]]:
+        return [
+            {"name": c.name, "plugin": c.plugin, "summary": c.summary,
+             "distribution": c.distribution or "", "version": c.version or ""}
+            for c in self._components.values()
+        ]

@@ -1,0 +1,149 @@
+"""SearchSpace: the decisions of a space, as optuna distributions, and what to do with them."""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import optuna
+from optuna.distributions import (BaseDistribution, CategoricalDistribution,
+                                  FloatDistribution, IntDistribution)
+
+from .architecture import Architecture
+from .errors import ArchitectureParseError
+
+
+class SearchSpace(ABC):
+    """A space of architectures. Every decision is an optuna distribution, so any optuna
+    sampler can search any space; evolutionary strategies use ``mutate``/``crossover``."""
+
+    name: str = "space"
+
+    @abstractmethod
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """The decisions, in genotype order, as optuna distributions."""
+
+    @abstractmethod
+    def build(self, arch: Architecture, num_classes: int,
+              input_shape: tuple[int, int, int]) -> "Any":
+        """A freshly initialised ``torch.nn.Module`` for ``arch``."""
+
+    # -- conversions ---------------------------------------------------------------------
+    def from_params(self, params: Mapping[str, Any]) -> Architecture:
+        dists = self.distributions()
+        missing = [k for k in dists if k not in params]
+        if missing:
+            raise ArchitectureParseError(
+                f"parameters for space {self.name!r} miss decision(s) {missing}")
+        arch = Architecture.create(self.name, {k: params[k] for k in dists})
+        self.validate(arch)
+        return arch
+
+    def to_params(self, arch: Architecture) -> dict[str, Any]:
+        self.validate(arch)
+        return arch.decisions
+
+    def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
+        """Ask ``trial`` for every decision (so the trial's sampler decides)."""
+        params: dict[str, Any] = {}
+        for key, dist in self.distributions().items():
+            if isinstance(dist, CategoricalDistribution):
+                params[key] = trial.suggest_categorical(key, dist.choices)
+            elif isinstance(dist, IntDistribution):
+                params[key] = trial.suggest_int(key, dist.low, dist.high, step=dist.step, log=dist.log)
+            elif isinstance(dist, FloatDistribution):
+                params[key] = trial.suggest_float(key, dist.low, dist.high, step=dist.step, log=dist.log)
+            else:
+                raise TypeError(f"unsupported distribution {dist!r} for decision {key!r}")
+        return self.from_params(params)
+
+    def parse(self, text: str) -> Architecture:
+        """Parse ``str(arch)``; subclasses also accept their conventional bare form."""
+        arch = Architecture.parse(text if ":" in text else f"{self.name}:{text}")
+        self.validate(arch)
+        return arch
+
+    def validate(self, arch: Architecture) -> None:
+        """Raise ArchitectureParseError unless ``arch`` belongs to this space."""
+        if arch.space != self.name:
+            raise ArchitectureParseError(
+                f"architecture of space {arch.space!r} given to space {self.name!r}")
+        dists = self.distributions()
+        decisions = arch.decisions
+        if list(decisions) != list(dists):
+            raise ArchitectureParseError(
+                f"architecture {arch} has decisions {list(decisions)}; space {self.name!r} "
+                f"expects {list(dists)}")
+        for key, dist in dists.items():
+            if not _contains(dist, decisions[key]):
+                raise ArchitectureParseError(
+                    f"invalid value {decisions[key]!r} for decision {key!r} of space "
+                    f"{self.name!r}; valid: {_describe(dist)}")
+
+    # -- sampling and variation ----------------------------------------------------------
+    def sample(self, rng: random.Random) -> Architecture:
+        return self.from_params({k: _draw(d, rng) for k, d in self.distributions().items()})
+
+    def mutate(self, arch: Architecture, rng: random.Random) -> Architecture:
+        """Change one decision to a different valid value."""
+        dists = self.distributions()
+        keys = [k for k, d in dists.items() if not _is_fixed(d)]
+        key = rng.choice(keys)
+        current = arch[key]
+        while True:
+            value = _draw(dists[key], rng)
+            if value != current:
+                return self.from_params({**arch.decisions, key: value})
+
+    def crossover(self, a: Architecture, b: Architecture, rng: random.Random) -> Architecture:
+        """Uniform crossover: each decision from either parent."""
+        return self.from_params({k: (a[k] if rng.random() < 0.5 else b[k])
+                                 for k in self.distributions()})
+
+    def neighbours(self, arch: Architecture) -> list[Architecture]:
+        """Every architecture that differs from ``arch`` in one categorical decision."""
+        out = []
+        for key, dist in self.distributions().items():
+            if isinstance(dist, CategoricalDistribution):
+                for choice in dist.choices:
+                    if choice != arch[key]:
+                        out.append(self.from_params({**arch.decisions, key: choice}))
+        return out
+
+    def enumerate(self) -> Iterator[Architecture]:
+        raise NotImplementedError(f"space {self.name!r} cannot be enumerated")
+
+    def describe(self) -> dict[str, Any]:
+        return {k: _describe(d) for k, d in self.distributions().items()}
+
+
+def _contains(dist: BaseDistribution, value: Any) -> bool:
+    if isinstance(dist, CategoricalDistribution):
+        return value in dist.choices
+    if isinstance(dist, (IntDistribution, FloatDistribution)):
+        return isinstance(value, (int, float)) and dist.low <= value <= dist.high
+    return True
+
+
+def _is_fixed(dist: BaseDistribution) -> bool:
+    return dist.single()
+
+
+def _draw(dist: BaseDistribution, rng: random.Random) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return rng.choice(dist.choices)
+    if isinstance(dist, IntDistribution):
+        return rng.randrange(dist.low, dist.high + 1, dist.step)
+    if isinstance(dist, FloatDistribution):
+        return rng.uniform(dist.low, dist.high)
+    raise TypeError(f"cannot sample from {dist!r}")
+
+
+def _describe(dist: BaseDistribution) -> str:
+    if isinstance(dist, CategoricalDistribution):
+        return ", ".join(map(repr, dist.choices))
+    if isinstance(dist, (IntDistribution, FloatDistribution)):
+        return f"[{dist.low}, {dist.high}]"
+    return repr(dist)

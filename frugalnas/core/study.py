@@ -1,0 +1,352 @@
+"""Study: a NAS study on top of an optuna study (its storages, samplers and pruners)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .architecture import Architecture
+from .backend import Backend
+from .config import StudyConfig
+from .data import Dataset
+from .errors import ConfigError, TrialFailure
+from .estimator import EstimateResult, EvaluationContext, Estimator
+from .plugins import PluginHost, get_host
+from .space import SearchSpace
+
+CONFIG_ATTR = "frugalnas_config"
+ARCH_ATTR = "architecture"
+
+
+class TrialRecord:
+    """A finished optuna trial with its :class:`Architecture`."""
+
+    def __init__(self, frozen: FrozenTrial, space: SearchSpace):
+        self.frozen = frozen
+        text = frozen.user_attrs.get(ARCH_ATTR)
+        self.architecture = space.parse(text) if text else space.from_params(frozen.params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.frozen, name)
+
+    def __repr__(self) -> str:
+        return f"TrialRecord(number={self.frozen.number}, values={self.frozen.values}, architecture={self.architecture})"
+
+
+class Candidate:
+    """A trial handed out by :meth:`Study.ask`, with the architecture to evaluate."""
+
+    def __init__(self, trial: optuna.Trial, architecture: Architecture):
+        self.trial, self.architecture = trial, architecture
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+class Study:
+    """A NAS study. Create it with :func:`create_study` or :func:`load_study`."""
+
+    def __init__(self, optuna_study: optuna.Study, config: StudyConfig,
+                 host: PluginHost | None = None, sampler_given: bool = False):
+        self.optuna_study = optuna_study
+        self.config = config
+        self.host = host or get_host(config.plugins, config.disable_plugins)
+        self.space: SearchSpace = self.host.create("search_spaces", config.space, **config.space_options)
+        self._estimator: Estimator | None = None
+        self._backend: Backend | None = None
+        self._dataset: Dataset | None = None
+        self._lock = threading.Lock()
+        self._started = False
+        self.planned_trials: int | None = None
+        self.tracking_state: dict[str, Any] = {}  # owned by the tracking plugin
+
+    # -- components (created on first use) ----------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.optuna_study.study_name
+
+    @property
+    def directions(self) -> list[str]:
+        return [d.name.lower() for d in self.optuna_study.directions]
+
+    @property
+    def estimator(self) -> Estimator:
+        if self._estimator is None:
+            self._estimator = resolve_estimator(self.host, self.config.estimator,
+                                                self.config.estimator_options)
+        return self._estimator
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self.host.create("backends", self.config.backend, **self.config.backend_options)
+        return self._backend
+
+    def load_dataset(self) -> Dataset:
+        with self._lock:
+            if self._dataset is None:
+                if self.config.dataset is None:
+                    raise ConfigError(f"estimator {self.config.estimator!r} needs a dataset; set dataset=")
+                self._dataset = self.host.create("datasets", self.config.dataset, seed=self.config.seed,
+                                                 **self.config.dataset_options)
+            return self._dataset
+
+    def context(self, trial: Any = None) -> EvaluationContext:
+        return EvaluationContext(space=self.space, backend=self.backend, seed=self.config.seed,
+                                 dataset_loader=self.load_dataset, study=self, trial=trial)
+
+    # -- running -------------------------------------------------------------------------
+    def evaluate(self, arch: Architecture | str, trial: Any = None) -> EstimateResult:
+        """Score one architecture with the study's estimator (no trial is recorded)."""
+        if isinstance(arch, str):
+            arch = self.space.parse(arch)
+        self.space.validate(arch)
+        return self.estimator.evaluate(arch, self.context(trial))
+
+    def objective_values(self, result: EstimateResult) -> list[float]:
+        values = [result.objective(name) for name in self.config.objectives]
+        for name, v in zip(self.config.objectives, values):
+            if not math.isfinite(v):
+                raise TrialFailure(f"objective {name!r} is not finite: {v}")
+        return values
+
+    def _run_trial(self, trial: optuna.Trial) -> float | Sequence[float]:
+        arch = self.space.suggest(trial)
+        trial.set_user_attr(ARCH_ATTR, str(arch))
+        self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
+        try:
+            result = self.evaluate(arch, trial)
+            values = self.objective_values(result)
+        except optuna.TrialPruned as exc:
+            self._finished(trial, arch, "PRUNED", None, None, str(exc))
+            raise
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            trial.set_user_attr("fail_reason", reason)
+            self._finished(trial, arch, "FAIL", None, None, reason)
+            raise
+        self._record(trial, result)
+        self._finished(trial, arch, "COMPLETE", values, result, None)
+        return values if len(values) > 1 else values[0]
+
+    def _record(self, trial: optuna.Trial, result: EstimateResult) -> None:
+        trial.set_user_attr("metrics", {k: float(v) for k, v in result.metrics.items()})
+        trial.set_user_attr("cost", asdict(result.cost))
+
+    def _finished(self, trial: Any, arch: Architecture, state: str, values: list[float] | None,
+                  result: EstimateResult | None, error: str | None) -> None:
+        self.host.hook.frugalnas_trial_finished(study=self, trial=trial, architecture=arch,
+                                                state=state, values=values, result=result,
+                                                error=error)
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.host.hook.frugalnas_study_started(study=self)
+
+    def optimize(self, n_trials: int | None = None, timeout: float | None = None, n_jobs: int = 1,
+                 catch: Iterable[type[Exception]] = (Exception,),
+                 callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] | None = None) -> None:
+        """Run trials until ``n_trials`` or ``timeout`` seconds. A failing candidate becomes a
+        FAIL trial (with its reason) and the study goes on; exceptions outside ``catch`` stop it."""
+        if n_trials is not None and (not isinstance(n_trials, int) or n_trials < 0):
+            raise ConfigError(f"invalid n_trials {n_trials!r}; expected an integer >= 0")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"invalid timeout {timeout!r}; expected seconds > 0")
+        self.planned_trials = n_trials
+        self._start()
+        try:
+            self.optuna_study.optimize(self._run_trial, n_trials=n_trials, timeout=timeout,
+                                       n_jobs=n_jobs, catch=tuple(catch), callbacks=callbacks,
+                                       gc_after_trial=False)
+        finally:
+            self.finish()
+
+    def finish(self) -> None:
+        """Tell the plugins the study (or this worker's part of it) is over."""
+        if self._started:
+            self._started = False
+            self.host.hook.frugalnas_study_finished(study=self)
+
+    def ask(self) -> Candidate:
+        """A new trial and its architecture, chosen by the study's strategy."""
+        self._start()
+        trial = self.optuna_study.ask()
+        arch = self.space.suggest(trial)
+        trial.set_user_attr(ARCH_ATTR, str(arch))
+        self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
+        return Candidate(trial, arch)
+
+    def tell(self, candidate: Candidate, values: float | Sequence[float] | EstimateResult | None = None,
+             state: TrialState | None = None) -> FrozenTrial:
+        """Finish a trial from :meth:`ask` with its values (or an :class:`EstimateResult`)."""
+        result = values if isinstance(values, EstimateResult) else None
+        if result is not None:
+            self._record(candidate.trial, result)
+            values = self.objective_values(result)
+        if state is None:
+            state = TrialState.COMPLETE if values is not None else TrialState.FAIL
+        vals = None if values is None else ([float(values)] if isinstance(values, (int, float)) else list(values))
+        frozen = self.optuna_study.tell(candidate.trial, vals if state == TrialState.COMPLETE else None,
+                                        state=state)
+        self._finished(candidate.trial, candidate.architecture, state.name, vals, result, None)
+        return frozen
+
+    # -- results -------------------------------------------------------------------------
+    @property
+    def trials(self) -> list[TrialRecord]:
+        return [TrialRecord(t, self.space) for t in self.optuna_study.get_trials(deepcopy=False)]
+
+    def completed_trials(self) -> list[TrialRecord]:
+        return [TrialRecord(t, self.space) for t in
+                self.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+
+    @property
+    def best_trial(self) -> TrialRecord:
+        return TrialRecord(self.optuna_study.best_trial, self.space)
+
+    @property
+    def best_trials(self) -> list[TrialRecord]:
+        return [TrialRecord(t, self.space) for t in self.optuna_study.best_trials]
+
+    @property
+    def best_value(self) -> float:
+        return self.optuna_study.best_value
+
+    @property
+    def best_architecture(self) -> Architecture:
+        return self.best_trial.architecture
+
+    def trials_dataframe(self, **kwargs: Any):
+        """optuna's trials table plus an ``architecture`` column."""
+        df = self.optuna_study.trials_dataframe(**kwargs)
+        if "user_attrs_architecture" in df.columns:
+            df.insert(1, "architecture", df["user_attrs_architecture"])
+        return df
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Report study-level metrics (generation fitness, surrogate quality, ...) to plugins."""
+        self.host.hook.frugalnas_study_metrics(study=self, metrics=metrics, step=step)
+
+
+def resolve_estimator(host: PluginHost, name: str, options: dict[str, Any]) -> Estimator:
+    """An estimator by name; every registered proxy is also an estimator of its name."""
+    estimators = host.registry("estimators")
+    if name in estimators:
+        return estimators.create(name, **options)
+    proxies = host.registry("proxies")
+    if name in proxies:
+        from ..proxies.base import ProxyEstimator
+
+        return ProxyEstimator(name, host=host, **options)
+    from .errors import UnknownComponentError
+
+    raise UnknownComponentError("estimator", name, list(estimators) + list(proxies))
+
+
+def _make_sampler(host: PluginHost, space: SearchSpace, config: StudyConfig) -> optuna.samplers.BaseSampler:
+    sampler = host.create("strategies", config.strategy, space=space, seed=config.seed,
+                          **config.strategy_options)
+    if config.prescreen:
+        from ..proxies.prescreen import PrescreenSampler
+
+        sampler = PrescreenSampler(sampler, space=space, host=host, seed=config.seed, **config.prescreen)
+    return sampler
+
+
+
+def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSampler = "random",
+                 estimator: str = "nb201-table", backend: str = "single-device",
+                 dataset: str | None = "digits", direction: str | None = None,
+                 directions: list[str] | None = None, objectives: list[str] | None = None,
+                 storage: str | optuna.storages.BaseStorage | None = None,
+                 study_name: str | None = None, load_if_exists: bool = False,
+                 pruner: optuna.pruners.BasePruner | None = None,
+                 plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
+                 **options: Any) -> Study:
+    """Create (or with ``load_if_exists`` reopen) a study.
+
+    ``strategy`` is a registered strategy name or any optuna sampler. Further keyword options
+    are :class:`StudyConfig` fields (``seed``, ``space_options``, ``estimator_options``,
+    ``backend_options``, ``dataset_options``, ``strategy_options``, ``prescreen``,
+    ``tracking``, ``tracking_uri``, ``trial_timeout``)."""
+    if direction is not None and directions is not None:
+        raise ConfigError("give either direction= or directions=, not both")
+    dirs = directions if directions is not None else [direction or "maximize"]
+    sampler_obj = strategy if isinstance(strategy, optuna.samplers.BaseSampler) else None
+    strategy_name = type(strategy).__name__ if sampler_obj is not None else strategy
+    str_plugins = [p for p in plugins if isinstance(p, str)]
+    cfg = dict(space=space, strategy=strategy_name, estimator=estimator, backend=backend,
+               dataset=dataset, directions=list(dirs),
+               objectives=list(objectives) if objectives is not None else
+               (["value"] if len(dirs) == 1 else None),
+               plugins=str_plugins, disable_plugins=list(disable_plugins), **options)
+    if cfg["objectives"] is None:
+        raise ConfigError(f"{len(dirs)} directions {list(dirs)} need as many objectives, "
+                          "e.g. objectives=['value', 'params']")
+    config = StudyConfig.from_mapping(cfg)
+    if not config.tracking and "mlflow" not in config.disable_plugins:
+        config.disable_plugins.append("mlflow")
+    host = get_host(plugins, config.disable_plugins)
+    # Validate every component name before anything is created in the storage.
+    for kind, name in (("search_spaces", config.space), ("backends", config.backend)):
+        host.registry(kind).get(name)
+    if config.dataset is not None:
+        host.registry("datasets").get(config.dataset)
+    resolve_estimator(host, config.estimator, config.estimator_options)
+    space_obj = host.create("search_spaces", config.space, **config.space_options)
+    sampler = sampler_obj or _make_sampler(host, space_obj, config)
+    ostudy = optuna.create_study(storage=storage, sampler=sampler, pruner=pruner,
+                                 study_name=study_name, directions=config.directions,
+                                 load_if_exists=load_if_exists)
+    stored = ostudy.user_attrs.get(CONFIG_ATTR)
+    if stored is None:
+        ostudy.set_user_attr(CONFIG_ATTR, config.to_json())
+    elif StudyConfig.from_json(stored) != config:
+        raise ConfigError(
+            f"study {ostudy.study_name!r} exists with a different configuration; use "
+            "load_study() to continue it, or choose another study_name")
+    return Study(ostudy, config, host, sampler_given=sampler_obj is not None)
+
+
+def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
+               strategy: optuna.samplers.BaseSampler | None = None,
+               pruner: optuna.pruners.BasePruner | None = None,
+               plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
+               **overrides: Any) -> Study:
+    """Reopen a study from its storage with the configuration it was created with.
+    ``overrides`` replace run-time settings such as ``tracking_uri`` or ``backend_options``."""
+    try:
+        ostudy = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        raise ConfigError(f"no study named {study_name!r} in the storage; studies there: "
+                          f"{', '.join(names) or '(none)'}") from None
+    stored = ostudy.user_attrs.get(CONFIG_ATTR)
+    if stored is None:
+        raise ConfigError(f"study {study_name!r} was not created by frugalnas (no stored config)")
+    config = StudyConfig.from_json(stored)
+    if overrides:
+        config = replace(config, **StudyConfig.from_mapping({**asdict(config), **overrides}).__dict__)
+    if disable_plugins:
+        config.disable_plugins = sorted(set(config.disable_plugins) | set(disable_plugins))
+    if not config.tracking and "mlflow" not in config.disable_plugins:
+        config.disable_plugins.append("mlflow")
+    host = get_host(list(config.plugins) + [p for p in plugins if p not in config.plugins],
+                    config.disable_plugins)
+    space_obj = host.create("search_spaces", config.space, **config.space_options)
+    if strategy is None:
+        if config.strategy not in host.registry("strategies"):
+            raise ConfigError(f"study {study_name!r} was created with the sampler object "
+                              f"{config.strategy!r}; pass strategy= to load_study")
+        strategy = _make_sampler(host, space_obj, config)
+    ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy, pruner=pruner)
+    return Study(ostudy, config, host)

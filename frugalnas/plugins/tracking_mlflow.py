@@ -1,0 +1,1 @@
+"""Built-in plugin: MLflow tracking (placeholder replaced below)."""
