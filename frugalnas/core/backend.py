@@ -27,12 +27,26 @@ class Backend(ABC):
         """Move ``model`` to the backend's device (and wrap it if the backend needs to)."""
         return model.to(self.device)
 
-    @abstractmethod
+    def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
+                         targets: torch.Tensor, loss_scale: float = 1.0) -> float:
+        """Forward and backward of one micro-batch, accumulating ``loss_scale * loss`` gradients
+        into ``.grad``. Returns the unscaled mean loss. Backends that change how activations are
+        kept (out-of-core) override this; backends that split batches (virtual nodes) call an
+        inner backend's ``forward_backward`` per micro-batch."""
+        loss = loss_fn(model(inputs.to(self.device, non_blocking=True)),
+                       targets.to(self.device, non_blocking=True))
+        (loss * loss_scale).backward() if loss_scale != 1.0 else loss.backward()
+        return float(loss.detach())
+
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
                    inputs: torch.Tensor, targets: torch.Tensor, step: int) -> float:
         """One optimisation step on the global batch ``(inputs, targets)``: zero gradients,
         forward, backward, ``optimizer.step()``. Returns the mean loss over the batch. ``step``
         is the global step index (backends derive per-step random seeds from it)."""
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_backward(model, loss_fn, inputs, targets)
+        optimizer.step()
+        return loss
 
     @torch.no_grad()
     def predict(self, model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:

@@ -35,6 +35,12 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "training": "frugalnas.plugins.training",
     "single-device": "frugalnas.plugins.backends.single_device",
     "random": "frugalnas.plugins.strategies.random",
+    "proxies": "frugalnas.plugins.proxies",
+    "surrogates": "frugalnas.plugins.surrogates",
+    "evolution": "frugalnas.plugins.strategies.evolution",
+    "dag": "frugalnas.plugins.dag",
+    "virtual-node": "frugalnas.plugins.backends.virtual_node",
+    "out-of-core": "frugalnas.plugins.backends.out_of_core",
     "mlflow": "frugalnas.plugins.tracking_mlflow",
     "progress": "frugalnas.plugins.progress",
 }

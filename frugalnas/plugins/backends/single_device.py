@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
-from ...core.backend import Backend, LossFn
+from ...core.backend import Backend
 from ...core.errors import ConfigError
 from ...core.plugins import hookimpl
 
@@ -35,15 +34,6 @@ class SingleDeviceBackend(Backend):
     @property
     def device(self) -> torch.device:
         return self._device
-
-    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
-                   inputs: torch.Tensor, targets: torch.Tensor, step: int) -> float:
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(inputs.to(self.device, non_blocking=True)),
-                       targets.to(self.device, non_blocking=True))
-        loss.backward()
-        optimizer.step()
-        return float(loss.detach())
 
 
 @hookimpl

@@ -1,0 +1,1 @@
+"""Built-in plugin (to be filled in)."""
