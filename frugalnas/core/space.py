@@ -112,6 +112,11 @@ class SearchSpace(ABC):
                         out.append(self.from_params({**arch.decisions, key: choice}))
         return out
 
+    def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
+        """Edges ``(source, target, label)`` of the cell, for drawings; empty if the space
+        has no graph form (the drawing then lists the decisions)."""
+        return []
+
     def enumerate(self) -> Iterator[Architecture]:
         raise NotImplementedError(f"space {self.name!r} cannot be enumerated")
 

@@ -192,6 +192,9 @@ class NB201Space(SearchSpace):
                 "'|op~0|+|op~0|op~1|+|op~0|op~1|op~2|' with ops from: " + ", ".join(OPS))
         return NB201Cell("nb201", parse_cell_string(text))
 
+    def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
+        return [(str(i), str(j), arch[f"edge_{j}_{i}"]) for j, i in EDGES if arch[f"edge_{j}_{i}"] != "none"]
+
     def index(self, arch: Architecture) -> int:
         """The cell's position in :meth:`enumerate` (its op indices as a base-5 number)."""
         idx = 0

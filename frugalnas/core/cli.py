@@ -1,0 +1,244 @@
+"""The ``frugalnas`` command: run a study, list plugins, open the MLflow UI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from dataclasses import asdict
+from typing import Any
+
+from .config import RUN_KEYS, StudyConfig, check_keys, load_run_file
+from .errors import ConfigError, FrugalnasError
+from .plugins import KINDS, PluginHost, get_host
+
+OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset")
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _plugin_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    add = [p for p in args.plugin if not p.startswith("no:")]
+    block = [p[3:] for p in args.plugin if p.startswith("no:")]
+    return add, block
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-p", dest="plugin", action="append", default=[], metavar="NAME",
+                        help="load plugin NAME (entry point or module); 'no:NAME' blocks it")
+
+
+def _study_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="TOML run file (flags override its values)")
+    for name in ("space", "strategy", "estimator", "backend", "dataset"):
+        parser.add_argument(f"--{name}")
+    parser.add_argument("--n-trials", type=int)
+    parser.add_argument("--timeout", type=float, help="seconds for the whole study")
+    parser.add_argument("--trial-timeout", type=float, help="seconds per trial")
+    parser.add_argument("--n-jobs", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--storage", help="optuna storage URL (default: in memory)")
+    parser.add_argument("--study-name")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db)")
+    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--direction", action="append", choices=("maximize", "minimize"))
+    parser.add_argument("--objective", action="append", help="objective name (repeat for several)")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="GROUP.KEY=VALUE",
+                        help=f"a component option, GROUP one of {', '.join(OPTION_GROUPS)} "
+                             "(e.g. -o estimator.epochs=2)")
+    parser.add_argument("--virtual-nodes", type=int, help="shorthand for -o backend.virtual_nodes=N")
+    parser.add_argument("--nproc", type=int, help="shorthand for -o backend.nproc=N")
+    parser.add_argument("--dry-run", action="store_true", help="validate and print the plan, run nothing")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _common(parser)
+
+
+def resolve_run(args: argparse.Namespace) -> tuple[StudyConfig, dict[str, Any]]:
+    """Merge a run file and flags into a StudyConfig and the run keys."""
+    if args.config:
+        config, run = load_run_file(args.config)
+        data = asdict(config)
+    else:
+        data, run = {}, {}
+    for name in ("space", "strategy", "estimator", "backend", "dataset", "seed"):
+        if getattr(args, name) is not None:
+            data[name] = getattr(args, name)
+    if args.trial_timeout is not None:
+        data["trial_timeout"] = args.trial_timeout
+    if args.tracking_uri:
+        data["tracking_uri"] = args.tracking_uri
+    if args.no_tracking:
+        data["tracking"] = False
+    if args.direction:
+        data["directions"] = args.direction
+    if args.objective:
+        data["objectives"] = args.objective
+    elif args.direction and len(args.direction) == 1 and "objectives" not in data:
+        data["objectives"] = ["value"]
+    options = list(args.option)
+    if args.virtual_nodes is not None:
+        options.append(f"backend.virtual_nodes={args.virtual_nodes}")
+    if args.nproc is not None:
+        options.append(f"backend.nproc={args.nproc}")
+    for item in options:
+        key, sep, raw = item.partition("=")
+        group, dot, opt = key.partition(".")
+        if not sep or not dot or not opt:
+            raise ConfigError(f"malformed option {item!r}; expected GROUP.KEY=VALUE, e.g. estimator.epochs=2")
+        if group not in OPTION_GROUPS:
+            raise ConfigError(f"unknown option group {group!r} in {item!r}; valid: {', '.join(OPTION_GROUPS)}")
+        data.setdefault(f"{group}_options", {})[opt] = _parse_value(raw)
+    add, block = _plugin_args(args)
+    data["plugins"] = sorted(set(data.get("plugins", [])) | set(add))
+    data["disable_plugins"] = sorted(set(data.get("disable_plugins", [])) | set(block))
+    for key in ("n_trials", "timeout", "n_jobs", "storage", "study_name"):
+        if getattr(args, key) is not None:
+            run[key] = getattr(args, key)
+    check_keys("run settings", run, list(RUN_KEYS))
+    return StudyConfig.from_mapping(data), run
+
+
+def plan(config: StudyConfig, run: dict[str, Any]) -> dict[str, Any]:
+    """Validate every component name and option by creating the cheap components; return the
+    resolved plan (names, source plugins, options with defaults)."""
+    from .study import _make_sampler, resolve_estimator
+
+    host = get_host(config.plugins, config.disable_plugins + ([] if config.tracking else ["mlflow"]))
+    space = host.create("search_spaces", config.space, **config.space_options)
+    resolve_estimator(host, config.estimator, config.estimator_options)
+    host.create("backends", config.backend, **config.backend_options).close()
+    _make_sampler(host, space, config)
+    out: dict[str, Any] = {"run": run}
+    for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
+                        ("backend", "backends"), ("dataset", "datasets")):
+        name = getattr(config, group)
+        if name is None:
+            continue
+        comp = host.registry(kind).get(name)
+        if group == "dataset":
+            from .registry import _check_options
+            _check_options(comp, config.dataset_options)
+        defaults = {k: v for k, v in comp.options().items()
+                    if k not in ("space", "seed") and v is not __import__("inspect").Parameter.empty}
+        out[group] = {"name": name, "plugin": comp.plugin,
+                      "options": {**defaults, **getattr(config, f"{group}_options")}}
+    reg = host.registry("estimators")
+    est_plugin = reg.get(config.estimator).plugin if config.estimator in reg else \
+        host.registry("proxies").get(config.estimator).plugin
+    out["estimator"] = {"name": config.estimator, "plugin": est_plugin, "options": config.estimator_options}
+    out["objectives"] = dict(zip(config.objectives, config.directions))
+    out["seed"] = config.seed
+    out["tracking"] = (config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+                       or "sqlite:///mlflow.db") if config.tracking else "off"
+    out["plugins"] = sorted(host.infos)
+    return out
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .study import create_study
+
+    config, run = resolve_run(args)
+    resolved = plan(config, run)
+    if args.dry_run:
+        print(json.dumps(resolved, indent=2, default=str))
+        return 0
+    if not args.quiet:
+        os.environ.setdefault("FRUGALNAS_PROGRESS", "1")
+    else:
+        os.environ["FRUGALNAS_PROGRESS"] = "0"
+    cfg = asdict(config)
+    study = create_study(storage=run.get("storage"), study_name=run.get("study_name"),
+                         load_if_exists=run.get("load_if_exists", bool(run.get("storage"))),
+                         **{k: v for k, v in cfg.items() if k != "directions"},
+                         directions=config.directions)
+    n_trials = run.get("n_trials", 10)
+    done = len(study.completed_trials())
+    study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1))
+    print(f"study {study.name!r}: {len(study.completed_trials()) - done} trial(s) completed this run, "
+          f"{len(study.trials)} in total")
+    try:
+        best = study.best_trials if len(config.directions) > 1 else [study.best_trial]
+        for t in best:
+            print(f"best trial {t.number}: values={t.values} architecture={t.architecture}")
+    except ValueError:
+        print("no completed trial")
+    if study.tracking_state.get("errors"):
+        print("MLflow logging errors: " + "; ".join(study.tracking_state["errors"][:3]), file=sys.stderr)
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    add, block = _plugin_args(args)
+    host = PluginHost(add, block)
+    if args.json:
+        data = {"plugins": [asdict(i) for i in host.infos.values()],
+                "components": {k: host.registry(k).describe() for k in KINDS}}
+        print(json.dumps(data, indent=2))
+        return 0
+    print("plugins:")
+    for info in host.infos.values():
+        where = f"{info.distribution} {info.version}" if info.distribution else "frugalnas (built-in)" \
+            if info.source == "builtin" else info.module
+        print(f"  {info.name:<16} {info.source:<10} {info.module:<45} {where}")
+    for kind, label in KINDS.items():
+        reg = host.registry(kind)
+        print(f"\n{kind.replace('_', ' ')} ({len(reg)}):")
+        for row in reg.describe():
+            print(f"  {row['name']:<24} [{row['plugin']}] {row['summary']}")
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from ..plugins.tracking_mlflow import resolve_tracking_uri
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", args.host, "--port", str(args.port)]
+    if uri.startswith("sqlite:///"):
+        from ..plugins.tracking_mlflow import _artifact_root
+        cmd += ["--default-artifact-root", _artifact_root(uri)]
+    print(f"MLflow UI for {uri} on http://{args.host}:{args.port}", flush=True)
+    return subprocess.call(cmd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="frugalnas", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run (or continue) a study")
+    _study_args(run)
+    run.set_defaults(func=cmd_run)
+    plugins = sub.add_parser("plugins", help="list plugins and the components they register")
+    plugins.add_argument("--json", action="store_true")
+    _common(plugins)
+    plugins.set_defaults(func=cmd_plugins)
+    ui = sub.add_parser("ui", help="start the MLflow UI for the store in use")
+    ui.add_argument("--tracking-uri")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.set_defaults(func=cmd_ui)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except FrugalnasError as exc:
+        print(f"frugalnas: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("frugalnas: interrupted; completed trials are saved in the storage", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
