@@ -150,6 +150,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not args.quiet:
         os.environ.setdefault("FRUGALNAS_PROGRESS", "1")
     else:

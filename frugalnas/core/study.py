@@ -277,7 +277,8 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     ``strategy`` is a registered strategy name or any optuna sampler. Further keyword options
     are :class:`StudyConfig` fields (``seed``, ``space_options``, ``estimator_options``,
     ``backend_options``, ``dataset_options``, ``strategy_options``, ``prescreen``,
-    ``tracking``, ``tracking_uri``, ``trial_timeout``)."""
+    ``tracking``, ``tracking_uri``, ``trial_timeout``). Unlike plain optuna, no pruner is used
+    unless ``pruner`` is given (training estimators report validation accuracy per epoch)."""
     if direction is not None and directions is not None:
         raise ConfigError("give either direction= or directions=, not both")
     dirs = directions if directions is not None else [direction or "maximize"]
@@ -304,7 +305,8 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     resolve_estimator(host, config.estimator, config.estimator_options)
     space_obj = host.create("search_spaces", config.space, **config.space_options)
     sampler = sampler_obj or _make_sampler(host, space_obj, config)
-    ostudy = optuna.create_study(storage=storage, sampler=sampler, pruner=pruner,
+    ostudy = optuna.create_study(storage=storage, sampler=sampler,
+                                 pruner=pruner or optuna.pruners.NopPruner(),
                                  study_name=study_name, directions=config.directions,
                                  load_if_exists=load_if_exists)
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
@@ -348,5 +350,6 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
             raise ConfigError(f"study {study_name!r} was created with the sampler object "
                               f"{config.strategy!r}; pass strategy= to load_study")
         strategy = _make_sampler(host, space_obj, config)
-    ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy, pruner=pruner)
+    ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy,
+                               pruner=pruner or optuna.pruners.NopPruner())
     return Study(ostudy, config, host)

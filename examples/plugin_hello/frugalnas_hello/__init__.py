@@ -1,0 +1,72 @@
+"""An example frugalnas plugin: registers the ``hello-mlp`` search space and the
+``hello-logit-spread`` zero-cost proxy through the ``frugalnas`` entry-point group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from optuna.distributions import CategoricalDistribution
+from torch import nn
+
+import frugalnas
+from frugalnas.proxies.base import Proxy
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
+
+
+class MLPSpace(frugalnas.SearchSpace):
+    """Multi-layer perceptrons: depth, width of each layer and activation."""
+
+    name = "hello-mlp"
+
+    def __init__(self, max_depth: int = 3, widths: tuple[int, ...] = (16, 32, 64)):
+        self.max_depth = max_depth
+        self.widths = tuple(widths)
+
+    def distributions(self) -> dict[str, CategoricalDistribution]:
+        dists = {"depth": CategoricalDistribution(tuple(range(1, self.max_depth + 1))),
+                 "activation": CategoricalDistribution(tuple(ACTIVATIONS))}
+        for i in range(self.max_depth):
+            dists[f"width_{i}"] = CategoricalDistribution(self.widths)
+        return dists
+
+    def build(self, arch: frugalnas.Architecture, num_classes: int = 10,
+              input_shape: tuple[int, int, int] = (1, 8, 8)) -> nn.Module:
+        self.validate(arch)
+        layers: list[nn.Module] = [nn.Flatten()]
+        fan_in = input_shape[0] * input_shape[1] * input_shape[2]
+        for i in range(int(arch["depth"])):
+            width = int(arch[f"width_{i}"])
+            layers += [nn.Linear(fan_in, width), ACTIVATIONS[str(arch["activation"])]()]
+            fan_in = width
+        layers.append(nn.Linear(fan_in, num_classes))
+        return nn.Sequential(*layers)
+
+
+class LogitSpread(Proxy):
+    """Spread (standard deviation) of the untrained network's logits over one batch; a toy
+    proxy that shows the plugin API, not a recommended estimator."""
+
+    name = "hello-logit-spread"
+    needs_data = True
+    needs_labels = False
+    passes = 1.0
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def compute(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None) -> float:
+        model.eval()
+        with torch.no_grad():
+            return float(model(inputs).std())
+
+
+@frugalnas.hookimpl
+def frugalnas_search_spaces() -> dict[str, Any]:
+    return {"hello-mlp": MLPSpace}
+
+
+@frugalnas.hookimpl
+def frugalnas_proxies() -> dict[str, Any]:
+    return {"hello-logit-spread": LogitSpread}
