@@ -155,11 +155,8 @@ class PluginHost:
             raise PluginError(f"plugin {name!r} has an invalid hook: {exc}") from exc
         except ValueError as exc:
             raise PluginError(f"plugin {name!r} could not be registered: {exc}") from exc
-        unknown = [
-            hook for hook in dir(obj)
-            if hook.startswith("frugalnas_") and callable(getattr(obj, hook, None))
-            and not hasattr(self.pm.hook, hook)
-        ]
+        unknown = [caller.name for caller in self.pm.get_hookcallers(obj) or []
+                   if caller.spec is None]
         if unknown:
             self.pm.unregister(obj)
             valid = sorted(n for n in dir(hookspecs) if n.startswith("frugalnas_"))

@@ -1,0 +1,160 @@
+import sys
+import textwrap
+
+import pytest
+
+import frugalnas
+from frugalnas import DuplicateComponentError, PluginError, UnknownComponentError
+from frugalnas.core.plugins import BUILTIN_PLUGINS, PluginHost
+
+
+@pytest.fixture
+def plugin_dir(tmp_path, monkeypatch):
+    """A folder on sys.path where tests write plugin modules."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for name in [m for m in sys.modules if m.startswith("tp_")]:
+        del sys.modules[name]
+
+
+def write(plugin_dir, name, body):
+    (plugin_dir / f"{name}.py").write_text(textwrap.dedent(body))
+    return name
+
+
+def test_builtins_are_plugins_like_any_other():
+    host = PluginHost()
+    for name in BUILTIN_PLUGINS:
+        assert host.has_plugin(name)
+        assert host.infos[name].source == "builtin"
+    assert host.registry("strategies").get("random").plugin == "random"
+    assert host.registry("search_spaces").get("nb201").plugin == "nb201"
+
+
+def test_block_a_builtin():
+    host = PluginHost(["no:random"])
+    assert "random" not in host.registry("strategies")
+    assert not host.has_plugin("random")
+    host2 = PluginHost(disable_plugins=["mlflow"])
+    assert not host2.has_plugin("mlflow")
+
+
+def test_add_a_plugin_by_module_name(plugin_dir):
+    write(plugin_dir, "tp_extra", """
+        import frugalnas
+        from frugalnas.plugins.strategies.random import random_strategy
+        @frugalnas.hookimpl
+        def frugalnas_strategies():
+            return {"also-random": random_strategy}
+    """)
+    host = PluginHost(["tp_extra"])
+    comp = host.registry("strategies").get("also-random")
+    assert comp.plugin == "tp_extra"
+    assert host.infos["tp_extra"].source == "explicit"
+
+
+def test_duplicate_component_names_both_plugins(plugin_dir):
+    write(plugin_dir, "tp_dup", """
+        import frugalnas
+        @frugalnas.hookimpl
+        def frugalnas_strategies():
+            return {"random": lambda space=None, seed=0: None}
+    """)
+    host = PluginHost(["tp_dup"])
+    with pytest.raises(DuplicateComponentError) as info:
+        host.registry("strategies")
+    assert "'random'" in str(info.value) and "'tp_dup'" in str(info.value)
+
+
+def test_bad_hook_signature_is_rejected_at_registration(plugin_dir):
+    write(plugin_dir, "tp_badsig", """
+        import frugalnas
+        @frugalnas.hookimpl
+        def frugalnas_trial_started(study, trial, architecture, surprise):
+            pass
+    """)
+    with pytest.raises(PluginError) as info:
+        PluginHost(["tp_badsig"])
+    assert "'tp_badsig'" in str(info.value) and "surprise" in str(info.value)
+
+
+def test_unknown_hook_name_is_rejected(plugin_dir):
+    write(plugin_dir, "tp_typo", """
+        import frugalnas
+        @frugalnas.hookimpl
+        def frugalnas_strategys():
+            return {}
+    """)
+    with pytest.raises(PluginError, match="tp_typo.*frugalnas_strategys"):
+        PluginHost(["tp_typo"])
+
+
+def test_plugin_that_fails_to_import(plugin_dir):
+    write(plugin_dir, "tp_broken", "import not_a_real_module_xyz\n")
+    with pytest.raises(PluginError, match="'tp_broken' failed to import.*not_a_real_module_xyz"):
+        PluginHost(["tp_broken"])
+    with pytest.raises(PluginError, match="'tp_missing_mod'"):
+        PluginHost(["tp_missing_mod"])
+
+
+def test_registry_must_return_a_dict(plugin_dir):
+    write(plugin_dir, "tp_list", """
+        import frugalnas
+        @frugalnas.hookimpl
+        def frugalnas_backends():
+            return ["oops"]
+    """)
+    host = PluginHost(["tp_list"])
+    with pytest.raises(PluginError, match="tp_list.*must return a dict"):
+        host.registry("backends")
+
+
+def test_unknown_component_lists_valid_names():
+    host = PluginHost()
+    with pytest.raises(UnknownComponentError) as info:
+        host.create("strategies", "no-such-strategy")
+    msg = str(info.value)
+    assert "'no-such-strategy'" in msg and "random" in msg
+    with pytest.raises(PluginError, match="valid kinds"):
+        host.registry("widgets")
+
+
+def test_unknown_option_lists_valid_options():
+    with pytest.raises(frugalnas.ConfigError, match="'widht'.*valid options: C, N"):
+        PluginHost().create("search_spaces", "nb201", widht=3)
+
+
+def test_lifecycle_hooks_are_called_in_order(plugin_dir):
+    write(plugin_dir, "tp_events", """
+        import frugalnas
+        EVENTS = []
+        @frugalnas.hookimpl
+        def frugalnas_study_started(study):
+            EVENTS.append("study_started")
+        @frugalnas.hookimpl
+        def frugalnas_trial_started(study, trial, architecture):
+            EVENTS.append(f"trial_started {trial.number}")
+        @frugalnas.hookimpl
+        def frugalnas_trial_finished(study, trial, architecture, state, values, result, error):
+            EVENTS.append(f"trial_finished {trial.number} {state} {result.cost.epochs}")
+        @frugalnas.hookimpl
+        def frugalnas_study_finished(study):
+            EVENTS.append("study_finished")
+    """)
+    study = frugalnas.create_study(plugins=["tp_events"], tracking=False)
+    study.optimize(n_trials=2)
+    events = sys.modules["tp_events"].EVENTS
+    assert events == ["study_started", "trial_started 0", "trial_finished 0 COMPLETE 200.0",
+                      "trial_started 1", "trial_finished 1 COMPLETE 200.0", "study_finished"]
+
+
+def test_autoload_switch_and_allow_list(monkeypatch):
+    # with autoload off only built-ins (and -p names) load; the example plugin, when installed,
+    # is covered in test_example_plugin.py
+    monkeypatch.setenv("FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    host = PluginHost()
+    assert all(info.source == "builtin" for info in host.infos.values())
+    monkeypatch.delenv("FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.setenv("FRUGALNAS_PLUGINS_ALLOW", "nothing-allowed")
+    host = PluginHost()
+    assert all(info.source == "builtin" for info in host.infos.values())
