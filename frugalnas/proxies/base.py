@@ -1,0 +1,182 @@
+"""Proxy: a zero-cost score of an untrained network on one mini-batch; ProxyEstimator runs
+a registered proxy as a study estimator (score = proxy value)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ..core.architecture import Architecture
+from ..core.cost import Cost, count_flops, count_params
+from ..core.errors import ConfigError, check_choice, check_range
+from ..core.estimator import EstimateResult, EvaluationContext, Estimator
+from ..core.training import seed_everything
+
+DATA_SOURCES = ("dataset", "gaussian")
+
+
+class Proxy(ABC):
+    """A zero-cost proxy: scores an untrained network from one mini-batch, higher is better.
+
+    Subclasses declare ``needs_data`` (whether the values of the inputs matter; a data-free
+    proxy uses only their shape) and ``needs_labels`` as class attributes, take their
+    parameters in ``__init__`` (stored under the same names), and implement :meth:`compute`.
+    :meth:`score` wraps ``compute`` so that the network's weights, buffers, gradients,
+    ``requires_grad`` flags and training modes are as before, and the global RNG is seeded
+    with ``seed`` (and left untouched afterwards)."""
+
+    name: ClassVar[str] = "proxy"
+    needs_data: ClassVar[bool]
+    needs_labels: ClassVar[bool]
+    #: forward-pass equivalents per batch sample (forward+backward = 3), for the FLOP cost
+    passes: ClassVar[float] = 3.0
+
+    def __init__(self) -> None:
+        """A proxy without parameters."""
+
+    @abstractmethod
+    def compute(self, model: nn.Module, inputs: torch.Tensor,
+                targets: torch.Tensor | None) -> float:
+        """The proxy value; may change the model (``score`` restores it)."""
+
+    def score(self, model: nn.Module, inputs: torch.Tensor,
+              targets: torch.Tensor | None = None) -> float:
+        """The proxy value of ``model`` on ``inputs`` (and ``targets`` if it needs labels)."""
+        if self.needs_labels and targets is None:
+            raise ConfigError(f"proxy {self.name!r} needs labels; pass targets")
+        with preserved(model), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(getattr(self, "seed", 0)))
+            return float(self.compute(model, inputs, targets))
+
+    def flops(self, forward_flops_per_sample: float, batch_size: int) -> float:
+        """FLOPs one :meth:`score` spends, from a forward pass's FLOPs per sample."""
+        return self.passes * forward_flops_per_sample * batch_size
+
+    def get_params(self) -> dict[str, Any]:
+        """The ``__init__`` parameters and their current values (scikit-learn style)."""
+        sig = inspect.signature(type(self).__init__)
+        return {n: getattr(self, n) for n in sig.parameters if n != "self"}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+
+@contextmanager
+def preserved(model: nn.Module) -> Iterator[None]:
+    """Restore the model's parameters, buffers, gradients, ``requires_grad`` flags and
+    training modes on exit."""
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved = [t.detach().clone() for t in tensors]
+    grads = [p.grad for p in params]
+    flags = [p.requires_grad for p in params]
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, s in zip(tensors, saved):
+                if t.shape == s.shape and t.dtype == s.dtype:
+                    t.copy_(s)
+                else:  # a proxy replaced the data (dtype change): put the original back
+                    t.data = s
+        for p, g, f in zip(params, grads, flags):
+            p.grad = g
+            p.requires_grad_(f)
+        for m, mode in modes:
+            m.training = mode
+
+
+def weighted_layers(model: nn.Module) -> list[nn.Module]:
+    """The convolution and linear layers, the layers proxies score (as in Abdelfattah et al.)."""
+    return [m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+
+
+def finite_log(x: float, floor: float = 1e-30) -> float:
+    """``log(x)`` with ``x`` floored, so dead networks get a very low but finite score."""
+    return math.log(max(float(x), floor))
+
+
+def proxy_batch(context: EvaluationContext | None, *, batch_size: int = 64, data: str = "dataset",
+                resize: int | None = None, seed: int = 0,
+                input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                need_dataset: bool = True) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The fixed batch a proxy scores on: ``(inputs, targets, num_classes)``.
+
+    ``data="dataset"`` takes a seeded batch of the study's dataset (optionally resized);
+    ``data="gaussian"`` draws standard normal images (shape and class count from the dataset
+    when the study has one, else ``input_shape``/``num_classes``). Data-free proxies pass
+    ``need_dataset=False`` so that no dataset is loaded just for its shape."""
+    check_choice("proxy data", data, DATA_SOURCES)
+    has_data = context is not None and context.dataset_loader is not None
+    if data == "dataset" and need_dataset and not has_data:
+        raise ConfigError("proxy option data='dataset' needs a study dataset; set dataset= or "
+                          "use data='gaussian'")
+    if has_data and (need_dataset or data == "dataset"):
+        ds = context.dataset
+        if resize:
+            ds = ds.resized(int(resize))
+        if data == "dataset":
+            x, y = ds.fixed_batch(batch_size, seed=seed)
+            return x, y, ds.num_classes
+        input_shape, num_classes = ds.input_shape, ds.num_classes
+    g = torch.Generator().manual_seed(seed)
+    shape = tuple(input_shape)
+    if resize:
+        shape = (shape[0], int(resize), int(resize))
+    x = torch.randn((batch_size, *shape), generator=g)
+    y = torch.randint(0, num_classes, (batch_size,), generator=g)
+    return x, y, num_classes
+
+
+class ProxyEstimator(Estimator):
+    """Scores an architecture with a registered zero-cost proxy on its untrained network."""
+
+    needs_dataset = False
+
+    def __init__(self, proxy: str | Proxy, host: Any = None, batch_size: int = 64,
+                 data: str = "dataset", resize: int | None = None, seed: int | None = None,
+                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 proxy_options: dict[str, Any] | None = None):
+        check_range("batch_size", batch_size, 1)
+        check_range("num_classes", num_classes, 2)
+        check_choice("proxy data", data, DATA_SOURCES)
+        if isinstance(proxy, str):
+            if host is None:
+                from ..core.plugins import get_host
+
+                host = get_host()
+            proxy = host.create("proxies", proxy, **(proxy_options or {}))
+        self.proxy = proxy
+        self.name = proxy.name
+        self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
+        self.input_shape, self.num_classes = tuple(input_shape), num_classes
+        self.needs_dataset = data == "dataset" and proxy.needs_data
+
+    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+        start = time.perf_counter()
+        seed = context.seed if self.seed is None else self.seed
+        x, y, num_classes = proxy_batch(
+            context, batch_size=self.batch_size, data=self.data, resize=self.resize, seed=seed,
+            input_shape=self.input_shape, num_classes=self.num_classes,
+            need_dataset=self.needs_dataset)
+        seed_everything(seed)
+        model = context.space.build(arch, num_classes, tuple(x.shape[1:]))
+        model = context.backend.prepare(model)
+        device = context.backend.device
+        x, y = x.to(device), y.to(device)
+        value = self.proxy.score(model, x, y)
+        seconds = time.perf_counter() - start
+        flops = self.proxy.flops(count_flops(model, x[:1]), len(x))
+        cost = Cost(seconds=seconds, flops=flops, params=count_params(model))
+        return EstimateResult(value=value, metrics={f"proxy_{self.proxy.name}": value}, cost=cost)
+

@@ -1,0 +1,199 @@
+"""Rank ensembles of zero-cost proxies.
+
+A proxy's raw values live on unrelated scales (synflow spans tens of orders of magnitude,
+naswot is a log-determinant), so the ensemble combines *ranks*: each proxy's values are
+turned into percentile ranks within a population, and the score is their (weighted) mean.
+
+Within a study the population is the candidate plus every completed trial of the study
+whose stored metrics hold a value for each member proxy (``proxy_<name>``, written by these
+estimators and by :class:`~frugalnas.proxies.prescreen.PrescreenSampler`). A trial's score is
+therefore its standing among the trials seen so far: early scores rest on few neighbours,
+which is fine for selection (it is what a rank-based evolution or pre-screen uses) but means
+the scores of two trials are not comparable across very different population sizes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+from scipy.stats import rankdata, spearmanr
+
+from ..core.architecture import Architecture
+from ..core.cost import Cost, count_flops, count_params
+from ..core.errors import ConfigError, check_range
+from ..core.estimator import EstimateResult, EvaluationContext, Estimator
+from ..core.training import seed_everything
+from .base import DATA_SOURCES, Proxy, proxy_batch
+
+DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
+TEACHER_METRIC = "teacher_value"
+
+
+def percentile_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks scaled to [0, 1] (ties share their mean rank; a single value ranks 0.5)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) == 1:
+        return np.array([0.5])
+    return (rankdata(v) - 1.0) / (len(v) - 1.0)
+
+
+def rank_average(matrix: np.ndarray, weights: Sequence[float] | None = None) -> np.ndarray:
+    """The weighted mean percentile rank of each row of ``matrix`` (rows: networks, columns:
+    proxies); equal weights by default."""
+    m = np.asarray(matrix, dtype=float)
+    ranks = np.column_stack([percentile_ranks(m[:, j]) for j in range(m.shape[1])])
+    w = np.ones(m.shape[1]) if weights is None else np.asarray(weights, dtype=float)
+    if w.sum() <= 0:
+        w = np.ones(m.shape[1])
+    return ranks @ (w / w.sum())
+
+
+def fit_weights(matrix: np.ndarray, target: Sequence[float]) -> np.ndarray:
+    """Non-negative weights (summing to 1) for :func:`rank_average`, fitted by non-negative
+    least squares of the target's ranks on the proxies' ranks; equal weights when the fit
+    finds no proxy that helps."""
+    m = np.asarray(matrix, dtype=float)
+    ranks = np.column_stack([percentile_ranks(m[:, j]) for j in range(m.shape[1])])
+    t = percentile_ranks(target)
+    w, _ = nnls(ranks - ranks.mean(0), t - t.mean())
+    return w / w.sum() if w.sum() > 0 else np.full(m.shape[1], 1.0 / m.shape[1])
+
+
+def stored_population(study: Any, names: Sequence[str],
+                      extra: Sequence[str] = ()) -> list[dict[str, float]]:
+    """Per-trial metrics of the study's completed trials that hold ``proxy_<name>`` for every
+    name (from the estimator's stored metrics or the pre-screen's record), plus ``extra``
+    metrics when present."""
+    if study is None:
+        return []
+    from optuna.trial import TrialState
+
+    from .prescreen import PRESCREEN_ATTR
+
+    keys = [f"proxy_{n}" for n in names]
+    out = []
+    for t in study.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        found = {**t.system_attrs.get(PRESCREEN_ATTR, {}), **t.user_attrs.get("metrics", {})}
+        if all(k in found for k in keys):
+            out.append({k: float(found[k]) for k in (*keys, *extra) if k in found})
+    return out
+
+
+class RankEnsembleEstimator(Estimator):
+    """Mean percentile rank of several zero-cost proxies among the trials seen so far."""
+
+    name = "rank-ensemble"
+    needs_dataset = False
+
+    def __init__(self, proxies: Sequence[str] = DEFAULT_MEMBERS,
+                 weights: Sequence[float] | None = None, batch_size: int = 64,
+                 data: str = "dataset", resize: int | None = None, seed: int | None = None,
+                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 host: Any = None):
+        if isinstance(proxies, str) or not proxies:
+            raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names")
+        if weights is not None and len(weights) != len(proxies):
+            raise ConfigError(f"invalid ensemble weights {list(weights)!r}; need one per proxy "
+                              f"({len(proxies)})")
+        check_range("batch_size", batch_size, 1)
+        if data not in DATA_SOURCES:
+            raise ConfigError(f"invalid proxy data {data!r}; valid: {', '.join(DATA_SOURCES)}")
+        if host is None:
+            from ..core.plugins import get_host
+
+            host = get_host()
+        self.proxies = list(proxies)
+        self.members: list[Proxy] = [host.create("proxies", n) for n in self.proxies]
+        self.weights = None if weights is None else [float(w) for w in weights]
+        self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
+        self.input_shape, self.num_classes = tuple(input_shape), num_classes
+        self.needs_dataset = data == "dataset" and any(p.needs_data for p in self.members)
+
+    def measure(self, arch: Architecture, context: EvaluationContext) -> tuple[dict[str, float], Cost]:
+        """Every member proxy's value on ``arch`` (one network, one batch) and the cost."""
+        start = time.perf_counter()
+        seed = context.seed if self.seed is None else self.seed
+        x, y, num_classes = proxy_batch(
+            context, batch_size=self.batch_size, data=self.data, resize=self.resize, seed=seed,
+            input_shape=self.input_shape, num_classes=self.num_classes,
+            need_dataset=self.needs_dataset)
+        seed_everything(seed)
+        model = context.backend.prepare(context.space.build(arch, num_classes, tuple(x.shape[1:])))
+        x, y = x.to(context.backend.device), y.to(context.backend.device)
+        values = {f"proxy_{p.name}": p.score(model, x, y) for p in self.members}
+        per_sample = count_flops(model, x[:1])
+        flops = sum(p.flops(per_sample, len(x)) for p in self.members)
+        return values, Cost(seconds=time.perf_counter() - start, flops=flops,
+                            params=count_params(model))
+
+    def combine(self, values: dict[str, float], population: list[dict[str, float]],
+                weights: Sequence[float] | None) -> float:
+        """The candidate's weighted mean percentile rank within ``population`` + itself."""
+        keys = [f"proxy_{n}" for n in self.proxies]
+        rows = [[row[k] for k in keys] for row in population] + [[values[k] for k in keys]]
+        return float(rank_average(np.array(rows), weights)[-1])
+
+    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+        values, cost = self.measure(arch, context)
+        population = stored_population(context.study, self.proxies)
+        value = self.combine(values, population, self.weights)
+        return EstimateResult(value=value, metrics={**values, "population": len(population) + 1},
+                              cost=cost)
+
+
+class LearnedEnsembleEstimator(RankEnsembleEstimator):
+    """Rank ensemble whose proxy weights are fitted on trials also scored by a teacher."""
+
+    name = "learned-ensemble"
+
+    def __init__(self, proxies: Sequence[str] = DEFAULT_MEMBERS, teacher: str = "low-fidelity",
+                 teacher_options: dict[str, Any] | None = None, teacher_every: int = 5,
+                 min_labelled: int = 5, batch_size: int = 64, data: str = "dataset",
+                 resize: int | None = None, seed: int | None = None,
+                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 host: Any = None):
+        super().__init__(proxies, None, batch_size, data, resize, seed, input_shape, num_classes,
+                         host)
+        check_range("teacher_every", teacher_every, 1)
+        check_range("min_labelled", min_labelled, 2)
+        from ..core.study import resolve_estimator
+
+        if host is None:
+            from ..core.plugins import get_host
+
+            host = get_host()
+        self.teacher = teacher
+        self.teacher_options = dict(teacher_options or {})
+        self.teacher_every, self.min_labelled = int(teacher_every), int(min_labelled)
+        self.teacher_estimator = resolve_estimator(host, teacher, self.teacher_options)
+        self.needs_dataset = self.needs_dataset or self.teacher_estimator.needs_dataset
+
+    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+        values, cost = self.measure(arch, context)
+        population = stored_population(context.study, self.proxies, extra=(TEACHER_METRIC,))
+        labelled = [row for row in population if TEACHER_METRIC in row]
+        number = context.trial.number if context.trial is not None else len(population)
+        metrics: dict[str, float] = dict(values)
+        if len(labelled) < self.min_labelled or number % self.teacher_every == 0:
+            taught = self.teacher_estimator.evaluate(arch, context)
+            metrics[TEACHER_METRIC] = float(taught.value)
+            cost = cost + taught.cost
+        weights = None
+        if len(labelled) >= self.min_labelled:
+            keys = [f"proxy_{n}" for n in self.proxies]
+            weights = fit_weights(np.array([[r[k] for k in keys] for r in labelled]),
+                                  [r[TEACHER_METRIC] for r in labelled])
+            metrics.update({f"weight_{n}": float(w) for n, w in zip(self.proxies, weights)})
+        metrics["population"] = len(population) + 1
+        return EstimateResult(value=self.combine(values, population, weights), metrics=metrics,
+                              cost=cost)
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation (0 when either side is constant)."""
+    r = spearmanr(a, b).statistic
+    return 0.0 if not np.isfinite(r) else float(r)
