@@ -4,9 +4,29 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+_TEMPLATE: dict[str, Path] = {}
+
+
+def fresh_mlflow_uri(path: str | Path) -> str:
+    """A sqlite MLflow tracking URI at ``path``, copied from an empty store built once per
+    process: creating MLflow's tables takes seconds, copying the file milliseconds."""
+    import shutil
+    import tempfile
+
+    if "db" not in _TEMPLATE:
+        from mlflow import MlflowClient
+
+        db = Path(tempfile.mkdtemp(prefix="frugalnas-mlflow-")) / "template.db"
+        MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+        _TEMPLATE["db"] = db
+    path = Path(path)
+    shutil.copyfile(_TEMPLATE["db"], path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture
@@ -27,7 +47,8 @@ def frugalnas_study_factory(tmp_path) -> Iterator[Any]:
 
     def make(**kwargs: Any) -> frugalnas.Study:
         kwargs.setdefault("storage", f"sqlite:///{tmp_path / 'optuna.db'}")
-        kwargs.setdefault("tracking_uri", f"sqlite:///{tmp_path / 'mlflow.db'}")
+        if "tracking_uri" not in kwargs and kwargs.get("tracking", True):
+            kwargs["tracking_uri"] = fresh_mlflow_uri(tmp_path / "mlflow.db")
         kwargs.setdefault("study_name", f"test-{len(list(tmp_path.iterdir()))}")
         return frugalnas.create_study(**kwargs)
 
