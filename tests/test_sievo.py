@@ -1,0 +1,101 @@
+"""SI-evolution with inherited weights: a small study end to end, MLflow, resume."""
+
+import mlflow
+import pytest
+import torch
+
+import frugalnas
+from frugalnas.plugins.dag import retrain, weight_store_of
+from frugalnas.plugins.sievo_session import checkpoint_path
+from frugalnas.testing import fresh_mlflow_uri
+
+SPACE = {"channels": 4, "nodes": 2, "reductions": 1}
+STRATEGY = {"population_size": 3, "offspring": 2, "batches_per_generation": 4, "batch_size": 32}
+ESTIMATOR = {"valid_limit": 96}
+
+
+def _study(storage, name, tracking_uri=None, **strategy):
+    return frugalnas.create_study(
+        space="dag", strategy="si-evolution", estimator="inherited", dataset="digits",
+        storage=storage, study_name=name, space_options=SPACE,
+        strategy_options={**STRATEGY, **strategy}, estimator_options=ESTIMATOR,
+        tracking=tracking_uri is not None, tracking_uri=tracking_uri)
+
+
+@pytest.mark.slow
+def test_small_study_runs_end_to_end_with_mlflow(tmp_path, monkeypatch):
+    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")  # a copy of an empty sqlite store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    study = _study(f"sqlite:///{tmp_path}/optuna.db", "sievo-e2e", uri, generations=2)
+    study.optimize(50)  # the strategy stops the study after its generations
+    trials = study.completed_trials()
+    assert len(trials) == 3 + 2 * 2
+    gens = [t.user_attrs["metrics"]["generation"] for t in trials]
+    assert gens == [0, 0, 0, 1, 1, 2, 2]
+    # training cost is charged to the first trial of each generation
+    flops = [t.user_attrs["cost"]["flops"] for t in trials]
+    assert flops[0] > flops[1] and flops[3] > flops[4] and flops[5] > flops[6]
+    # offspring are children of the selected population and new
+    plan = study.optuna_study.user_attrs["sievo:gen:1"]
+    assert len(plan["population"]) == 3 and len(plan["offspring"]) == 2
+    assert set(plan["offspring"]).isdisjoint(str(t.architecture) for t in trials[:3])
+    assert [str(t.architecture) for t in trials[3:5]] == plan["offspring"]
+
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(study.name) or client.search_experiments()[-1]
+    runs = mlflow.search_runs([exp.experiment_id], output_format="list")
+    parents = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and len(children) == 7
+    parent = parents[0].info.run_id
+    for name in ("sievo_population_mean", "sievo_population_max", "sievo_best_so_far",
+                 "sievo_store_params"):
+        steps = [m.step for m in client.get_metric_history(parent, name)]
+        assert sorted(set(steps)) == [0, 1, 2], name
+    best = client.get_metric_history(parent, "sievo_best_so_far")
+    # re-scored parents count too, so the curve is at least the best trial
+    assert max(m.value for m in best) >= study.best_value - 1e-6
+    assert [m.value for m in sorted(best, key=lambda m: m.step)] == sorted(m.value for m in best)
+
+    # the winner retrains from scratch with the train estimator
+    result = retrain(study, epochs=0.2)
+    assert result.cost.epochs == pytest.approx(0.2, abs=0.05) and 0 <= result.value <= 100
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_trained_store(tmp_path):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    study = _study(storage, "sievo-resume")
+    study.optimize(4)  # generation 0 and the first trial of generation 1
+    path = checkpoint_path(study.optuna_study)
+    assert path.parent == tmp_path / "optuna-sievo" and path.exists()
+    saved = torch.load(path, weights_only=True)
+    assert saved["meta"]["generation"] == 1
+    first_store = weight_store_of(study)
+
+    resumed = frugalnas.load_study(study_name="sievo-resume", storage=storage)
+    store = weight_store_of(resumed)
+    assert store is not first_store and len(store) == len(saved["keys"])
+    state = store.state_dict()
+    assert state.keys() == saved["state"].keys()
+    for name, tensor in saved["state"].items():
+        assert torch.equal(state[name], tensor)
+    # the last trial of generation 1 needs no training; generation 2 trains from the loaded weights
+    resumed.optimize(2)
+    trials = resumed.completed_trials()
+    assert [t.user_attrs["metrics"]["generation"] for t in trials] == [0, 0, 0, 1, 1, 2]
+    assert trials[4].user_attrs["cost"]["epochs"] == 0
+    assert trials[5].user_attrs["cost"]["epochs"] > 0
+    after = torch.load(path, weights_only=True)
+    assert after["meta"]["generation"] == 2
+    changed = [n for n, t in saved["state"].items() if not torch.equal(after["state"][n], t)]
+    assert changed  # trained further, starting from the checkpoint
+
+
+def test_inherited_scores_follow_training(tmp_path):
+    """Candidates scored after more sampled training are scored with the trained weights:
+    a population member's inherited accuracy rises well above chance."""
+    study = _study(None, "sievo-learn", batches_per_generation=25, generations=1)
+    study.optimize(10)
+    rescored = study.optuna_study.user_attrs["sievo:gen:1:fitness"]
+    assert max(rescored) > 30.0  # 10 classes: chance is 10%
