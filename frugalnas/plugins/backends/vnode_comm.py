@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ...core.errors import ConfigError
+
 PREFIX = "frugalnas-vnode/"
 CONFIG_KEY = PREFIX + "config"
 
@@ -28,8 +30,18 @@ def ready_key(rank: int) -> str:
 
 
 def dumps(obj: Any) -> bytes:
+    """Serialise ``obj`` for the workers. cloudpickle (when installed) sends classes defined in
+    ``__main__`` or inside functions by value, so such models work too."""
+    try:
+        import cloudpickle as pickler
+    except ImportError:  # pragma: no cover - plain pickle needs importable classes
+        import pickle as pickler
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    try:
+        torch.save(obj, buf, pickle_module=pickler)
+    except Exception as exc:
+        raise ConfigError(f"cannot send {type(obj).__name__} to the virtual-node workers ({exc}); "
+                          "models and loss functions must be picklable") from exc
     return buf.getvalue()
 
 

@@ -109,28 +109,46 @@ class VirtualNodeEngine:
         dtype = torch.float64 if any(p.dtype == torch.float64 for p in params) else torch.float32
         first = offsets(shares)[self.rank]
         local = range(first, first + shares[self.rank])
-        rows, error = self._local_rows(model, loss_fn, inputs, targets, step, sizes, local,
-                                       params, bns, widths, dtype)
+        length = sum(widths) + _TAIL
+        device = params[0].device if params else torch.device("cpu")
         if not self.distributed:
+            # One process: sum rows as they come (same order, same result, one row of memory).
+            summed: list[torch.Tensor] = []
+            per_node = torch.zeros(self.virtual_nodes, length - widths[0], dtype=dtype, device=device)
+
+            def sink(i: int, row: torch.Tensor) -> None:
+                if summed:
+                    summed[0] += row
+                else:
+                    summed.append(row.clone())
+                per_node[i] = row[widths[0]:]
+
+            error = self._local_rows(model, loss_fn, inputs, targets, step, sizes, local, params,
+                                     bns, widths, length, dtype, device, sink)
             if error is not None:
                 raise error
-            table = rows
-        else:
-            table = self._gather(rows, shares)
-            if float(table[:, -1].sum()) > 0:
-                bad = [v for v in range(self.virtual_nodes) if table[v, -1] > 0]
-                msg = f"virtual nodes {bad} failed" + (f" (here: {error!r})" if error else "")
-                raise TrialFailure(msg) from error
+            return self._apply(model, params, bns, widths, summed[0], per_node)
+        rows = torch.zeros(max(1, len(local)), length, dtype=dtype, device=device)
+        error = self._local_rows(model, loss_fn, inputs, targets, step, sizes, local, params, bns,
+                                 widths, length, dtype, device, lambda i, row: rows[i].copy_(row))
+        if error is not None:
+            rows[:, -1] = 1.0  # tells every rank, which then raise together instead of hanging
+        table = self._gather(rows, shares)
+        if float(table[:, -1].sum()) > 0:
+            bad = [v for v in range(self.virtual_nodes) if table[v, -1] > 0]
+            msg = f"virtual nodes {bad} failed" + (f" (here: {error!r})" if error else "")
+            raise TrialFailure(msg) from error
         if not apply:
             return float("nan")
-        return self._apply(model, params, bns, widths, table)
+        total = table[0].clone()
+        for v in range(1, table.shape[0]):
+            total += table[v]  # sequential sum in node order: the same for every world size
+        return self._apply(model, params, bns, widths, total, table[:, widths[0]:])
 
     def _local_rows(self, model, loss_fn, inputs, targets, step, sizes, local, params, bns,
-                    widths, dtype) -> tuple[torch.Tensor, BaseException | None]:
-        n_grad, n_params, n_stats, n_bn = widths
-        length = n_grad + n_params + n_stats + n_bn + _TAIL
-        device = params[0].device if params else torch.device("cpu")
-        rows = torch.zeros(max(1, len(local)), length, dtype=dtype, device=device)
+                    widths, length, dtype, device, sink) -> BaseException | None:
+        """Run this rank's nodes in order, passing each node's row to ``sink(i, row)``."""
+        row = torch.zeros(length, dtype=dtype, device=device)
         starts = offsets(sizes)
         recorder = BatchNormRecorder(bns)
         batch = len(inputs)
@@ -138,20 +156,20 @@ class VirtualNodeEngine:
             with preserved_buffers(bns), recorder.recording(), num_threads(self.threads):
                 for i, v in enumerate(local):
                     n = sizes[v]
-                    if n == 0:
-                        continue
-                    model.zero_grad(set_to_none=True)
-                    recorder.reset()
-                    with self._seeded(vn_seed(self.seed, step, v), device):
-                        loss = self.inner.forward_backward(
-                            model, loss_fn, inputs[starts[v]:starts[v] + n],
-                            targets[starts[v]:starts[v] + n], loss_scale=n / batch)
-                    self._fill_row(rows[i], params, recorder, widths, loss * n / batch, n)
+                    row.zero_()
+                    if n > 0:
+                        model.zero_grad(set_to_none=True)
+                        recorder.reset()
+                        with self._seeded(vn_seed(self.seed, step, v), device):
+                            loss = self.inner.forward_backward(
+                                model, loss_fn, inputs[starts[v]:starts[v] + n],
+                                targets[starts[v]:starts[v] + n], loss_scale=n / batch)
+                        self._fill_row(row, params, recorder, widths, loss * n / batch, n)
+                    sink(i, row)
             model.zero_grad(set_to_none=True)
         except Exception as exc:  # reported to every rank through the error flag
-            rows[:, -1] = 1.0
-            return rows, exc
-        return rows, None
+            return exc
+        return None
 
     @staticmethod
     def _fill_row(row: torch.Tensor, params: list[nn.Parameter], recorder: BatchNormRecorder,
@@ -202,20 +220,19 @@ class VirtualNodeEngine:
             table[:, -1] = 1.0  # a rank with no nodes failed
         return table.to(rows.device)
 
-    def _apply(self, model: nn.Module, params: list[nn.Parameter], bns, widths, table) -> float:
+    def _apply(self, model: nn.Module, params: list[nn.Parameter], bns, widths,
+               total: torch.Tensor, per_node: torch.Tensor) -> float:
+        """Install the summed gradient and replay the batch-norm updates in node order.
+        ``per_node`` holds every node's columns after the gradient block."""
         n_grad, n_params, n_stats, n_bn = widths
-        total = table[0].clone()
-        for v in range(1, table.shape[0]):
-            total += table[v]  # sequential sum in node order: the same on every world size
-        has_grad = table[:, n_grad:n_grad + n_params].amax(dim=0)
         col = 0
         for j, p in enumerate(params):
             size = p.numel()
             p.grad = (total[col:col + size].view_as(p).to(p.dtype).clone()
-                      if has_grad[j] > 0 else None)
+                      if total[n_grad + j] > 0 else None)
             col += size
-        stats = table[:, n_grad + n_params:n_grad + n_params + n_stats]
-        seen = table[:, n_grad + n_params + n_stats:n_grad + n_params + n_stats + n_bn]
+        stats = per_node[:, n_params:n_params + n_stats]
+        seen = per_node[:, n_params + n_stats:n_params + n_stats + n_bn]
         apply_running_updates(bns, stats, seen)
         return float(total[-3])
 
@@ -225,13 +242,21 @@ class VirtualNodeEngine:
         current = self.shares()
         if current is not None:
             return current
-        speed = self._time_one_node(model, loss_fn, inputs, targets, sizes)
+        error = None
+        try:
+            speed = self._time_one_node(model, loss_fn, inputs, targets, sizes)
+        except Exception as exc:  # every rank must still take part in the exchange below
+            speed, error = -1.0, exc
         speeds = [speed]
         if self.distributed:
             mine = torch.tensor([speed], dtype=torch.float64, device=self.comm_device)
             out = [torch.empty_like(mine) for _ in range(self.world_size)]
             dist.all_gather(out, mine, group=self.group)
             speeds = [float(t) for t in out]
+        if min(speeds) < 0:
+            failed = [r for r, v in enumerate(speeds) if v < 0]
+            raise TrialFailure(f"virtual nodes failed while measuring throughput on ranks {failed}"
+                               + (f" (here: {error!r})" if error else "")) from error
         self.measured_speeds = speeds
         self._shares = shares_from_speed(self.virtual_nodes, speeds)
         return list(self._shares)
