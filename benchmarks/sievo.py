@@ -1,0 +1,148 @@
+"""SI-evolution (sampled training + node inheritance) against regularized evolution that trains
+every candidate, on the DAG space, measured side by side in one run.
+
+Prints, for both searches run to the same number of candidates: search compute (wall seconds,
+FLOPs summed over the trials' costs), the best architecture's validation accuracy after
+retraining it from scratch; then Kendall tau between inherited-weight accuracy (the final
+shared store) and stand-alone trained accuracy for random candidates; then an ablation of
+channel attention (the SE decision on vs off) under the same si-evolution budget.
+
+    python benchmarks/sievo.py                      # digits, a few minutes on 2 cores
+    python benchmarks/sievo.py --dataset mnist5k    # 28x28 inputs
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import deque
+
+import optuna
+import torch
+from scipy.stats import kendalltau
+
+import frugalnas
+from frugalnas.core.cost import count_flops
+from frugalnas.plugins.dag import retrain
+
+
+def space_options(args: argparse.Namespace, attention: bool = True) -> dict:
+    return {"channels": args.channels, "nodes": args.nodes, "reductions": args.reductions,
+            "normal_cells": 1, "attention": attention}
+
+
+def run_sievo(args: argparse.Namespace, attention: bool = True) -> tuple[frugalnas.Study, float, float]:
+    study = frugalnas.create_study(
+        space="dag", strategy="si-evolution", estimator="inherited", dataset=args.dataset,
+        space_options=space_options(args, attention), seed=args.seed, tracking=False,
+        strategy_options={"population_size": args.population, "offspring": args.offspring,
+                          "generations": args.generations, "batches_per_generation": args.batches,
+                          "batch_size": 64},
+        estimator_options={"valid_limit": args.valid_limit})
+    start = time.perf_counter()
+    study.optimize(args.population + args.generations * args.offspring)
+    seconds = time.perf_counter() - start
+    flops = sum(t.user_attrs["cost"]["flops"] for t in study.completed_trials())
+    return study, seconds, flops
+
+
+def run_rea(args: argparse.Namespace) -> tuple[frugalnas.Study, object, float, float]:
+    """Regularized evolution (Real et al., 2019): tournament, mutate, age out the oldest; every
+    candidate trained from scratch for ``rea_epochs`` with the ``train`` estimator."""
+    study = frugalnas.create_study(space="dag", strategy="random", estimator="train",
+                                   dataset=args.dataset, space_options=space_options(args),
+                                   estimator_options={"epochs": args.rea_epochs},
+                                   seed=args.seed, tracking=False)
+    rng = random.Random(args.seed)
+    population: deque = deque()
+    history = []
+    start = time.perf_counter()
+    flops = 0.0
+    for i in range(args.population + args.generations * args.offspring):
+        if i < args.population:
+            arch = study.space.sample(rng)
+        else:
+            sample = rng.sample(list(population), min(args.tournament, len(population)))
+            arch = study.space.mutate(max(sample, key=lambda p: p[1])[0], rng)
+        result = study.evaluate(arch)
+        flops += result.cost.flops
+        population.append((arch, result.value))
+        history.append((arch, result.value))
+        if len(population) > args.population:
+            population.popleft()
+    seconds = time.perf_counter() - start
+    best = max(history, key=lambda p: p[1])[0]
+    return study, best, seconds, flops
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
+    p.add_argument("--population", type=int, default=6)
+    p.add_argument("--offspring", type=int, default=6)
+    p.add_argument("--generations", type=int, default=2)
+    p.add_argument("--batches", type=int, default=30, help="sampled-training batches per generation")
+    p.add_argument("--rea-epochs", type=float, default=3.0, help="training epochs per REA candidate")
+    p.add_argument("--tournament", type=int, default=3)
+    p.add_argument("--retrain-epochs", type=float, default=8.0)
+    p.add_argument("--tau-candidates", type=int, default=30)
+    p.add_argument("--tau-epochs", type=float, default=2.0)
+    p.add_argument("--channels", type=int, default=4)
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--reductions", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--valid-limit", type=int, default=200,
+                   help="validation examples for inherited-weight scoring (default: all)")
+    p.add_argument("--parts", default="search,tau,ablation",
+                   help="comma-separated parts to run: search, tau, ablation")
+    args = p.parse_args()
+    parts = set(args.parts.split(","))
+    torch.set_num_threads(args.threads)
+    count_flops(torch.nn.Linear(2, 2), torch.zeros(1, 2))  # one-off set-up cost, not search cost
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    n = args.population + args.generations * args.offspring
+    print(f"dataset={args.dataset} candidates={n} population={args.population} "
+          f"generations={args.generations} batches/gen={args.batches} rea_epochs={args.rea_epochs}")
+
+    si, si_s, si_f = run_sievo(args)
+    si_best = si.best_architecture
+    si_acc = retrain(si, si_best, epochs=args.retrain_epochs).value
+    if "search" in parts:
+        search_part(args, si, si_best, si_s, si_f, si_acc)
+    if "tau" in parts:
+        tau_part(args, si)
+    if "ablation" in parts:
+        off, off_s, off_f = run_sievo(args, attention=False)
+        off_acc = retrain(off, off.best_architecture, epochs=args.retrain_epochs).value
+        print(f"ablation: attention on  retrained {si_acc:.2f} % ({si_s:.1f} s, {si_f / 1e9:.2f} GFLOPs)")
+        print(f"ablation: attention off retrained {off_acc:.2f} % ({off_s:.1f} s, {off_f / 1e9:.2f} GFLOPs)")
+
+
+def search_part(args, si, si_best, si_s, si_f, si_acc) -> None:
+    rea, rea_best, rea_s, rea_f = run_rea(args)
+    rea_acc = retrain(rea, rea_best, epochs=args.retrain_epochs).value
+    print(f"{'search':<22}{'seconds':>10}{'GFLOPs':>12}{'retrained acc %':>18}")
+    print(f"{'si-evolution':<22}{si_s:>10.1f}{si_f / 1e9:>12.2f}{si_acc:>18.2f}")
+    print(f"{'REA train-each':<22}{rea_s:>10.1f}{rea_f / 1e9:>12.2f}{rea_acc:>18.2f}")
+    print(f"compute ratio REA/si: {rea_f / si_f:.1f}x FLOPs, {rea_s / si_s:.1f}x seconds; "
+          f"retrained accuracy gap (si - REA): {si_acc - rea_acc:+.2f} points")
+    print(f"si best: {si_best}\nREA best: {rea_best}")
+
+
+def tau_part(args, si) -> None:
+    """Inherited accuracy (final shared store) vs stand-alone training of random candidates."""
+    rng = random.Random(args.seed + 1)
+    inherited, trained = [], []
+    for _ in range(args.tau_candidates):
+        arch = si.space.sample(rng)
+        inherited.append(si.evaluate(arch).value)
+        trained.append(retrain(si, arch, epochs=args.tau_epochs).value)
+    tau = kendalltau(inherited, trained).statistic
+    print(f"Kendall tau (inherited vs {args.tau_epochs:g}-epoch stand-alone, "
+          f"{args.tau_candidates} random candidates): {tau:.3f}")
+
+
+if __name__ == "__main__":
+    main()
