@@ -29,8 +29,12 @@ class Naswot(Proxy):
         kernel = torch.zeros((n, n), dtype=torch.float64, device=inputs.device)
 
         def hook(module, inp, out) -> None:
-            codes = (inp[0].detach().reshape(n, -1) > 0).double()
-            kernel.add_(codes @ codes.T).add_((1.0 - codes) @ (1.0 - codes).T)
+            codes = (inp[0].detach().reshape(n, -1) > 0).float()
+            # agreements = both on + both off = F - s_i - s_j + 2 c_i.c_j; float32 counts are
+            # exact below 2^24, and the sum over layers is kept in float64
+            on = codes.sum(1, dtype=torch.float64)
+            both = (codes @ codes.T).double()
+            kernel.add_(codes.shape[1] - on[:, None] - on[None, :] + 2.0 * both)
 
         relus = [m for m in model.modules() if isinstance(m, nn.ReLU)]
         handles = [m.register_forward_hook(hook) for m in relus]

@@ -121,8 +121,15 @@ def proxy_batch(context: EvaluationContext | None, *, batch_size: int = 64, data
     if data == "dataset" and need_dataset and not has_data:
         raise ConfigError("proxy option data='dataset' needs a study dataset; set dataset= or "
                           "use data='gaussian'")
-    if has_data and (need_dataset or data == "dataset"):
+    ds = None
+    if has_data and need_dataset:
         ds = context.dataset
+    elif has_data:  # only the shape is needed: use the dataset's if the study has one
+        try:
+            ds = context.dataset
+        except (ValueError, KeyError):
+            ds = None
+    if ds is not None:
         if resize:
             ds = ds.resized(int(resize))
         if data == "dataset":
