@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import random
 import warnings
 
 import pytest
@@ -17,6 +18,16 @@ from frugalnas.search_spaces.nb201 import NB201Space
 
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 LOSS = nn.CrossEntropyLoss()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread (and recomputation inside backward suffers most
+    from oversubscribed OpenMP threads on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def nb201(N: int = 1, C: int = 4) -> nn.Module:
@@ -40,7 +51,8 @@ def in_core(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int = 1) 
 
 def out_of_core(model: nn.Module, x, y, steps: int = 1, **options) -> tuple[nn.Module, OutOfCoreBackend]:
     m = copy.deepcopy(model)
-    backend = OutOfCoreBackend(device="cpu", profile_repeats=0, **options)
+    options.setdefault("profile_repeats", 0)
+    backend = OutOfCoreBackend(device="cpu", **options)
     m = backend.prepare(m)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -82,7 +94,7 @@ def test_generic_sequential_and_dag_network_gradients_equal():
 
     space = DagSpace(channels=4)
     torch.manual_seed(0)
-    dag = space.build(space.sample(seed=3), 10, (1, 8, 8))
+    dag = space.build(space.sample(random.Random(3)), 10, (1, 8, 8))
     assert len(find_blocks(dag)) == 1 + len(dag.cells)
     ref = in_core(dag, x, y)
     for policy in ("swap", "recompute"):
@@ -130,7 +142,7 @@ class Heavy(nn.Module):
     def __init__(self):
         super().__init__()
         self.net = nn.Sequential(nn.Conv2d(16, 128, 3, padding=1), nn.ReLU(),
-                                 nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(),
+                                 nn.Conv2d(128, 128, 7, padding=3), nn.ReLU(),
                                  nn.Conv2d(128, 16, 3, padding=1))
 
     def forward(self, x):
@@ -148,23 +160,26 @@ class Cheap(nn.Module):
 
 def test_real_model_gets_a_mix_where_swap_and_recompute_costs_differ():
     torch.manual_seed(0)
-    model = nn.Sequential(Heavy(), Cheap(), nn.Flatten(), nn.Linear(16 * 64, 10))
+    model = nn.Sequential(nn.Conv2d(16, 16, 1), Cheap(), Heavy(), Cheap(), nn.Flatten(),
+                          nn.Linear(16 * 64, 10))
     x, y = batch(8, (16, 8, 8))
-    bw = 5e8   # a slow host link (bytes/s), so transfers are dear
-    _, probe = out_of_core(model, x, y, host_bandwidth=bw)
+    bw = 5e7   # a slow host link (bytes/s), so transfers are dear
+    _, probe = out_of_core(model, x, y, host_bandwidth=bw, profile_repeats=3)
     prof = probe.last_plan.profile
-    heavy, cheap = prof.blocks[0], prof.blocks[1]
-    assert heavy.fwd > 2 * 2 * heavy.saved / bw        # recompute dearer than a round trip
+    cheap, heavy = prof.blocks[1], prof.blocks[2]
+    assert heavy.fwd > 1.5 * 2 * heavy.saved / bw      # recompute dearer than a round trip
     assert cheap.fwd < 0.5 * 2 * cheap.saved / bw      # and the other way round
-    # room for one block's working set plus the inputs, not for keeping either resident
+    # room for one block's working set plus the inputs: the middle blocks cannot stay
+    # resident while the last one runs its backward
     budget = prof.fixed + max(b.saved + b.input for b in prof.blocks) + sum(b.input for b in prof.blocks)
-    m, backend = out_of_core(model, x, y, steps=2, budget=budget, host_bandwidth=bw)
+    m, backend = out_of_core(model, x, y, steps=2, budget=budget, host_bandwidth=bw, profile_repeats=2)
     plan = backend.last_plan
-    assert plan.policies[:2] == ["swap", "recompute"], plan.table()
+    assert plan.policies[1:3] == ["recompute", "swap"], plan.table()
     assert backend.max_step_peak <= budget
     assert_same_training_state(m, in_core(model, x, y, steps=2))
 
 
+@pytest.mark.slow
 def test_virtual_nodes_over_out_of_core_match_virtual_nodes_in_core():
     from frugalnas.plugins.backends.virtual_node import VirtualNodeBackend
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -24,6 +26,23 @@ from .ooc_cost import RECOMPUTE, RESIDENT, SWAP
 def _storage_key(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
+
+
+@contextmanager
+def muted_forward_hooks(module: nn.Module) -> Iterator[None]:
+    """Run forward passes that are not steps of their own (profiling, recomputation) without
+    the modules' forward hooks, so observers (e.g. the virtual-node backend's BatchNorm
+    recorder) see each layer once per step."""
+    muted = []
+    for m in module.modules():
+        if m._forward_hooks:
+            muted.append((m, m._forward_hooks))
+            m._forward_hooks = OrderedDict()
+    try:
+        yield
+    finally:
+        for m, hooks in muted:
+            m._forward_hooks = hooks
 
 
 class Tracker:
@@ -277,7 +296,8 @@ class BlockRunner:
             buffers = [b for b in module.buffers()]
             snapshot = [b.detach().clone() for b in buffers]
             try:                       # checkpoint may stop the recomputation early
-                return self.forward(*args, **kwargs)
+                with muted_forward_hooks(module):
+                    return self.forward(*args, **kwargs)
             finally:
                 with torch.no_grad():
                     for b, s in zip(buffers, snapshot):

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .ooc_cost import RESIDENT, SWAP, BlockProfile, Profile
-from .ooc_hooks import ModelRuntime, StepContext, _unpack
+from .ooc_hooks import ModelRuntime, StepContext, _unpack, muted_forward_hooks
 
 _BANDWIDTH: dict[str, float] = {}
 
@@ -103,6 +103,30 @@ def _times(ctx: StepContext, fwd_total: float) -> tuple[list[float], float, floa
     return bwd, head_fwd, head_bwd
 
 
+_Pass = tuple[StepContext, list[float], float, float, float]
+
+
+def _passes(model: nn.Module, runtime: ModelRuntime, device: torch.device, loss_fn: Callable,
+            x: torch.Tensor, y: torch.Tensor, repeats: int) -> tuple[list[_Pass], str]:
+    policy = RESIDENT
+    passes: list[_Pass] = []
+    for r in range(1 + max(0, repeats)):
+        for p in model.parameters():
+            p.grad = None
+        try:
+            ctx, fwd_total, total = _one_pass(model, runtime, policy, device, loss_fn, x, y)
+        except torch.OutOfMemoryError:   # in-core does not fit: profile with every block swapped
+            if policy == SWAP:
+                raise
+            policy = SWAP
+            torch.cuda.empty_cache()
+            ctx, fwd_total, total = _one_pass(model, runtime, policy, device, loss_fn, x, y)
+        bwd, head_fwd, head_bwd = _times(ctx, fwd_total)
+        if r > 0 or repeats <= 0:
+            passes.append((ctx, bwd, head_fwd, head_bwd, total))
+    return passes, policy
+
+
 def profile_model(model: nn.Module, runtime: ModelRuntime, device: torch.device, loss_fn: Callable,
                   x: torch.Tensor, y: torch.Tensor, repeats: int = 2,
                   bandwidth: float | None = None) -> Profile:
@@ -114,23 +138,9 @@ def profile_model(model: nn.Module, runtime: ModelRuntime, device: torch.device,
     snapshot = [b.detach().clone() for b in buffers]
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
-    policy = RESIDENT
-    passes: list[tuple[StepContext, list[float], float, float, float]] = []
     try:
-        for r in range(1 + max(0, repeats)):
-            for p in params:
-                p.grad = None
-            try:
-                ctx, fwd_total, total = _one_pass(model, runtime, policy, device, loss_fn, x, y)
-            except torch.OutOfMemoryError:
-                if policy == SWAP:
-                    raise
-                policy = SWAP
-                torch.cuda.empty_cache()
-                ctx, fwd_total, total = _one_pass(model, runtime, policy, device, loss_fn, x, y)
-            bwd, head_fwd, head_bwd = _times(ctx, fwd_total)
-            if r > 0 or repeats <= 0:
-                passes.append((ctx, bwd, head_fwd, head_bwd, total))
+        with muted_forward_hooks(model):
+            passes, policy = _passes(model, runtime, device, loss_fn, x, y, repeats)
     finally:
         for p, g in zip(params, grads):
             p.grad = g

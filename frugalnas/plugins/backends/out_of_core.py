@@ -28,11 +28,16 @@ from .single_device import resolve_device
 
 
 def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The model's blocks in forward order: its ``blocks`` attribute (NB201 and DAG-space
-    networks), else the children of an ``nn.Sequential``; anything else stays resident."""
+    """The model's blocks in forward order: its ``blocks`` attribute (NB201 networks), else
+    ``stem`` followed by the ``cells`` list (DAG-space networks), else the children of an
+    ``nn.Sequential``; anything else stays resident."""
     found = getattr(model, "blocks", None)
+    cells = getattr(model, "cells", None)
     if isinstance(found, (list, tuple, nn.ModuleList, nn.Sequential)):
         modules = list(found)
+    elif isinstance(cells, (nn.ModuleList, nn.Sequential)):
+        stem = getattr(model, "stem", None)
+        modules = ([stem] if isinstance(stem, nn.Module) else []) + list(cells)
     elif isinstance(model, nn.Sequential):
         modules = list(model.children())
     else:
