@@ -14,7 +14,7 @@ from .base import Surrogate
 class MLPEnsembleSurrogate(Surrogate):
     """Ensemble of independently initialised torch MLPs; uncertainty = spread of their predictions."""
 
-    def __init__(self, n_models: int = 5, hidden: int = 32, layers: int = 2, epochs: int = 300,
+    def __init__(self, n_models: int = 5, hidden: int = 32, layers: int = 2, epochs: int = 200,
                  lr: float = 0.01, weight_decay: float = 1e-4, seed: int = 0):
         self.n_models = n_models
         self.hidden = hidden
@@ -25,6 +25,16 @@ class MLPEnsembleSurrogate(Surrogate):
         self.seed = seed
 
     def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
+        # Tensors this small gain nothing from intra-op threads, and on a busy machine the
+        # threads' synchronisation dominates: train on one thread, then restore the setting.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            self._train(X, y)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _train(self, X: np.ndarray, y: np.ndarray) -> None:
         check_range("n_models", self.n_models, 1)
         check_range("layers", self.layers, 1)
         self.x_mean_, self.x_std_ = X.mean(0), X.std(0) + 1e-8
@@ -41,7 +51,7 @@ class MLPEnsembleSurrogate(Surrogate):
         xt = self._inputs(X)
         yt = torch.as_tensor((y - self.y_mean_) / self.y_std_, dtype=torch.float32)
         params = [p for pair in self.weights_ for p in pair]
-        opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay, foreach=True)
         for _ in range(self.epochs):
             opt.zero_grad()
             loss = ((self._forward(xt) - yt) ** 2).mean()

@@ -115,8 +115,8 @@ def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirecti
     out = -ranks.astype(float)
     for r in np.unique(ranks):
         idx = np.where(ranks == r)[0]
-        c = crowding(obj[idx])
-        out[idx] += 0.99 * np.where(np.isinf(c), 1.0, c / (1.0 + c))
+        c = np.minimum(crowding(obj[idx]), 1e12)  # boundary points (inf) count as 1e12
+        out[idx] += 0.99 * c / (1.0 + c)
     return out
 
 

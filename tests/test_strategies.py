@@ -1,0 +1,134 @@
+"""Search strategies: resumable from storage, deduplicating, multi-objective, better than random."""
+
+import random
+
+import numpy as np
+import optuna
+import pytest
+
+import frugalnas
+from frugalnas.core.errors import ConfigError
+from frugalnas.plugins.nb201 import nb201_table
+from frugalnas.plugins.strategies._base import fitness, nondominated_ranks
+from frugalnas.search_spaces.nb201 import NB201Space
+
+FAST = {
+    "regularized-evolution": {"population_size": 6, "sample_size": 3},
+    "local-search": {"n_init": 3},
+    "surrogate-evolution": {"population_size": 6, "sample_size": 3, "n_init": 5,
+                            "n_candidates": 8, "quality_every": 4, "quality_holdout": 3,
+                            "surrogate_options": {"n_models": 2, "n_estimators": 20}},
+    "bananas": {"n_init": 5, "n_candidates": 12, "top_k": 3, "quality_every": 0,
+                "surrogate_options": {"n_models": 2, "epochs": 30, "hidden": 8}},
+}
+
+
+def _archs(study):
+    return [str(t.architecture) for t in study.trials]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", list(FAST))
+def test_strategy_resumes_from_storage_like_an_uninterrupted_run(tmp_path, strategy):
+    storage = f"sqlite:///{tmp_path}/optuna.db"
+    common = dict(space="nb201", strategy=strategy, estimator="nb201-table", seed=7,
+                  strategy_options=FAST[strategy], tracking=False, storage=storage)
+    whole = frugalnas.create_study(study_name="whole", **common)
+    whole.optimize(10)
+    part = frugalnas.create_study(study_name="part", **common)
+    part.optimize(7)
+    del part
+    resumed = frugalnas.load_study(study_name="part", storage=storage)
+    resumed.optimize(3)
+    assert _archs(resumed) == _archs(whole)
+    assert len(set(_archs(whole))) == 10  # never the same architecture twice
+
+
+def test_strategies_are_registered_with_summaries():
+    described = {d["name"]: d for d in frugalnas.get_host().registry("strategies").describe()}
+    for name in FAST:
+        assert described[name]["plugin"] == "evolution" and described[name]["summary"]
+
+
+def test_unknown_strategy_option_is_a_config_error():
+    with pytest.raises(ConfigError, match="valid options: .*population_size"):
+        frugalnas.create_component("strategies", "regularized-evolution", space=NB201Space(),
+                                   seed=0, populaton_size=5)
+    with pytest.raises(ConfigError, match="acquisition"):
+        frugalnas.create_component("strategies", "surrogate-evolution", space=NB201Space(),
+                                   seed=0, acquisition="pi")
+
+
+def test_nondominated_ranking_and_fitness():
+    obj = np.array([[3.0, 1.0], [1.0, 3.0], [2.0, 2.0], [1.0, 1.0], [0.5, 0.5]])
+    assert list(nondominated_ranks(obj)) == [0, 0, 0, 1, 2]
+    fit = fitness(obj.tolist(), [optuna.study.StudyDirection.MAXIMIZE] * 2)
+    assert fit[:3].min() > fit[3] > fit[4]
+    mixed = fitness([[1.0, 5.0], [1.0, 4.0]], [optuna.study.StudyDirection.MAXIMIZE,
+                                               optuna.study.StudyDirection.MINIMIZE])
+    assert mixed[1] > mixed[0]  # same accuracy, smaller second objective wins
+
+
+def test_multi_objective_evolution_finds_a_front(tmp_path):
+    study = frugalnas.create_study(
+        space="nb201", strategy="regularized-evolution", estimator="nb201-table", seed=1,
+        directions=["maximize", "maximize"],
+        objectives=["test_accuracy_cifar10", "test_accuracy_imagenet16-120"],
+        strategy_options={"population_size": 8, "sample_size": 3}, tracking=False)
+    study.optimize(30)
+    archs = _archs(study)
+    assert len(set(archs)) == 30 and len(study.best_trials) >= 1
+    # the evolved half is better on average than the random initial population
+    first = np.mean([t.values[0] for t in study.trials[:8]])
+    later = np.mean([t.values[0] for t in study.trials[15:]])
+    assert later > first
+
+
+def _best_of(sampler, n=100):
+    space, table = NB201Space(), nb201_table()[:, 0]
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    study.optimize(lambda t: float(table[space.index(space.suggest(t))]), n_trials=n)
+    return study.best_value
+
+
+def test_regularized_evolution_beats_random_on_nb201_table():
+    seeds = range(6)
+    rea = [_best_of(frugalnas.create_component("strategies", "regularized-evolution",
+                                               space=NB201Space(), seed=s)) for s in seeds]
+    rnd = [_best_of(optuna.samplers.RandomSampler(seed=s)) for s in seeds]
+    assert np.mean(rea) > np.mean(rnd)
+
+
+def test_warm_start_proposes_the_best_proxy_ranked_architectures_first():
+    space = NB201Space(N=1, C=4)
+    sampler = frugalnas.create_component(
+        "strategies", "regularized-evolution", space=space, seed=0, population_size=4, sample_size=2,
+        warm_start_proxy="params", warm_start_pool=12,
+        warm_start_options={"input_shape": (3, 8, 8)})
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    proposed = []
+    study.optimize(lambda t: proposed.append(space.suggest(t)) or random.random(), n_trials=4)
+    pool = sampler.warm_pool()
+    assert proposed == pool[:4]
+    scores = [sampler._scorer.score(a)[0] for a in pool]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_surrogate_study_logs_trials_and_surrogate_quality_to_mlflow(tmp_path, stores):
+    import mlflow
+
+    storage, uri = stores
+    study = frugalnas.create_study(
+        space="nb201", strategy="surrogate-evolution", estimator="nb201-table", seed=0,
+        storage=storage, study_name="surrogate-mlflow", tracking_uri=uri,
+        strategy_options=FAST["surrogate-evolution"])
+    study.optimize(9)
+    quality = [t.system_attrs.get("frugalnas:surrogate_kendall_tau")
+               for t in study.optuna_study.trials]
+    assert any(q is not None for q in quality)
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["surrogate-mlflow"], output_format="list")
+    trial_runs = [r for r in runs if r.data.tags.get("frugalnas.role") != "study"]
+    assert len(trial_runs) == 9
+    parent = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
+    assert len(parent) == 1 and "surrogate_kendall_tau" in parent[0].data.metrics
