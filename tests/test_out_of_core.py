@@ -164,16 +164,21 @@ def test_real_model_gets_a_mix_where_swap_and_recompute_costs_differ():
                           nn.Linear(16 * 64, 10))
     x, y = batch(8, (16, 8, 8))
     bw = 5e7   # a slow host link (bytes/s), so transfers are dear
-    _, probe = out_of_core(model, x, y, host_bandwidth=bw, profile_repeats=3)
-    prof = probe.last_plan.profile
-    cheap, heavy = prof.blocks[1], prof.blocks[2]
-    assert heavy.fwd > 1.5 * 2 * heavy.saved / bw      # recompute dearer than a round trip
-    assert cheap.fwd < 0.5 * 2 * cheap.saved / bw      # and the other way round
+    _, probe = out_of_core(model, x, y, host_bandwidth=bw)
+    prof = probe.last_plan.profile      # bytes are exact; times are measured again below
     # room for one block's working set plus the inputs: the middle blocks cannot stay
     # resident while the last one runs its backward
     budget = prof.fixed + max(b.saved + b.input for b in prof.blocks) + sum(b.input for b in prof.blocks)
-    m, backend = out_of_core(model, x, y, steps=2, budget=budget, host_bandwidth=bw, profile_repeats=2)
-    plan = backend.last_plan
+    for _attempt in range(3):           # timings on a busy machine are noisy: re-measure
+        m, backend = out_of_core(model, x, y, steps=2, budget=budget, host_bandwidth=bw,
+                                 profile_repeats=3)
+        plan = backend.last_plan
+        cheap, heavy = plan.profile.blocks[1], plan.profile.blocks[2]
+        if (heavy.fwd > 1.5 * 2 * heavy.saved / bw          # recompute dearer than a round trip
+                and cheap.fwd < 0.5 * 2 * cheap.saved / bw):  # and the other way round
+            break
+    else:
+        pytest.fail("the measured costs never differed as constructed:\n" + plan.table())
     assert plan.policies[1:3] == ["recompute", "swap"], plan.table()
     assert backend.max_step_peak <= budget
     assert_same_training_state(m, in_core(model, x, y, steps=2))
