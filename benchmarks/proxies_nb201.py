@@ -87,6 +87,12 @@ def correlations(score: np.ndarray, acc: np.ndarray) -> list[float]:
     return out
 
 
+def _median_ratio(seconds: np.ndarray, base: np.ndarray) -> str:
+    """Median over cells of proxy time / forward+backward time ("-" when not timed)."""
+    ok = np.isfinite(base)
+    return f"{np.median(seconds[ok] / base[ok]):6.2f}x" if ok.any() else "     -"
+
+
 def report(rows: list[dict], names: list[str], label_fraction: float, seed: int) -> None:
     acc = nb201_table()[[r["index"] for r in rows]]
     base = np.array([r["base_s"] for r in rows])
@@ -94,17 +100,17 @@ def report(rows: list[dict], names: list[str], label_fraction: float, seed: int)
     print(f"n = {len(rows)} cells\n{'proxy':<18}{head}   cost/fwd+bwd")
     matrix = np.array([[r["values"][n] for n in names] for r in rows])
     for j, name in enumerate(names):
-        ratio = np.nanmedian(np.array([r["seconds"][name] for r in rows]) / base)
+        ratio = _median_ratio(np.array([r["seconds"][name] for r in rows]), base)
         cells = " ".join(f"{v:8.3f} {w:7.3f}" for v, w in zip(*[iter(correlations(matrix[:, j], acc))] * 2))
-        print(f"{name:<18} {cells}   {ratio:6.2f}x")
+        print(f"{name:<18} {cells}   {ratio}")
     members = [n for n in ENSEMBLE if n in names]
     if len(members) < 2:
         return
     cols = [names.index(n) for n in members]
-    ens_cost = np.nanmedian(sum(np.array([r["seconds"][n] for r in rows]) for n in members) / base)
+    ens_cost = _median_ratio(sum(np.array([r["seconds"][n] for r in rows]) for n in members), base)
     ens = rank_average(matrix[:, cols])
     cells = " ".join(f"{v:8.3f} {w:7.3f}" for v, w in zip(*[iter(correlations(ens, acc))] * 2))
-    print(f"{'rank-ensemble':<18} {cells}   {ens_cost:6.2f}x   ({'+'.join(members)})")
+    print(f"{'rank-ensemble':<18} {cells}   {ens_cost}   ({'+'.join(members)})")
     # learned: weights from a labelled subset (CIFAR-10 accuracy), scored on the others
     rng = np.random.default_rng(seed)
     labelled = rng.random(len(rows)) < label_fraction
@@ -113,7 +119,7 @@ def report(rows: list[dict], names: list[str], label_fraction: float, seed: int)
         learned = rank_average(matrix[~labelled][:, cols], w)
         cells = " ".join(f"{v:8.3f} {u:7.3f}" for v, u in
                          zip(*[iter(correlations(learned, acc[~labelled]))] * 2))
-        print(f"{'learned-ensemble':<18} {cells}   {ens_cost:6.2f}x   "
+        print(f"{'learned-ensemble':<18} {cells}   {ens_cost}   "
               f"(weights {np.round(w, 2).tolist()} from {int(labelled.sum())} labelled cells, "
               f"scored on {int((~labelled).sum())})")
 

@@ -1,0 +1,146 @@
+import math
+
+import mlflow
+import pytest
+import torch
+
+import frugalnas
+from frugalnas.core.plugins import get_host
+from frugalnas.proxies.prescreen import PRESCREEN_ATTR, PrescreenSampler
+from frugalnas.search_spaces.nb201 import NB201Space
+
+SMALL = {"N": 1, "C": 8}
+SHAPE = {"input_shape": [3, 16, 16]}
+
+
+def test_study_with_synflow_estimator_logs_trials_to_mlflow(stores):
+    storage, uri = stores
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="synflow",
+                                   dataset=None, estimator_options=SHAPE, storage=storage,
+                                   study_name="synflow-study", tracking_uri=uri, seed=4)
+    study.optimize(3)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["synflow-study"])
+    trial_runs = runs[runs["tags.frugalnas.role"] == "trial"]
+    assert len(trial_runs) == 3
+    values = sorted(t.value for t in study.trials)
+    assert sorted(trial_runs["metrics.proxy_synflow"].tolist()) == pytest.approx(values)
+    assert (trial_runs["metrics.cost_flops"] > 0).all()
+
+
+class RecordingPrescreen(PrescreenSampler):
+    """The real sampler, also keeping every candidate's score for the test to inspect."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.scored: list[list[tuple[str, float]]] = []
+
+    def _candidates(self, study, trial):
+        found = super()._candidates(study, trial)
+        self.scored.append([])
+        return found
+
+    def _score(self, arch, study):
+        values = super()._score(arch, study)
+        self.scored[-1].append((str(arch), values[0]))
+        return values
+
+
+def test_prescreen_hands_the_best_of_k_candidates_to_the_trial():
+    import optuna
+
+    space = NB201Space(**SMALL)
+    sampler = RecordingPrescreen(optuna.samplers.RandomSampler(seed=0), space=space,
+                                 host=get_host(), seed=0, proxy="synflow", k=6, data="gaussian",
+                                 **SHAPE)
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
+                                   estimator="nb201-table", tracking=False)
+    study.optimize(4)
+    for trial, scored in zip(study.trials, sampler.scored):
+        assert len({a for a, _ in scored}) == 6
+        best_arch, best = max(scored, key=lambda s: s[1])
+        assert str(trial.architecture) == best_arch
+        assert trial.system_attrs[PRESCREEN_ATTR]["proxy_synflow"] == pytest.approx(best)
+
+
+def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="nb201-table",
+                                   dataset="digits", dataset_options={"resize": 16},
+                                   prescreen={"proxy": ["synflow", "naswot"], "k": 3,
+                                              "batch_size": 8},
+                                   tracking=False, seed=1)
+    study.optimize(2)
+    for t in study.trials:
+        record = t.system_attrs[PRESCREEN_ATTR]
+        assert record["prescreen_candidates"] == 3
+        assert math.isfinite(record["proxy_naswot"]) and t.state.name == "COMPLETE"
+
+
+def test_rank_ensemble_ranks_within_the_trials_seen_so_far():
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="rank-ensemble",
+                                   dataset=None, tracking=False, seed=3,
+                                   estimator_options={"proxies": ["synflow", "params"],
+                                                      "data": "gaussian", **SHAPE})
+    study.optimize(5)
+    trials = study.trials
+    assert [t.user_attrs["metrics"]["population"] for t in trials] == [1, 2, 3, 4, 5]
+    assert trials[0].value == 0.5  # alone in its population
+    for t in trials:
+        assert 0.0 <= t.value <= 1.0
+    # the last trial's score is its mean percentile rank among all five
+    import numpy as np
+
+    from frugalnas.proxies.ensemble import rank_average
+
+    rows = np.array([[t.user_attrs["metrics"][f"proxy_{n}"] for n in ("synflow", "params")]
+                     for t in trials])
+    assert trials[-1].value == pytest.approx(rank_average(rows)[-1])
+
+
+def test_learned_ensemble_fits_weights_from_teacher_scores():
+    study = frugalnas.create_study(space="nb201", space_options=SMALL,
+                                   estimator="learned-ensemble", dataset=None, tracking=False,
+                                   seed=5, estimator_options={
+                                       "proxies": ["synflow", "params", "l2_norm"],
+                                       "teacher": "nb201-table", "teacher_every": 2,
+                                       "min_labelled": 3, "data": "gaussian", **SHAPE})
+    study.optimize(6)
+    metrics = [t.user_attrs["metrics"] for t in study.trials]
+    assert all("teacher_value" in m for m in metrics[:3])
+    late = metrics[-1]
+    weights = [late[f"weight_{n}"] for n in ("synflow", "params", "l2_norm")]
+    assert sum(weights) == pytest.approx(1.0) and min(weights) >= 0
+
+
+def test_low_fidelity_is_cheaper_than_full_training():
+    common = dict(space="nb201", space_options=SMALL, dataset="digits", tracking=False, seed=0)
+    arch = NB201Space(**SMALL).parse(
+        "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|")
+    full = frugalnas.create_study(estimator="train", estimator_options={"max_steps": 8}, **common)
+    low = frugalnas.create_study(estimator="low-fidelity", **common, estimator_options={
+        "epochs": 1, "subset": 0.1, "width": 4, "resize": 6})
+    full_res, low_res = full.evaluate(arch), low.evaluate(arch)
+    assert low_res.cost.epochs == pytest.approx(1.0) and low_res.cost.flops < full_res.cost.flops / 2
+    assert low_res.cost.params < full_res.cost.params
+    assert 0.0 <= low_res.value <= 100.0 and low_res.metrics["fidelity_subset"] == 0.25
+    again = low.evaluate(arch)
+    assert again.value == low_res.value
+
+
+def test_low_fidelity_rejects_bad_options():
+    with pytest.raises(frugalnas.ConfigError, match="subset"):
+        get_host().create("estimators", "low-fidelity", subset=1.5)
+    with pytest.raises(frugalnas.ConfigError, match="resize"):
+        get_host().create("estimators", "low-fidelity", resize=0)
+
+
+def test_proxy_estimator_on_the_backend_device():
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="naswot",
+                                   dataset="digits", dataset_options={"resize": 16},
+                                   estimator_options={"batch_size": 8}, tracking=False,
+                                   backend_options={"device": "cpu"})
+    res = study.evaluate(study.space.from_index(1234))
+    assert math.isfinite(res.value) and res.cost.params == sum(
+        p.numel() for p in study.space.build(study.space.from_index(1234), 10, (1, 16, 16)).parameters())
+    assert torch.get_default_dtype() == torch.float32
