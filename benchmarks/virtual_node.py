@@ -111,9 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per configuration")
     parser.add_argument("--virtual-nodes", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU intra-op threads for both sides (0: leave torch's default)")
     parser.add_argument("--repeats", type=int, default=2,
                         help="alternate native/virtual runs this many times; best time kept")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     print(f"device={args.device} batch={args.batch} width={args.width} steps={args.steps} "
           f"threads={torch.get_num_threads()}")
     header = f"{'config':>10} {'ex/s':>9} {'vs native':>9} {'saved MiB':>10} {'saved ratio':>11}"

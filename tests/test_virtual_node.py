@@ -12,7 +12,8 @@ import frugalnas
 from frugalnas.core.errors import ConfigError, TrialFailure
 from frugalnas.plugins.backends.single_device import SingleDeviceBackend
 from frugalnas.plugins.backends.virtual_node import VirtualNodeBackend
-from frugalnas.plugins.backends.vnode_plan import (shares_from_speed, split_sizes, vn_seed)
+from frugalnas.plugins.backends.vnode_engine import num_threads
+from frugalnas.plugins.backends.vnode_plan import shares_from_speed, split_sizes, vn_seed
 
 STEPS, BATCH, V = 20, 32, 8
 
@@ -94,8 +95,9 @@ def test_one_node_matches_single_device_training():
     ref_model = small_net(dropout=0.0)
     single = SingleDeviceBackend("cpu")
     opt = torch.optim.SGD(ref_model.parameters(), lr=0.1, momentum=0.9)
-    train_steps(single, ref_model, opt, range(5))
-    vn = VirtualNodeBackend(virtual_nodes=1, device="cpu", threads=None)
+    with num_threads(1):
+        train_steps(single, ref_model, opt, range(5))
+    vn = VirtualNodeBackend(virtual_nodes=1, device="cpu")
     model = vn.prepare(small_net(dropout=0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     train_steps(vn, model, opt, range(5))
@@ -123,11 +125,12 @@ def test_batchnorm_running_stats_follow_node_order():
     """Running estimates equal sequential momentum updates with each node's own statistics."""
     bn = nn.BatchNorm2d(3, momentum=0.2)
     model = nn.Sequential(bn, nn.Flatten(), nn.Linear(3 * 8 * 8, 10))
+    bn.running_mean.fill_(0.5)
     x = torch.randn(12, 3, 8, 8) * 2 + 1
     y = torch.randint(0, 10, (12,))
     vn = VirtualNodeBackend(virtual_nodes=3, device="cpu")
     vn.engine.compute(model, nn.CrossEntropyLoss(), x, y, step=0)
-    mean, var = torch.zeros(3), torch.ones(3)
+    mean, var = torch.full((3,), 0.5), torch.ones(3)
     for chunk in x.split(4):
         mean = 0.8 * mean + 0.2 * chunk.mean(dim=(0, 2, 3))
         var = 0.8 * var + 0.2 * chunk.var(dim=(0, 2, 3), unbiased=True)

@@ -54,6 +54,9 @@ class VirtualNodeBackend(Backend):
         check_range("timeout", timeout, 1)
         self.inner_name, self.inner_options = inner, dict(inner_options or {})
         self.inner = make_inner(inner, device, self.inner_options)
+        if self.inner.device.type == "cuda" and self.nproc > torch.cuda.device_count():
+            raise ConfigError(f"invalid nproc {nproc!r}: NCCL needs one GPU per process and "
+                              f"{torch.cuda.device_count()} GPU(s) are visible")
         self.seed, self.threads, self.timeout = seed, threads, float(timeout)
         self.shares, self.throughput = None if shares is None else list(shares), throughput
         self.master_addr, self.master_port = master_addr, master_port
@@ -99,7 +102,7 @@ class VirtualNodeBackend(Backend):
                                        master_addr=self.master_addr, master_port=self.master_port,
                                        timeout=self.timeout)
             if self.device.type == "cuda":
-                torch.cuda.set_device(self.device)
+                torch.cuda.set_device(self.device.index or 0)
             self._world.start()
             self.engine = self._make_engine(distributed=True)
             self._sent = None

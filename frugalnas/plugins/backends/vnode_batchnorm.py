@@ -27,10 +27,12 @@ def stats_width(bns: list[_BatchNorm]) -> int:
 
 
 class BatchNormRecorder:
-    """Records the batch statistics each tracked batch-norm layer sees during one forward.
+    """Records the batch statistics each tracked batch-norm layer computes during one forward.
 
-    ``stats[i]`` is ``None`` when layer ``i`` did not run in training mode, else the
-    concatenated ``(mean, unbiased var)`` of its input."""
+    The layer's own kernel provides them: while recording, its momentum is 1 and its running
+    buffers are zeroed before it runs, so afterwards they hold exactly this batch's mean and
+    unbiased variance (no second pass over the activations). ``stats[i]`` is ``None`` when
+    layer ``i`` did not run in training mode, else the concatenated ``(mean, var)``."""
 
     def __init__(self, bns: list[_BatchNorm]):
         self.bns = bns
@@ -41,26 +43,37 @@ class BatchNormRecorder:
 
     @contextmanager
     def recording(self) -> Iterator["BatchNormRecorder"]:
-        handles = [bn.register_forward_hook(self._hook(i)) for i, bn in enumerate(self.bns)]
+        """Hooks in place and momentum 1 (use inside :func:`preserved_buffers`)."""
+        momenta = [bn.momentum for bn in self.bns]
+        handles = []
+        for i, bn in enumerate(self.bns):
+            bn.momentum = 1.0
+            handles.append(bn.register_forward_pre_hook(self._before(i)))
+            handles.append(bn.register_forward_hook(self._after(i)))
         try:
             yield self
         finally:
             for h in handles:
                 h.remove()
+            for bn, m in zip(self.bns, momenta):
+                bn.momentum = m
 
-    def _hook(self, index: int):
-        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+    def _before(self, index: int):
+        def hook(module: nn.Module, args: tuple) -> None:
             if not module.training:
                 return
             if self.stats[index] is not None:
                 raise RuntimeError("virtual-node backend: a BatchNorm layer ran twice in one forward; "
                                    "shared batch-norm layers are not supported")
             with torch.no_grad():
-                x = args[0].detach()
-                dims = [0] + list(range(2, x.dim()))
-                mean = x.mean(dim=dims)
-                var = x.var(dim=dims, unbiased=True)
-                self.stats[index] = torch.cat([mean, var])
+                module.running_mean.zero_()
+                module.running_var.zero_()
+        return hook
+
+    def _after(self, index: int):
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            if module.training:
+                self.stats[index] = torch.cat([module.running_mean, module.running_var])
         return hook
 
 

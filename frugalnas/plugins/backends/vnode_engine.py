@@ -225,14 +225,15 @@ class VirtualNodeEngine:
         """Install the summed gradient and replay the batch-norm updates in node order.
         ``per_node`` holds every node's columns after the gradient block."""
         n_grad, n_params, n_stats, n_bn = widths
+        has_grad = total[n_grad:n_grad + n_params].cpu().tolist()  # one device sync
         col = 0
         for j, p in enumerate(params):
             size = p.numel()
             p.grad = (total[col:col + size].view_as(p).to(p.dtype).clone()
-                      if total[n_grad + j] > 0 else None)
+                      if has_grad[j] > 0 else None)
             col += size
         stats = per_node[:, n_params:n_params + n_stats]
-        seen = per_node[:, n_params + n_stats:n_params + n_stats + n_bn]
+        seen = per_node[:, n_params + n_stats:n_params + n_stats + n_bn].cpu()
         apply_running_updates(bns, stats, seen)
         return float(total[-3])
 
