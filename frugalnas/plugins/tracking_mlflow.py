@@ -85,6 +85,8 @@ class StudyTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self.writer = _Writer()
         self.trial_runs: dict[int, str] = {}
+        self.artifact_dirs: dict[str, Path] = {}
+        self.trial_values: list[tuple[int, float]] = []
         self.ready = threading.Event()
         self.experiment_id = ""
         self.parent_run_id = ""
@@ -108,12 +110,14 @@ class StudyTracker:
                 [self.experiment_id], filter_string=f"tags.`{TAG_ROLE}` = 'study'", max_results=1)
             if found:
                 self.parent_run_id = found[0].info.run_id
+                self._remember_artifact_dir(found[0])
                 if found[0].info.status != "RUNNING":
                     self.client.update_run(self.parent_run_id, status="RUNNING")
             else:
                 run = self.client.create_run(self.experiment_id, run_name=f"study {name}",
                                              tags={TAG_STUDY: name, TAG_ROLE: "study"})
                 self.parent_run_id = run.info.run_id
+                self._remember_artifact_dir(run)
                 self._log_config()
         finally:
             self.ready.set()
@@ -125,7 +129,7 @@ class StudyTracker:
         params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
                   for k, v in sorted(cfg.items())]
         self.client.log_batch(self.parent_run_id, params=params)
-        self.client.log_dict(self.parent_run_id, cfg, "study_config.json")
+        self._write_artifact(self.parent_run_id, "study_config.json", json.dumps(cfg, indent=2))
 
     def _trial_tags(self, number: int) -> dict[str, str]:
         cfg = self.study.config
@@ -140,6 +144,7 @@ class StudyTracker:
         run = self.client.create_run(self.experiment_id, run_name=f"trial {number}",
                                      tags=self._trial_tags(number))
         self.trial_runs[number] = run.info.run_id
+        self._remember_artifact_dir(run)
         params = [Param(k, str(v)) for k, v in arch.decisions.items()]
         params.append(Param("architecture", str(arch)[:6000]))
         self.client.log_batch(run.info.run_id, params=params)
@@ -163,26 +168,40 @@ class StudyTracker:
             tags.append(RunTag("fail_reason", error[:4000]))
         self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                               tags=tags)
-        self.client.log_dict(run_id, arch.to_dict(), "architecture.json")
+        self._write_artifact(run_id, "architecture.json", json.dumps(arch.to_dict(), indent=2))
         space = self.study.space
-        png = draw_cell(str(arch), space.cell_graph(arch), arch.decisions)
-        self._log_bytes(run_id, "cell.png", png)
+        self._write_artifact(run_id, "cell.png", draw_cell(str(arch), space.cell_graph(arch), arch.decisions))
         for fname, content in (result.artifacts.items() if result is not None else ()):
-            if isinstance(content, bytes):
-                self._log_bytes(run_id, fname, content)
-            else:
-                self.client.log_text(run_id, content, fname)
+            self._write_artifact(run_id, fname, content)
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}.get(state, "KILLED")
         self.client.set_terminated(run_id, status=status)
         if values and len(values) == 1:
-            self.client.log_metric(self.parent_run_id, "trial_value", float(values[0]), step=number)
+            self.trial_values.append((number, float(values[0])))
 
-    def _log_bytes(self, run_id: str, name: str, content: bytes) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / name
+    def _write_artifact(self, run_id: str, name: str, content: str | bytes) -> None:
+        """Write an artifact file: straight into a local artifact folder (no MLflow round trip
+        to look the run up), or through the client for remote stores."""
+        data = content.encode() if isinstance(content, str) else content
+        root = self.artifact_dirs.get(run_id)
+        if root is not None:
+            path = root / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-            self.client.log_artifact(run_id, str(path), artifact_path=str(Path(name).parent) if "/" in name else None)
+            path.write_bytes(data)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(name).name
+            path.write_bytes(data)
+            parent = str(Path(name).parent)
+            self.client.log_artifact(run_id, str(path), artifact_path=None if parent == "." else parent)
+
+    def _remember_artifact_dir(self, run: Any) -> None:
+        uri = run.info.artifact_uri or ""
+        if uri.startswith("file://"):
+            from urllib.parse import unquote, urlparse
+
+            self.artifact_dirs[run.info.run_id] = Path(unquote(urlparse(uri).path))
+        elif uri and "://" not in uri:
+            self.artifact_dirs[run.info.run_id] = Path(uri)
 
     def _log_study_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -191,16 +210,33 @@ class StudyTracker:
         self.client.log_batch(self.parent_run_id,
                               metrics=[Metric(k, float(v), now, int(step)) for k, v in metrics.items()])
 
+    def _log_trial_values(self) -> None:
+        """This session's trial values and the best so far, as step metrics on the parent run
+        (batched here rather than one call per trial)."""
+        from mlflow.entities import Metric
+
+        if not self.trial_values:
+            return
+        maximize = self.study.directions[0] == "maximize"
+        best, now, metrics = None, int(time.time() * 1000), []
+        for number, value in sorted(self.trial_values):
+            best = value if best is None else (max(best, value) if maximize else min(best, value))
+            metrics += [Metric("trial_value", value, now, number), Metric("best_so_far", best, now, number)]
+        for i in range(0, len(metrics), 900):
+            self.client.log_batch(self.parent_run_id, metrics=metrics[i:i + 900])
+        self.trial_values.clear()
+
     def _close(self) -> None:
         from optuna.trial import TrialState
 
+        self._log_trial_values()
         ostudy = self.study.optuna_study
         done = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         dirs = self.study.directions
         if done and len(dirs) == 1:
             png = draw_best_so_far([t.number for t in done], [t.value for t in done],
                                    dirs[0] == "maximize", f"study {self.study.name}")
-            self._log_bytes(self.parent_run_id, "best_so_far.png", png)
+            self._write_artifact(self.parent_run_id, "best_so_far.png", png)
             best = ostudy.best_trial
             self.client.log_metric(self.parent_run_id, "best_value", float(best.value))
             self.client.set_tag(self.parent_run_id, "best_architecture",
@@ -209,11 +245,10 @@ class StudyTracker:
             front = [t.values for t in ostudy.best_trials]
             png = draw_pareto([t.values for t in done], front, self.study.config.objectives,
                               f"study {self.study.name}: Pareto front")
-            self._log_bytes(self.parent_run_id, "pareto_front.png", png)
-            self.client.log_dict(self.parent_run_id,
-                                 [{"number": t.number, "values": t.values,
-                                   "architecture": t.user_attrs.get("architecture")}
-                                  for t in ostudy.best_trials], "pareto_front.json")
+            self._write_artifact(self.parent_run_id, "pareto_front.png", png)
+            front_json = [{"number": t.number, "values": t.values,
+                           "architecture": t.user_attrs.get("architecture")} for t in ostudy.best_trials]
+            self._write_artifact(self.parent_run_id, "pareto_front.json", json.dumps(front_json, indent=2))
         self.client.log_metric(self.parent_run_id, "n_complete_trials", float(len(done)))
         self.client.set_terminated(self.parent_run_id, status="FINISHED")
 

@@ -1,0 +1,93 @@
+"""Per-trial overhead of frugalnas over plain optuna, with a trivial estimator.
+
+Runs, side by side in one process:
+  A. frugalnas study, nb201-table estimator, MLflow tracking on (sqlite store)
+  B. frugalnas study, nb201-table estimator, tracking off
+  C. plain optuna study + optuna-integration's MLflowCallback (sqlite store), same lookup
+  D. plain optuna study, same lookup, no tracking
+and prints seconds per trial and the ratios A/C and B/D (goal A/C <= 1.10).
+All use in-memory optuna storage and random sampling; each MLflow store is a fresh sqlite
+file, created before timing starts. Repeats interleave the four variants to share noise.
+
+    python benchmarks/overhead.py [--trials 200] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+
+import frugalnas
+from frugalnas.plugins.nb201 import nb201_table
+from frugalnas.search_spaces.nb201 import OPS, NB201Space
+from frugalnas.testing import fresh_mlflow_uri
+
+os.environ["FRUGALNAS_PROGRESS"] = "0"
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SPACE = NB201Space()
+
+
+def lookup_objective(trial: optuna.Trial) -> float:
+    params = {k: trial.suggest_categorical(k, OPS) for k in SPACE.distributions()}
+    return float(nb201_table()[SPACE.index(SPACE.from_params(params)), 0])
+
+
+def run_frugalnas(n: int, uri: str | None, seed: int) -> float:
+    study = frugalnas.create_study(estimator="nb201-table", strategy="random", seed=seed,
+                                   tracking=uri is not None, tracking_uri=uri,
+                                   study_name=f"bench-{seed}-{uri is not None}")
+    start = time.perf_counter()
+    study.optimize(n_trials=n)  # includes draining the MLflow writer at the end
+    elapsed = time.perf_counter() - start
+    assert not study.tracking_state.get("errors"), study.tracking_state.get("errors")
+    return elapsed / n
+
+
+def run_optuna(n: int, uri: str | None, seed: int) -> float:
+    callbacks = []
+    if uri is not None:
+        from optuna_integration.mlflow import MLflowCallback
+
+        callbacks.append(MLflowCallback(tracking_uri=uri, metric_name="value"))
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed),
+                                study_name=f"plain-{seed}-{uri is not None}")
+    start = time.perf_counter()
+    study.optimize(lookup_objective, n_trials=n, callbacks=callbacks)
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="frugalnas-overhead-"))
+    results: dict[str, list[float]] = {k: [] for k in "ABCD"}
+    nb201_table()
+    run_frugalnas(5, None, 99)  # warm imports and caches
+    for r in range(args.repeats):
+        uri_a = fresh_mlflow_uri(tmp / f"a{r}.db")
+        uri_c = fresh_mlflow_uri(tmp / f"c{r}.db")
+        results["A"].append(run_frugalnas(args.trials, uri_a, r))
+        results["B"].append(run_frugalnas(args.trials, None, r))
+        results["C"].append(run_optuna(args.trials, uri_c, r))
+        results["D"].append(run_optuna(args.trials, None, r))
+    med = {k: statistics.median(v) for k, v in results.items()}
+    labels = {"A": "frugalnas + MLflow (sqlite)", "B": "frugalnas, tracking off",
+              "C": "optuna + MLflowCallback (sqlite)", "D": "optuna, no tracking"}
+    print(f"{args.trials} trials x {args.repeats} repeats, median seconds per trial")
+    for k in "ABCD":
+        print(f"  {k}. {labels[k]:<36} {med[k] * 1000:8.2f} ms/trial  "
+              f"(runs: {', '.join(f'{v * 1000:.2f}' for v in results[k])})")
+    print(f"ratio A/C (frugalnas+MLflow vs optuna+MLflowCallback): {med['A'] / med['C']:.3f}  (goal <= 1.10)")
+    print(f"ratio B/D (frugalnas vs optuna, no tracking):          {med['B'] / med['D']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
