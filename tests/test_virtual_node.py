@@ -84,6 +84,7 @@ def test_bad_options_raise_config_error():
         VirtualNodeBackend(virtual_nodes=0)
     with pytest.raises(ConfigError, match="sum to 7"):
         VirtualNodeBackend(virtual_nodes=8, nproc=2, shares=[4, 3])
+    assert VirtualNodeBackend(virtual_nodes=8, nproc=2, shares="5,3").shares == [5, 3]
     with pytest.raises(ConfigError, match="throughput"):
         VirtualNodeBackend(virtual_nodes=8, throughput="fast")
     with pytest.raises(ConfigError, match="inner"):

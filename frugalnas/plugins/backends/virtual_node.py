@@ -17,7 +17,6 @@ from torch import nn
 from ...core.backend import Backend, LossFn
 from ...core.errors import ConfigError, TrialFailure, check_choice, check_range
 from ...core.plugins import hookimpl
-from .single_device import resolve_device
 from .vnode_comm import all_ok, broadcast_state, dumps
 from .vnode_engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from .vnode_plan import check_shares, split_sizes
@@ -36,7 +35,8 @@ class VirtualNodeBackend(Backend):
 
     name = "virtual-node"
 
-    def __init__(self, virtual_nodes: int = 1, nproc: int = 1, shares: Sequence[int] | None = None,
+    def __init__(self, virtual_nodes: int = 1, nproc: int = 1,
+                 shares: Sequence[int] | str | None = None,
                  throughput: str | None = None, inner: str = "single-device",
                  inner_options: dict[str, Any] | None = None, device: str = "auto", seed: int = 0,
                  threads: int | None = 1, world_size: int | None = None,
@@ -58,6 +58,11 @@ class VirtualNodeBackend(Backend):
             raise ConfigError(f"invalid nproc {nproc!r}: NCCL needs one GPU per process and "
                               f"{torch.cuda.device_count()} GPU(s) are visible")
         self.seed, self.threads, self.timeout = seed, threads, float(timeout)
+        if isinstance(shares, str):  # "5,3" from a command line
+            try:
+                shares = [int(part) for part in shares.split(",")]
+            except ValueError:
+                raise ConfigError(f"invalid shares {shares!r}; expected integers like '5,3'") from None
         self.shares, self.throughput = None if shares is None else list(shares), throughput
         self.master_addr, self.master_port = master_addr, master_port
         check_choice("throughput", throughput, THROUGHPUT_CHOICES)
