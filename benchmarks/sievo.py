@@ -87,6 +87,8 @@ def main() -> None:
     p.add_argument("--tournament", type=int, default=3)
     p.add_argument("--retrain-epochs", type=float, default=8.0)
     p.add_argument("--tau-candidates", type=int, default=30)
+    p.add_argument("--tau-source", default="random", choices=["random", "trials"],
+                   help="tau candidates: random ones, or the search's own trials")
     p.add_argument("--tau-epochs", type=float, default=2.0)
     p.add_argument("--channels", type=int, default=4)
     p.add_argument("--nodes", type=int, default=3)
@@ -134,14 +136,20 @@ def search_part(args, si, si_best, si_s, si_f, si_acc) -> None:
 def tau_part(args, si) -> None:
     """Inherited accuracy (final shared store) vs stand-alone training of random candidates."""
     rng = random.Random(args.seed + 1)
+    if args.tau_source == "trials":  # the candidates the search scored, latest first
+        seen = list(dict.fromkeys(str(t.architecture) for t in reversed(si.completed_trials())))
+        archs = [si.space.parse(a) for a in seen[:args.tau_candidates]]
+    else:
+        archs = [si.space.sample(rng) for _ in range(args.tau_candidates)]
     inherited, trained = [], []
-    for _ in range(args.tau_candidates):
-        arch = si.space.sample(rng)
+    for arch in archs:
         inherited.append(si.evaluate(arch).value)
         trained.append(retrain(si, arch, epochs=args.tau_epochs).value)
     tau = kendalltau(inherited, trained).statistic
     print(f"Kendall tau (inherited vs {args.tau_epochs:g}-epoch stand-alone, "
-          f"{args.tau_candidates} random candidates): {tau:.3f}")
+          f"{len(archs)} {args.tau_source} candidates): {tau:.3f}")
+    print(f"inherited range {min(inherited):.1f}-{max(inherited):.1f} %, stand-alone range "
+          f"{min(trained):.1f}-{max(trained):.1f} %")
 
 
 if __name__ == "__main__":
