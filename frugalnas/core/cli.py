@@ -178,6 +178,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    from .worker import run_worker
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ["FRUGALNAS_PROGRESS"] = "0" if args.quiet else os.environ.get("FRUGALNAS_PROGRESS", "1")
+    config, run = resolve_run(args)
+    storage = run.get("storage")
+    if not storage or not isinstance(storage, str):
+        raise ConfigError("a worker needs a shared storage URL: --storage sqlite:///study.db "
+                          "(or journal:PATH, postgresql://..., mysql://...)")
+    n_trials = run.get("n_trials")
+    if n_trials is None:
+        raise ConfigError("a worker needs the study's total number of trials: --n-trials N")
+    plan(config, run)
+    study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
+                       heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
+                       timeout=run.get("timeout"))
+    states = [t.state.name for t in study.trials]
+    print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
+          f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
+    return 0
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     add, block = _plugin_args(args)
     host = PluginHost(add, block)
@@ -218,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run (or continue) a study")
     _study_args(run)
     run.set_defaults(func=cmd_run)
+    worker = sub.add_parser("worker", help="join a shared study as one of many worker processes")
+    _study_args(worker)
+    worker.add_argument("--heartbeat", type=int, help="seconds between heartbeats (enables stale-trial detection)")
+    worker.add_argument("--grace", type=int, help="seconds without heartbeat before a trial is stale (default 2x heartbeat)")
+    worker.add_argument("--retries", type=int, default=0, help="re-run a stale trial's architecture up to N times")
+    worker.set_defaults(func=cmd_worker)
     plugins = sub.add_parser("plugins", help="list plugins and the components they register")
     plugins.add_argument("--json", action="store_true")
     _common(plugins)

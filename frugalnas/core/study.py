@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -123,13 +125,14 @@ class Study:
         trial.set_user_attr(ARCH_ATTR, str(arch))
         self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
         try:
-            result = self.evaluate(arch, trial)
+            with trial_timeout(self.config.trial_timeout):
+                result = self.evaluate(arch, trial)
             values = self.objective_values(result)
         except optuna.TrialPruned as exc:
             self._finished(trial, arch, "PRUNED", None, None, str(exc))
             raise
         except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
+            reason = failure_reason(exc)
             trial.set_user_attr("fail_reason", reason)
             self._finished(trial, arch, "FAIL", None, None, reason)
             raise
@@ -146,6 +149,13 @@ class Study:
         self.host.hook.frugalnas_trial_finished(study=self, trial=trial, architecture=arch,
                                                 state=state, values=values, result=result,
                                                 error=error)
+
+    def report_stale_trial(self, frozen: FrozenTrial) -> None:
+        """Tell the plugins that a trial of a dead worker was failed by the heartbeat check."""
+        text = frozen.user_attrs.get(ARCH_ATTR)
+        arch = self.space.parse(text) if text else self.space.from_params(frozen.params)
+        self._finished(frozen, arch, "FAIL", None, None,
+                       "stale trial: its worker stopped sending heartbeats (killed or hung)")
 
     def _start(self) -> None:
         if not self._started:
@@ -235,6 +245,42 @@ class Study:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Report study-level metrics (generation fitness, surrogate quality, ...) to plugins."""
         self.host.hook.frugalnas_study_metrics(study=self, metrics=metrics, step=step)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A one-line reason for a failed trial; out-of-memory errors say so plainly."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return f"out of memory: {exc}".splitlines()[0][:2000]
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
+
+
+@contextlib.contextmanager
+def trial_timeout(seconds: float | None) -> Iterator[None]:
+    """Raise TrialFailure after ``seconds``. Uses SIGALRM, so it applies in the main thread
+    (``n_jobs=1``); in worker threads the limit is checked when the evaluation returns."""
+    if not seconds:
+        yield
+        return
+    start = time.monotonic()
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    else:
+        yield
+        if time.monotonic() - start > seconds:
+            raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
 
 
 def resolve_estimator(host: PluginHost, name: str, options: dict[str, Any]) -> Estimator:

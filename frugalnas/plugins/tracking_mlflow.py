@@ -149,11 +149,21 @@ class StudyTracker:
         params.append(Param("architecture", str(arch)[:6000]))
         self.client.log_batch(run.info.run_id, params=params)
 
+    def _find_trial_run(self, number: int) -> str | None:
+        """The run another worker opened for trial ``number`` (for stale trials)."""
+        found = self.client.search_runs(
+            [self.experiment_id], max_results=1,
+            filter_string=f"tags.`{TAG_TRIAL}` = '{number}' and tags.`{TAG_ROLE}` = 'trial'")
+        if not found:
+            return None
+        self._remember_artifact_dir(found[0])
+        return found[0].info.run_id
+
     def _finish_trial(self, number: int, arch: Any, state: str, values: list[float] | None,
                       result: Any, error: str | None) -> None:
         from mlflow.entities import Metric, RunTag
 
-        run_id = self.trial_runs.get(number)
+        run_id = self.trial_runs.get(number) or self._find_trial_run(number)
         if run_id is None:
             self._start_trial(number, arch)
             run_id = self.trial_runs[number]
@@ -174,6 +184,8 @@ class StudyTracker:
         for fname, content in (result.artifacts.items() if result is not None else ()):
             self._write_artifact(run_id, fname, content)
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}.get(state, "KILLED")
+        if error and error.startswith("stale trial"):
+            status = "KILLED"
         self.client.set_terminated(run_id, status=status)
         if values and len(values) == 1:
             self.trial_values.append((number, float(values[0])))
