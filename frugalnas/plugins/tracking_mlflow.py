@@ -3,7 +3,8 @@
 The study gets a parent run (config as params, study-level metrics, best-so-far curve and,
 for two objectives, the Pareto front); each trial a child run with the genotype as params,
 the estimator's metrics and cost as metrics, strategy/estimator/backend/state as tags, and two
-artifacts (``architecture.json`` and ``cell.png``). All MLflow calls run on one background
+artifacts (``architecture.json`` and ``cell.png``). A trial's run is written when the trial
+ends (three store writes), with the trial's start time. All MLflow calls run on one background
 writer thread per study, so logging does not sit on the trial's critical path; the writer is
 drained when the study finishes and at interpreter exit. Block it with ``-p no:mlflow`` or
 ``tracking=False``.
@@ -84,7 +85,7 @@ class StudyTracker:
         self.uri = resolve_tracking_uri(study.config.tracking_uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.writer = _Writer()
-        self.trial_runs: dict[int, str] = {}
+        self.started_ms: dict[int, int] = {}
         self.artifact_dirs: dict[str, Path] = {}
         self.trial_values: list[tuple[int, float]] = []
         self.ready = threading.Event()
@@ -135,22 +136,11 @@ class StudyTracker:
         cfg = self.study.config
         return {TAG_STUDY: self.study.name, TAG_ROLE: "trial", TAG_TRIAL: str(number),
                 "mlflow.parentRunId": self.parent_run_id, "strategy": cfg.strategy,
-                "estimator": cfg.estimator, "backend": cfg.backend, "state": "RUNNING",
+                "estimator": cfg.estimator, "backend": cfg.backend,
                 "space": cfg.space}
 
-    def _start_trial(self, number: int, arch: Any) -> None:
-        from mlflow.entities import Param
-
-        run = self.client.create_run(self.experiment_id, run_name=f"trial {number}",
-                                     tags=self._trial_tags(number))
-        self.trial_runs[number] = run.info.run_id
-        self._remember_artifact_dir(run)
-        params = [Param(k, str(v)) for k, v in arch.decisions.items()]
-        params.append(Param("architecture", str(arch)[:6000]))
-        self.client.log_batch(run.info.run_id, params=params)
-
     def _find_trial_run(self, number: int) -> str | None:
-        """The run another worker opened for trial ``number`` (for stale trials)."""
+        """The run of trial ``number`` if one was logged already (a stale trial's run)."""
         found = self.client.search_runs(
             [self.experiment_id], max_results=1,
             filter_string=f"tags.`{TAG_TRIAL}` = '{number}' and tags.`{TAG_ROLE}` = 'trial'")
@@ -160,14 +150,23 @@ class StudyTracker:
         return found[0].info.run_id
 
     def _finish_trial(self, number: int, arch: Any, state: str, values: list[float] | None,
-                      result: Any, error: str | None) -> None:
-        from mlflow.entities import Metric, RunTag
+                      result: Any, error: str | None, started_ms: int | None) -> None:
+        """Create the trial's run complete with params, metrics, tags and artifacts: three
+        store writes per trial (create, one batch, terminate)."""
+        from mlflow.entities import Metric, Param, RunTag
 
-        run_id = self.trial_runs.get(number) or self._find_trial_run(number)
-        if run_id is None:
-            self._start_trial(number, arch)
-            run_id = self.trial_runs[number]
         now = int(time.time() * 1000)
+        stale = bool(error and error.startswith("stale trial"))
+        run_id = self._find_trial_run(number) if stale else None
+        if run_id is None:
+            run = self.client.create_run(self.experiment_id, run_name=f"trial {number}",
+                                         start_time=started_ms or now, tags=self._trial_tags(number))
+            run_id = run.info.run_id
+            self._remember_artifact_dir(run)
+            params = [Param(k, str(v)) for k, v in arch.decisions.items()]
+            params.append(Param("architecture", str(arch)[:6000]))
+        else:
+            params = []
         metrics: dict[str, float] = {}
         if result is not None:
             metrics.update(result.all_metrics())
@@ -176,7 +175,8 @@ class StudyTracker:
         tags = [RunTag("state", state)]
         if error:
             tags.append(RunTag("fail_reason", error[:4000]))
-        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+        self.client.log_batch(run_id, params=params,
+                              metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
                               tags=tags)
         self._write_artifact(run_id, "architecture.json", json.dumps(arch.to_dict(), indent=2))
         space = self.study.space
@@ -184,9 +184,7 @@ class StudyTracker:
         for fname, content in (result.artifacts.items() if result is not None else ()):
             self._write_artifact(run_id, fname, content)
         status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}.get(state, "KILLED")
-        if error and error.startswith("stale trial"):
-            status = "KILLED"
-        self.client.set_terminated(run_id, status=status)
+        self.client.set_terminated(run_id, status="KILLED" if stale else status, end_time=now)
         if values and len(values) == 1:
             self.trial_values.append((number, float(values[0])))
 
@@ -265,11 +263,12 @@ class StudyTracker:
         self.client.set_terminated(self.parent_run_id, status="FINISHED")
 
     # -- called from hooks ---------------------------------------------------------------
-    def trial_started(self, number: int, arch: Any) -> None:
-        self.writer.submit(lambda: self._start_trial(number, arch))
+    def trial_started(self, number: int) -> None:
+        self.started_ms[number] = int(time.time() * 1000)
 
-    def trial_finished(self, *args: Any) -> None:
-        self.writer.submit(lambda: self._finish_trial(*args))
+    def trial_finished(self, number: int, *args: Any) -> None:
+        started = self.started_ms.pop(number, None)
+        self.writer.submit(lambda: self._finish_trial(number, *args, started))
 
     def study_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.writer.submit(lambda: self._log_study_metrics(dict(metrics), step))
@@ -299,7 +298,7 @@ def frugalnas_study_started(study: Any) -> None:
 def frugalnas_trial_started(study: Any, trial: Any, architecture: Any) -> None:
     tracker = tracker_for(study)
     if tracker is not None:
-        tracker.trial_started(trial.number, architecture)
+        tracker.trial_started(trial.number)
 
 
 @hookimpl
