@@ -12,6 +12,7 @@ accuracy; the NB201 paper searches on validation accuracy and reports test accur
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from multiprocessing import Pool
 
@@ -71,8 +72,12 @@ def main() -> None:
     args = parser.parse_args()
     names = [s for s in args.strategies.split(",") if s]
     jobs = [(n, s, args.queries) for n in names for s in range(args.seeds)]
+    results = []
     with Pool(args.workers) as pool:
-        results = pool.map(run_one, jobs, chunksize=1)
+        for res in pool.imap_unordered(run_one, jobs, chunksize=1):
+            results.append(res)
+            print(f"  {res[0]} seed {res[1]}: best {res[2][-1]:.2f} in {res[3]:.1f}s",
+                  file=sys.stderr, flush=True)
     marks = [q for q in (25, 50, 100) if q <= args.queries]
     print(f"NB201 CIFAR-10 test accuracy (optimum 94.37), {args.seeds} seeds, "
           f"{args.queries} queries")
