@@ -23,8 +23,9 @@ class Component:
 
     @property
     def summary(self) -> str:
-        doc = inspect.getdoc(self.factory) or ""
-        return doc.strip().splitlines()[0] if doc.strip() else ""
+        """The first paragraph of the factory's docstring, on one line."""
+        doc = (inspect.getdoc(self.factory) or "").strip()
+        return " ".join(doc.split("\n\n")[0].split())
 
     def create(self, **options: Any) -> Any:
         """Call the factory, turning an unknown keyword option into a ConfigError."""
