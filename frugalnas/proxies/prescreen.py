@@ -23,7 +23,6 @@ from optuna.trial import FrozenTrial
 from ..core.architecture import Architecture
 from ..core.errors import ConfigError, check_range
 from ..core.space import SearchSpace
-from ..core.training import seed_everything
 from .base import DATA_SOURCES, Proxy, proxy_batch
 from .ensemble import rank_average
 
@@ -133,8 +132,9 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
 
     def _score(self, arch: Architecture, study: optuna.Study) -> list[float]:
         x, y, num_classes = self._fixed_batch(study)
-        seed_everything(self.seed)
-        model = self.space.build(arch, num_classes, tuple(x.shape[1:]))
+        with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG untouched
+            torch.manual_seed(self.seed)
+            model = self.space.build(arch, num_classes, tuple(x.shape[1:]))
         return [p.score(model, x, y) for p in self.members]
 
     def _fixed_batch(self, study: optuna.Study) -> tuple[torch.Tensor, torch.Tensor, int]:
