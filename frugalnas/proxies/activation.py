@@ -15,8 +15,9 @@ DEAD_SCORE = -1e6
 
 
 class Naswot(Proxy):
-    """naswot: log|det K| of the kernel of binary ReLU activation codes over one batch,
-    K[i, j] = number of ReLUs on which samples i and j agree (Mellor et al., "Neural
+    """naswot: log|det K| of the kernel of binary ReLU activation codes over one batch.
+
+    K[i, j] = number of ReLU units on which samples i and j agree (Mellor et al., "Neural
     Architecture Search without Training", ICML 2021)."""
 
     name = "naswot"
@@ -50,9 +51,10 @@ class Naswot(Proxy):
 
 
 class JacobCov(Proxy):
-    """jacob_cov: -sum(log(v + k) + 1 / (v + k)) over the eigenvalues v of the correlation
-    matrix of the input Jacobians of the batch, k = 1e-5 (Mellor et al., arXiv:2006.04647v1;
-    as in Abdelfattah et al. 2021)."""
+    """jacob_cov: how uncorrelated the input Jacobians of the batch are.
+
+    -sum(log(v + k) + 1 / (v + k)) over the eigenvalues v of their correlation matrix,
+    k = 1e-5 (Mellor et al., arXiv:2006.04647v1; as in Abdelfattah et al. 2021)."""
 
     name = "jacob_cov"
     needs_data = True
@@ -74,9 +76,11 @@ class JacobCov(Proxy):
 
 
 class Zen(Proxy):
-    """zen: log E||f(x) - f(x + a e)||_1 + sum over batch-norm layers of log sqrt(mean batch
-    variance), f the pre-pooling feature map, x and e Gaussian, a = 0.01, weights redrawn
-    from N(0, 1) (Lin et al., "Zen-NAS", ICCV 2021). Data-free; runs on a copy."""
+    """zen: Zen-score, expressivity of the pre-pooling features on Gaussian inputs (data-free).
+
+    log E||f(x) - f(x + a e)||_1 + sum over batch-norm layers of log sqrt(mean batch
+    variance); f the pre-pooling feature map, x and e Gaussian, a = ``mixup_gamma`` = 0.01,
+    weights redrawn from N(0, 1) (Lin et al., "Zen-NAS", ICCV 2021). Runs on a copy."""
 
     name = "zen"
     needs_data = False

@@ -37,8 +37,9 @@ class GradNorm(Proxy):
 
 
 class Snip(Proxy):
-    """snip: sum of |dL/dw * w| over all weights (Lee et al., ICLR 2019; as a network score by
-    Abdelfattah et al. 2021)."""
+    """snip: sum of |dL/dw * w| over all weights.
+
+    Lee et al., ICLR 2019; as a network score by Abdelfattah et al. 2021."""
 
     name = "snip"
     needs_data = True
@@ -51,8 +52,9 @@ class Snip(Proxy):
 
 
 class Plain(Proxy):
-    """plain: sum of dL/dw * w over all weights, signs kept (Mozer & Smolensky 1989; as in
-    Abdelfattah et al. 2021)."""
+    """plain: sum of dL/dw * w over all weights, signs kept.
+
+    Mozer & Smolensky 1989; as a network score by Abdelfattah et al. 2021."""
 
     name = "plain"
     needs_data = True
@@ -65,8 +67,10 @@ class Plain(Proxy):
 
 
 class Grasp(Proxy):
-    """grasp: sum of -w * (H g), the Hessian-gradient product of the loss (Wang et al., ICLR
-    2020; as a network score by Abdelfattah et al. 2021). Needs a double backward."""
+    """grasp: sum of -w * (H g), H g the Hessian-gradient product of the loss.
+
+    Wang et al., ICLR 2020; as a network score by Abdelfattah et al. 2021. Needs a double
+    backward."""
 
     name = "grasp"
     needs_data = True
@@ -94,8 +98,10 @@ class Grasp(Proxy):
 
 
 class Fisher(Proxy):
-    """fisher: per channel, 0.5 * E_batch[(sum_spatial a * dL/da)^2] of each convolution or
-    linear output, summed (Theis et al. 2018; Turner et al., ICLR 2020; Abdelfattah et al. 2021)."""
+    """fisher: sum over channels of 0.5 * E_batch[(sum_spatial a * dL/da)^2].
+
+    ``a`` is each convolution or linear output (Theis et al. 2018; Turner et al., ICLR 2020;
+    Abdelfattah et al. 2021)."""
 
     name = "fisher"
     needs_data = True
@@ -126,9 +132,11 @@ class Fisher(Proxy):
 
 
 class Synflow(Proxy):
-    """synflow: sum of |w * dR/dw| with R the output sum of the network with absolute-valued
-    weights on an all-ones input, in double precision, batch-norm in evaluation mode (Tanaka
-    et al., NeurIPS 2020; as a network score by Abdelfattah et al. 2021). Data-free."""
+    """synflow: synaptic flow, sum of |w * dR/dw| on an all-ones input (data-free).
+
+    R is the output sum of the network with absolute-valued weights, in double precision,
+    batch-norm in evaluation mode (Tanaka et al., NeurIPS 2020; as a network score by
+    Abdelfattah et al. 2021)."""
 
     name = "synflow"
     needs_data = False
