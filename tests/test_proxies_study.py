@@ -144,3 +144,15 @@ def test_proxy_estimator_on_the_backend_device():
     assert math.isfinite(res.value) and res.cost.params == sum(
         p.numel() for p in study.space.build(study.space.from_index(1234), 10, (1, 16, 16)).parameters())
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_prescreen_survives_load_study(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    config = dict(space="nb201", space_options=SMALL, estimator="nb201-table", dataset=None,
+                  prescreen={"proxy": "synflow", "k": 3, "data": "gaussian", **SHAPE},
+                  tracking=False)
+    frugalnas.create_study(storage=storage, study_name="pre", **config).optimize(1)
+    study = frugalnas.load_study(study_name="pre", storage=storage)
+    assert isinstance(study.optuna_study.sampler, PrescreenSampler)
+    study.optimize(1)
+    assert [t.system_attrs[PRESCREEN_ATTR]["prescreen_candidates"] for t in study.trials] == [3, 3]
