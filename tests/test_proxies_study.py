@@ -13,6 +13,7 @@ SMALL = {"N": 1, "C": 8}
 SHAPE = {"input_shape": [3, 16, 16]}
 
 
+@pytest.mark.slow
 def test_study_with_synflow_estimator_logs_trials_to_mlflow(stores):
     storage, uri = stores
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="synflow",
@@ -113,6 +114,7 @@ def test_learned_ensemble_fits_weights_from_teacher_scores():
     assert sum(weights) == pytest.approx(1.0) and min(weights) >= 0
 
 
+@pytest.mark.slow
 def test_low_fidelity_is_cheaper_than_full_training():
     common = dict(space="nb201", space_options=SMALL, dataset="digits", tracking=False, seed=0)
     arch = NB201Space(**SMALL).parse(
