@@ -6,11 +6,14 @@ import io
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
-def _png(fig: Figure) -> bytes:
+
+def _png(fig: "Figure") -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     return buf.getvalue()
@@ -88,6 +91,8 @@ def _png_image(img) -> bytes:
 
 def draw_best_so_far(numbers: Sequence[int], values: Sequence[float], maximize: bool,
                      title: str) -> bytes:
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     best, curve = None, []
@@ -105,6 +110,8 @@ def draw_best_so_far(numbers: Sequence[int], values: Sequence[float], maximize: 
 
 def draw_pareto(points: Sequence[Sequence[float]], front: Sequence[Sequence[float]],
                 names: Sequence[str], title: str) -> bytes:
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     ax.scatter([p[0] for p in points], [p[1] for p in points], s=8, alpha=0.4, label="trials")
