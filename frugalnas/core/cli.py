@@ -200,6 +200,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     states = [t.state.name for t in study.trials]
     print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
           f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
+    if study.tracking_state.get("errors"):
+        print("MLflow logging errors: " + "; ".join(study.tracking_state["errors"][:3]), file=sys.stderr)
     return 0
 
 

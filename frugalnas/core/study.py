@@ -271,7 +271,9 @@ def trial_timeout(seconds: float | None) -> Iterator[None]:
             raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        # The alarm repeats until cleared: Python drops an exception raised while a weakref or
+        # GC callback runs ("Exception ignored in ..."), so a single alarm can be lost.
+        signal.setitimer(signal.ITIMER_REAL, seconds, min(seconds, 1.0))
         try:
             yield
         finally:

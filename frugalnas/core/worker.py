@@ -130,7 +130,21 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": int(grace or 2 * heartbeat),
                   "heartbeat_stale_trial_callback": on_stale}
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
-    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+    # Workers starting together on a new database would race to create its tables.
+    with _lock_for(url)():
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+
+
+def prepare_tracking_store(uri: str) -> None:
+    """Create the tables of a new sqlite MLflow store once, under a file lock: MLflow's own
+    schema migration fails when several processes open a new sqlite store at the same time."""
+    if not uri.startswith("sqlite:///"):
+        return
+    from mlflow import MlflowClient
+
+    path = Path(uri[len("sqlite:///"):]).resolve()
+    with _file_lock(path.with_name(path.name + ".frugalnas.lock")):
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
 
 
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
@@ -153,6 +167,10 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
         if retry is not None:
             retry(ostudy, frozen)
 
+    if config.tracking:
+        from ..plugins.tracking_mlflow import resolve_tracking_uri
+
+        prepare_tracking_store(resolve_tracking_uri(config.tracking_uri))
     inner = make_storage(storage, heartbeat=heartbeat, grace=grace, on_stale=on_stale)
     quota = QuotaStorage(inner, storage, n_trials)
     cfg = asdict(config)
@@ -160,21 +178,33 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
                          **{k: v for k, v in cfg.items() if k != "directions"},
                          directions=config.directions)
     holder["study"] = study
+    study.planned_trials = n_trials
+    # One plugin session (MLflow tracker, progress bar) for the whole worker, so that stale
+    # trials failed while this worker waits below are still reported to MLflow.
+    study._start()
+    try:
+        _work(study, timeout, heartbeat)
+    finally:
+        study.finish()
+    return study
+
+
+def _work(study: Any, timeout: float | None, heartbeat: int | None) -> None:
     start = time.monotonic()
     while True:
         left = None if timeout is None else timeout - (time.monotonic() - start)
         if left is not None and left <= 0:
-            break
+            return
         try:
-            study.optimize(n_trials=None, timeout=left)
-            break  # timeout
+            study.optuna_study.optimize(study._run_trial, n_trials=None, timeout=left,
+                                        catch=(Exception,), gc_after_trial=False)
+            return  # timeout
         except QuotaReached:
             pass
         # The quota counts running trials. Trials of live workers finish; trials of dead
         # workers become FAIL once their heartbeat is stale, which frees their slots.
         running = study.optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if not running or not heartbeat:
-            break
+            return
         time.sleep(min(float(heartbeat), 5.0))
         optuna.storages.fail_stale_trials(study.optuna_study)
-    return study

@@ -1,0 +1,107 @@
+"""Test plugin ``ops_support.faults``: estimators that sleep, raise, return NaN, run out of
+memory or hang, so the operations tests can exercise workers and failure isolation with
+real processes. Load it with ``-p ops_support.faults`` (``tests/`` on ``PYTHONPATH``)."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from frugalnas.core.errors import check_choice
+from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.plugins import hookimpl
+from frugalnas.plugins.nb201 import NB201TableEstimator
+
+MODES = ("ok", "raise", "nan", "oom", "hang")
+
+
+class SleepyTable(Estimator):
+    """NB201 table lookup after ``seconds`` of sleep. Writes "start/end/hang TRIAL PID" lines
+    to ``log``; a process whose pid is a file name in ``control_dir`` hangs in its next trial
+    (so a test can kill a worker mid-trial at a moment it chooses)."""
+
+    name = "ops-sleepy"
+    needs_dataset = False
+
+    def __init__(self, seconds: float = 0.5, log: str | None = None, control_dir: str | None = None):
+        self.seconds, self.log, self.control_dir = float(seconds), log, control_dir
+        self.table = NB201TableEstimator()
+
+    def _note(self, event: str, number: int) -> None:
+        if self.log:
+            with open(self.log, "a") as fh:
+                fh.write(f"{event} {number} {os.getpid()}\n")
+
+    def evaluate(self, arch: Any, context: EvaluationContext) -> EstimateResult:
+        number = getattr(context.trial, "number", -1)
+        self._note("start", number)
+        if self.control_dir and (Path(self.control_dir) / str(os.getpid())).exists():
+            self._note("hang", number)
+            time.sleep(600)
+        time.sleep(self.seconds)
+        result = self.table.evaluate(arch, context)
+        self._note("end", number)
+        return result
+
+
+def nan_loss() -> float:
+    """A real NaN loss: a tiny linear model trained with an infinite learning rate."""
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=float("inf"))
+    x = torch.randn(8, 4)
+    for _ in range(2):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    loss = float(model(x).pow(2).mean().detach())
+    assert math.isnan(loss), loss
+    return loss
+
+
+class Faulty(Estimator):
+    """Trial ``i`` behaves as ``modes[i % len(modes)]``: ok, raise, nan, oom or hang."""
+
+    name = "ops-faulty"
+    needs_dataset = False
+
+    def __init__(self, modes: list[str] = ("ok",), hang_seconds: float = 30.0):
+        for m in modes:
+            check_choice("ops-faulty mode", m, MODES)
+        self.modes, self.hang_seconds = list(modes), float(hang_seconds)
+        self.table = NB201TableEstimator()
+        if "nan" in self.modes:
+            nan_loss()  # the first optimizer step is slow; keep it out of the timed trial
+
+    def evaluate(self, arch: Any, context: EvaluationContext) -> EstimateResult:
+        mode = self.modes[context.trial.number % len(self.modes)]
+        if mode == "raise":
+            raise RuntimeError(f"candidate {arch} is broken on purpose")
+        if mode == "oom":
+            # What torch raises when an allocation does not fit (CUDA or CPU caching allocator).
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+        if mode == "hang":
+            time.sleep(self.hang_seconds)
+        result = self.table.evaluate(arch, context)
+        if mode == "nan":
+            result.value = nan_loss()
+        return result
+
+
+@hookimpl
+def frugalnas_estimators() -> dict[str, Any]:
+    return {"ops-sleepy": SleepyTable, "ops-faulty": Faulty}
+
+
+def read_log(path: str | Path) -> list[tuple[str, int, int]]:
+    """The ``(event, trial, pid)`` lines a :class:`SleepyTable` wrote."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        event, number, pid = line.split()
+        rows.append((event, int(number), int(pid)))
+    return rows
