@@ -14,6 +14,8 @@ channel attention (the SE decision on vs off) under the same si-evolution budget
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import time
 from collections import deque
@@ -25,6 +27,7 @@ from scipy.stats import kendalltau
 import frugalnas
 from frugalnas.core.cost import count_flops
 from frugalnas.plugins.dag import retrain
+from frugalnas.search_spaces.dag import DagSpace
 
 
 def space_options(args: argparse.Namespace, attention: bool = True) -> dict:
@@ -38,8 +41,9 @@ def run_sievo(args: argparse.Namespace, attention: bool = True) -> tuple[frugaln
         space_options=space_options(args, attention), seed=args.seed, tracking=False,
         strategy_options={"population_size": args.population, "offspring": args.offspring,
                           "generations": args.generations, "batches_per_generation": args.batches,
-                          "batch_size": 64},
-        estimator_options={"valid_limit": args.valid_limit})
+                          "batch_size": 64, "warmup_batches": args.warmup},
+        estimator_options={"valid_limit": args.valid_limit,
+                           "bn_recalibration_batches": args.bn_batches})
     start = time.perf_counter()
     study.optimize(args.population + args.generations * args.offspring)
     seconds = time.perf_counter() - start
@@ -83,13 +87,23 @@ def main() -> None:
     p.add_argument("--offspring", type=int, default=6)
     p.add_argument("--generations", type=int, default=2)
     p.add_argument("--batches", type=int, default=30, help="sampled-training batches per generation")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="si-evolution warm-up batches on uniformly drawn candidates")
+    p.add_argument("--bn-batches", type=int, default=2,
+                   help="batch-norm recalibration batches of inherited-weight scoring (0: off)")
     p.add_argument("--rea-epochs", type=float, default=3.0, help="training epochs per REA candidate")
     p.add_argument("--tournament", type=int, default=3)
     p.add_argument("--retrain-epochs", type=float, default=8.0)
     p.add_argument("--tau-candidates", type=int, default=30)
     p.add_argument("--tau-source", default="random", choices=["random", "trials"],
                    help="tau candidates: random ones, or the search's own trials")
-    p.add_argument("--tau-epochs", type=float, default=2.0)
+    p.add_argument("--tau-epochs", type=float, default=8.0,
+                   help="stand-alone training epochs of the tau reference")
+    p.add_argument("--tau-seeds", type=int, default=1,
+                   help="stand-alone trainings per candidate (seeds seed..seed+k-1), averaged")
+    p.add_argument("--tau-cache", default=None,
+                   help="JSON file of stand-alone accuracies: a run resumes from it, so the "
+                        "reference can be computed over several runs")
     p.add_argument("--channels", type=int, default=4)
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--reductions", type=int, default=1)
@@ -98,7 +112,8 @@ def main() -> None:
     p.add_argument("--valid-limit", type=int, default=200,
                    help="validation examples for inherited-weight scoring (default: all)")
     p.add_argument("--parts", default="search,tau,ablation",
-                   help="comma-separated parts to run: search, tau, ablation")
+                   help="comma-separated parts to run: search, tau, ablation, reference "
+                        "(only the stand-alone reference of the random tau candidates)")
     args = p.parse_args()
     parts = set(args.parts.split(","))
     torch.set_num_threads(args.threads)
@@ -106,8 +121,12 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     n = args.population + args.generations * args.offspring
     print(f"dataset={args.dataset} candidates={n} population={args.population} "
-          f"generations={args.generations} batches/gen={args.batches} rea_epochs={args.rea_epochs}")
+          f"generations={args.generations} batches/gen={args.batches} warmup={args.warmup} "
+          f"bn_batches={args.bn_batches} rea_epochs={args.rea_epochs}")
 
+    if parts == {"reference"}:
+        reference(args, tau_candidates(args, None))
+        return
     si, si_s, si_f = run_sievo(args)
     si_best = si.best_architecture
     si_acc = retrain(si, si_best, epochs=args.retrain_epochs).value
@@ -133,20 +152,53 @@ def search_part(args, si, si_best, si_s, si_f, si_acc) -> None:
     print(f"si best: {si_best}\nREA best: {rea_best}")
 
 
-def tau_part(args, si) -> None:
-    """Inherited accuracy (final shared store) vs stand-alone training of random candidates."""
-    rng = random.Random(args.seed + 1)
+def tau_candidates(args: argparse.Namespace, si) -> list:
+    """The tau candidates: random ones of the space, or the search's own trials."""
     if args.tau_source == "trials":  # the candidates the search scored, latest first
         seen = list(dict.fromkeys(str(t.architecture) for t in reversed(si.completed_trials())))
-        archs = [si.space.parse(a) for a in seen[:args.tau_candidates]]
-    else:
-        archs = [si.space.sample(rng) for _ in range(args.tau_candidates)]
-    inherited, trained = [], []
+        return [si.space.parse(a) for a in seen[:args.tau_candidates]]
+    space = DagSpace(**space_options(args))
+    rng = random.Random(args.seed + 1)
+    return [space.sample(rng) for _ in range(args.tau_candidates)]
+
+
+def reference(args: argparse.Namespace, archs: list) -> list[float]:
+    """Stand-alone accuracy of each candidate: trained from scratch for ``tau_epochs`` with
+    the ``train`` estimator, averaged over ``tau_seeds`` seeds; cached in ``tau_cache``."""
+    cache: dict[str, float] = {}
+    if args.tau_cache:
+        try:
+            with open(args.tau_cache) as f:
+                cache = json.load(f)
+        except FileNotFoundError:
+            pass
+    out = []
     for arch in archs:
-        inherited.append(si.evaluate(arch).value)
-        trained.append(retrain(si, arch, epochs=args.tau_epochs).value)
+        accs = []
+        for seed in range(args.seed, args.seed + args.tau_seeds):
+            key = f"{args.dataset}|{args.tau_epochs:g}|{seed}|{arch}"
+            if key not in cache:
+                ref = frugalnas.create_study(space="dag", strategy="random", estimator="train",
+                                             dataset=args.dataset, space_options=space_options(args),
+                                             seed=seed, tracking=False)
+                cache[key] = retrain(ref, arch, epochs=args.tau_epochs).value
+                if args.tau_cache:
+                    with open(args.tau_cache + ".tmp", "w") as f:
+                        json.dump(cache, f, indent=0)
+                    os.replace(args.tau_cache + ".tmp", args.tau_cache)
+            accs.append(cache[key])
+        out.append(sum(accs) / len(accs))
+    return out
+
+
+def tau_part(args, si) -> None:
+    """Inherited accuracy (final shared store) vs stand-alone training of the tau candidates."""
+    archs = tau_candidates(args, si)
+    trained = reference(args, archs)
+    inherited = [si.evaluate(arch).value for arch in archs]
     tau = kendalltau(inherited, trained).statistic
-    print(f"Kendall tau (inherited vs {args.tau_epochs:g}-epoch stand-alone, "
+    seeds = f", mean of {args.tau_seeds} seeds" if args.tau_seeds > 1 else ""
+    print(f"Kendall tau (inherited vs {args.tau_epochs:g}-epoch stand-alone{seeds}, "
           f"{len(archs)} {args.tau_source} candidates): {tau:.3f}")
     print(f"inherited range {min(inherited):.1f}-{max(inherited):.1f} %, stand-alone range "
           f"{min(trained):.1f}-{max(trained):.1f} %")

@@ -93,3 +93,19 @@ def test_registered_in_the_plugin_host():
     assert "inherited" in host.registry("estimators")
     space = host.create("search_spaces", "dag", nodes=2, channels=4)
     assert isinstance(space, DagSpace) and space.nodes == 2
+
+
+def test_cell_graph_draws_both_cells_with_attention_labels():
+    space = DagSpace(nodes=2)
+    arch = space.parse("dag:normal:sep_conv_3x3~0+skip_connect~1+se|avg_pool_3x3~2+sep_conv_5x5~0;"
+                       "reduce:max_pool_3x3~0+dil_conv_3x3~1|skip_connect~2+sep_conv_3x3~1+se")
+    assert space.cell_graph(arch) == [
+        ("n:in0", "n:2", "sep_conv_3x3+se"), ("n:in1", "n:2", "skip_connect+se"),
+        ("n:2", "n:3", "avg_pool_3x3"), ("n:in0", "n:3", "sep_conv_5x5"),
+        ("r:in0", "r:2", "max_pool_3x3"), ("r:in1", "r:2", "dil_conv_3x3"),
+        ("r:2", "r:3", "skip_connect+se"), ("r:in1", "r:3", "sep_conv_3x3+se")]
+    big = DagSpace(nodes=4)
+    a = big.sample(random.Random(0))
+    edges = big.cell_graph(a)
+    assert len(edges) == 2 * 4 * 2
+    assert all(src.split(":")[0] == dst.split(":")[0] for src, dst, _ in edges)

@@ -84,3 +84,60 @@ def test_checkpoint_round_trip_is_weights_only(tmp_path):
     x = torch.randn(3, 1, 8, 8)
     rebuilt = DagNetwork(space, net_arch := space.sample(random.Random(2)), fresh.get)
     assert torch.allclose(rebuilt(x), DagNetwork(space, net_arch, store.get)(x), atol=1e-6)
+
+
+def test_bn_recalibration_ignores_what_other_candidates_left_behind():
+    """Inherited-weight scoring with recalibrated batch norm depends only on the candidate,
+    the store's weights and the calibration batches, not on which candidates ran before."""
+    from frugalnas.search_spaces.dag_ops import SharedBatchNorm2d, recalibrated_bn
+
+    space, store = _space_and_store()
+    rng = random.Random(4)
+    target, others = space.sample(rng), [space.sample(rng) for _ in range(3)]
+    net = DagNetwork(space, target, store.get)
+    calib = [torch.randn(16, 1, 8, 8) for _ in range(2)]
+    x = torch.randn(5, 1, 8, 8)
+
+    def score() -> torch.Tensor:
+        with recalibrated_bn(net, calib):
+            net.eval()
+            with torch.no_grad():
+                return net(x)
+
+    first = score()
+    # other candidates sharing modules recalibrate on other data (and one stays inside it)
+    for other in others:
+        with recalibrated_bn(DagNetwork(space, other, store.get), [torch.randn(16, 1, 8, 8) * 3 + 1]):
+            pass
+    stale = DagNetwork(space, others[0], store.get)
+    with recalibrated_bn(stale, [torch.randn(16, 1, 8, 8) * 5]):
+        assert torch.allclose(score(), first, atol=1e-6)
+    assert torch.allclose(score(), first, atol=1e-6)
+    # nothing is left behind: no statistics in the modules, none in the state dict
+    norms = [m for m in store.modules() if isinstance(m, SharedBatchNorm2d)]
+    assert norms and all(m.stats is None and not m.collecting for m in norms)
+    assert not any("running" in k for k in store.state_dict())
+    # the recalibrated statistics are those of the calibration batches: the output differs
+    # from normalising with the 5 evaluation examples' own statistics
+    net.eval()
+    with torch.no_grad():
+        assert not torch.allclose(net(x), first, atol=1e-4)
+
+
+def test_bn_recalibration_matches_cumulative_running_statistics():
+    """The recalibrated statistics equal those of nn.BatchNorm2d with momentum=None."""
+    from frugalnas.search_spaces.dag_ops import SharedBatchNorm2d, recalibrated_bn
+
+    shared, ref = SharedBatchNorm2d(3), torch.nn.BatchNorm2d(3, momentum=None)
+    batches = [torch.randn(8, 3, 4, 4) * (i + 1) + i for i in range(3)]
+    ref.train()
+    with torch.no_grad():
+        for b in batches:
+            ref(b)
+    with recalibrated_bn(shared, batches):
+        assert torch.allclose(shared.stats[0], ref.running_mean, atol=1e-5)
+        assert torch.allclose(shared.stats[1], ref.running_var, atol=1e-5)
+        ref.eval()
+        shared.eval()
+        x = torch.randn(2, 3, 4, 4)
+        assert torch.allclose(shared(x), ref(x), atol=1e-5)

@@ -99,3 +99,35 @@ def test_inherited_scores_follow_training(tmp_path):
     study.optimize(10)
     rescored = study.optuna_study.user_attrs["sievo:gen:1:fitness"]
     assert max(rescored) > 30.0  # 10 classes: chance is 10%
+
+
+def test_flops_of_a_candidate_equal_counting_the_whole_network():
+    from frugalnas.core.cost import count_flops
+    from frugalnas.plugins.sievo_session import SievoSession
+    import random as _random
+
+    study = _study(None, "sievo-flops")
+    context = study.context()
+    session = SievoSession(study.space, context.dataset, None)
+    rng = _random.Random(0)
+    for _ in range(4):
+        arch = study.space.sample(rng)
+        x = context.dataset.train_x
+        assert session.flops_per_sample(arch, x) == count_flops(session.network(arch), x[:2]) / 2
+
+
+def test_warmup_trains_every_node_and_is_charged(tmp_path):
+    """The warm-up trains uniformly drawn candidates on the whole store before generation 0;
+    its steps count in the first trial's cost, and scoring recalibrates batch norm."""
+    study = _study(None, "sievo-warm", warmup_batches=6, generations=0)
+    study.optimize(3)
+    store = weight_store_of(study)
+    space = study.space
+    macro = space.macro(10, (1, 8, 8), shared=True)
+    assert len(store) == len(macro.all_keys())  # every key created, so every key can train
+    trials = study.completed_trials()
+    batches = 6 + STRATEGY["batches_per_generation"]
+    samples = batches * STRATEGY["batch_size"]
+    assert trials[0].user_attrs["cost"]["epochs"] * 1437 == pytest.approx(samples, rel=0.01)
+    assert trials[1].user_attrs["cost"]["epochs"] == 0
+    assert study.estimator.bn_recalibration_batches == 2

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from ..core.architecture import Architecture
 from ..core.cost import Cost, count_params
+from ..core.errors import check_range
 from ..core.estimator import EstimateResult, EvaluationContext, Estimator
 from .sievo_sampler import FITNESS_ATTR, SIEvolutionSampler, find_sievo_sampler
 from .sievo_session import SievoSession, checkpoint_path
@@ -25,13 +26,24 @@ from .sievo_session import SievoSession, checkpoint_path
 
 class InheritedEstimator(Estimator):
     """Scores a DAG candidate on validation data with weights inherited from the shared store
-    (no training of its own); with ``si-evolution`` it runs the sampled training."""
+    (no training of its own); with ``si-evolution`` it runs the sampled training.
+
+    Options: ``checkpoint_dir``, ``valid_limit`` (score on the first N validation examples),
+    ``bn_recalibration_batches`` (before scoring, recalibrate the candidate's batch-norm
+    statistics on that many fixed training batches of ``bn_recalibration_batch_size``, in
+    training mode without gradients; 0: normalise with the validation batch's own
+    statistics)."""
 
     name = "inherited"
 
-    def __init__(self, checkpoint_dir: str | None = None, valid_limit: int | None = None):
+    def __init__(self, checkpoint_dir: str | None = None, valid_limit: int | None = None,
+                 bn_recalibration_batches: int = 2, bn_recalibration_batch_size: int = 64):
+        check_range("bn_recalibration_batches", bn_recalibration_batches, 0)
+        check_range("bn_recalibration_batch_size", bn_recalibration_batch_size, 2)
         self.checkpoint_dir = checkpoint_dir
         self.valid_limit = valid_limit
+        self.bn_recalibration_batches = int(bn_recalibration_batches)
+        self.bn_recalibration_batch_size = int(bn_recalibration_batch_size)
         self._sessions: dict[str, SievoSession] = {}
         self._lock = threading.Lock()
 
@@ -56,6 +68,12 @@ class InheritedEstimator(Estimator):
         n = self.valid_limit or len(data.valid_x)
         return data.valid_x[:n], data.valid_y[:n]
 
+    def _calibration(self, session: SievoSession, context: EvaluationContext):
+        if not self.bn_recalibration_batches:
+            return None
+        return session.calibration_batches(context.dataset, self.bn_recalibration_batches,
+                                           self.bn_recalibration_batch_size)
+
     # -- scoring -------------------------------------------------------------------------
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         start = time.perf_counter()
@@ -69,7 +87,8 @@ class InheritedEstimator(Estimator):
             spent = self._run_plan(session, sampler, context)
         x, y = self._valid(context)
         with session.lock:
-            acc, flops = session.score(arch, context.backend, x, y)
+            acc, flops = session.score(arch, context.backend, x, y,
+                                       self._calibration(session, context))
             params = count_params(session.network(arch))
         metrics["inherited_accuracy"] = acc
         if sampler is not None and trial is not None:
@@ -89,19 +108,28 @@ class InheritedEstimator(Estimator):
             plan = sampler.plan(ostudy, generation)
             population = [context.space.parse(a) for a in plan["population"]]
             data = context.dataset
+            options = dict(batch_size=sampler.batch_size, lr=sampler.lr,
+                           momentum=sampler.momentum, weight_decay=sampler.weight_decay)
+            flops, seconds, steps = 0.0, 0.0, 0
+            if generation == 0 and sampler.warmup_batches:
+                space = context.space
+                warm = session.train(lambda rng: space.sample(rng), data, context.backend,
+                                     generation=-1, batches=sampler.warmup_batches, **options)
+                flops, seconds, steps = warm["flops"], warm["seconds"], warm["steps"]
             info = session.train(population, data, context.backend, generation=generation,
-                                 batches=sampler.batches_per_generation,
-                                 batch_size=sampler.batch_size, lr=sampler.lr,
-                                 momentum=sampler.momentum, weight_decay=sampler.weight_decay)
-            flops = info["flops"]
-            metrics = {"sievo_train_loss": info["loss"], "sievo_train_seconds": info["seconds"],
+                                 batches=sampler.batches_per_generation, **options)
+            flops += info["flops"]
+            seconds += info["seconds"]
+            steps += info["steps"]
+            metrics = {"sievo_train_loss": info["loss"], "sievo_train_seconds": seconds,
                        "sievo_store_params": float(session.store.num_parameters()),
                        "sievo_store_entries": float(len(session.store))}
             if generation > 0:
                 x, y = self._valid(context)
+                calibration = self._calibration(session, context)
                 accs = []
                 for arch in population:
-                    acc, f = session.score(arch, context.backend, x, y)
+                    acc, f = session.score(arch, context.backend, x, y, calibration)
                     accs.append(acc)
                     flops += f
                 sign = _sign(ostudy)
@@ -110,7 +138,7 @@ class InheritedEstimator(Estimator):
                 metrics["sievo_parents_max"] = max(accs)
             session.save(study=ostudy.study_name)
         context.log_study_metrics(metrics, step=generation)
-        samples = sampler.batches_per_generation * sampler.batch_size
+        samples = steps * sampler.batch_size
         return Cost(flops=flops, epochs=samples / max(1, len(context.dataset.train_x)))
 
     def _generation_summary(self, sampler: SIEvolutionSampler, context: EvaluationContext,

@@ -35,8 +35,10 @@ class SIEvolutionSampler(BaseSampler):
     estimator). Options: ``population_size``, ``offspring`` (default: population size),
     ``generations`` (stop after this many generations after the initial one; ``None``: as many
     as the trials allow), ``batches_per_generation``, ``batch_size``, ``lr``, ``momentum``,
-    ``weight_decay`` (the sampled training), ``crossover_prob``, ``mutation_prob``,
-    ``tournament_size`` and ``checkpoint_dir`` (where the weight store is saved; default
+    ``weight_decay`` (the sampled training), ``warmup_batches`` (before generation 0's
+    training, that many steps each on a new uniformly drawn candidate, so every node of the
+    space gets trained weights; 0: none, as in the paper), ``crossover_prob``,
+    ``mutation_prob``, ``tournament_size`` and ``checkpoint_dir`` (where the weight store is saved; default
     next to a sqlite storage, else a temporary folder)."""
 
     def __init__(self, space: SearchSpace, seed: int = 0, population_size: int = 10,
@@ -44,7 +46,7 @@ class SIEvolutionSampler(BaseSampler):
                  batches_per_generation: int = 50, batch_size: int = 64, lr: float = 0.05,
                  momentum: float = 0.9, weight_decay: float = 3e-4, crossover_prob: float = 0.9,
                  mutation_prob: float = 1.0, tournament_size: int = 2,
-                 checkpoint_dir: str | None = None):
+                 checkpoint_dir: str | None = None, warmup_batches: int = 0):
         if space is None:
             raise ConfigError("strategy 'si-evolution' needs the study's search space (space=)")
         check_range("population_size", population_size, 2)
@@ -53,6 +55,7 @@ class SIEvolutionSampler(BaseSampler):
             check_range("generations", generations, 0)
         check_range("batches_per_generation", batches_per_generation, 0)
         check_range("batch_size", batch_size, 1)
+        check_range("warmup_batches", warmup_batches, 0)
         check_range("lr", lr, 0)
         check_range("crossover_prob", crossover_prob, 0, 1)
         check_range("mutation_prob", mutation_prob, 0, 1)
@@ -62,6 +65,7 @@ class SIEvolutionSampler(BaseSampler):
         self.offspring = int(offspring if offspring is not None else population_size)
         self.generations = generations
         self.batches_per_generation, self.batch_size = int(batches_per_generation), int(batch_size)
+        self.warmup_batches = int(warmup_batches)
         self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
         self.crossover_prob, self.mutation_prob = float(crossover_prob), float(mutation_prob)
         self.tournament_size = int(tournament_size)

@@ -164,6 +164,24 @@ class DagSpace(SearchSpace):
         super().validate(arch)
         check_dag(arch, self.nodes)
 
+    def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
+        """Edges ``(source, target, label)`` of the normal cell then the reduction cell, for
+        drawings: nodes ``n:in0``, ``n:in1`` (the cell inputs), ``n:2`` ... and ``r:...`` for
+        the reduction cell; the label is the operation, with ``+se`` on the edges into a node
+        gated by channel attention."""
+        d = arch.decisions
+        edges: list[tuple[str, str, str]] = []
+        for cell, prefix in zip(CELL_TYPES, ("n", "r")):
+            def name(i: int) -> str:
+                return f"{prefix}:in{i}" if i < 2 else f"{prefix}:{i}"
+
+            for n in range(2, self.nodes + 2):
+                p = f"{cell}_node{n}_"
+                suffix = "+se" if d[p + "se"] else ""
+                for slot in (0, 1):
+                    edges.append((name(int(d[f"{p}in{slot}"])), name(n), f"{d[f'{p}op{slot}']}{suffix}"))
+        return edges
+
     def parse(self, text: str) -> Architecture:
         arch = Architecture.parse(text if text.startswith("dag:") else f"dag:{text}")
         self.validate(arch)
@@ -220,6 +238,34 @@ class DagMacro:
                                "prev_reduce": prev_reduce})
             c_pp, c_p, prev_reduce = c_p, k * c_curr, kind == "reduce"
         self.out_channels = c_p
+
+    def all_keys(self) -> list[Key]:
+        """Every weight-store key some candidate of the space uses (the whole supernet)."""
+        keys: list[Key] = [("stem",)]
+        se = self.space.attention
+        for i, cell in enumerate(self.cells):
+            keys += [("pre0", i), ("pre1", i)]
+            for n in range(2, self.space.nodes + 2):
+                keys += [("edge", i, cell["type"], n, src, op)
+                         for src in range(n) for op in self.space.ops]
+                if se:
+                    keys.append(("se", i, cell["type"], n))
+        return keys + [("head",)]
+
+    def arch_keys(self, arch: Architecture) -> list[Key]:
+        """The keys a network of ``arch`` calls, once per call (an edge key used by both
+        inputs of a node appears twice)."""
+        d = arch.decisions
+        keys: list[Key] = [("stem",)]
+        for i, cell in enumerate(self.cells):
+            ctype = cell["type"]
+            keys += [("pre0", i), ("pre1", i)]
+            for n in range(2, self.space.nodes + 2):
+                p = f"{ctype}_node{n}_"
+                keys += [("edge", i, ctype, n, d[f"{p}in{slot}"], d[f"{p}op{slot}"]) for slot in (0, 1)]
+                if d[p + "se"]:
+                    keys.append(("se", i, ctype, n))
+        return keys + [("head",)]
 
     def make(self, key: Key) -> nn.Module:
         kind = key[0]
