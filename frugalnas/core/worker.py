@@ -25,7 +25,7 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from .config import StudyConfig
-from .errors import ConfigError
+from .errors import ConfigError, check_range
 
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
@@ -147,6 +147,22 @@ def prepare_tracking_store(uri: str) -> None:
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
 
 
+def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int) -> None:
+    """Raise ConfigError for heartbeat/grace/retries values that cannot work."""
+    if heartbeat is not None:
+        check_range("heartbeat (seconds)", heartbeat, 1)
+    if grace is not None:
+        if heartbeat is None:
+            raise ConfigError(f"grace {grace!r} needs heartbeats; add --heartbeat SECONDS")
+        if not isinstance(grace, int) or grace <= heartbeat:
+            raise ConfigError(f"invalid grace {grace!r}; it must exceed the heartbeat interval "
+                              f"({heartbeat} s), or live trials would be failed as stale")
+    check_range("retries", retries, 0)
+    if retries and heartbeat is None:
+        raise ConfigError(f"retries {retries!r} needs heartbeats to detect dead trials; "
+                          "add --heartbeat SECONDS")
+
+
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
                timeout: float | None = None) -> Any:
@@ -157,6 +173,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
 
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"invalid n_trials {n_trials!r} for a worker; expected an integer >= 1")
+    check_worker_settings(heartbeat, grace, retries)
     holder: dict[str, Any] = {}
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) if retries else None
 
