@@ -27,6 +27,12 @@ def test_parent_and_nested_trial_runs(stores):
     assert parent.data.params["space"] == "nb201"
     assert "best_so_far.png" in [a.path for a in client.list_artifacts(parent.info.run_id)]
     assert parent.data.metrics["best_value"] == pytest.approx(study.best_value)
+    curve = client.get_metric_history(parent.info.run_id, "best_so_far")
+    assert [m.step for m in sorted(curve, key=lambda m: m.step)] == [0, 1, 2, 3]
+    values = [m.value for m in sorted(curve, key=lambda m: m.step)]
+    assert values == sorted(values) and values[-1] == pytest.approx(study.best_value)
+    assert client.get_experiment(parent.info.experiment_id).tags["mlflow.experimentKind"] == \
+        "custom_model_development"
     for run in trials:
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.data.tags["strategy"] == "random" and run.data.tags["state"] == "COMPLETE"

@@ -33,6 +33,10 @@ class TrainConfig:
         check_range("epochs", self.epochs, 0)
         check_range("batch_size", self.batch_size, 1)
         check_range("lr", self.lr, 0)
+        check_range("momentum", self.momentum, 0, 1)
+        check_range("weight_decay", self.weight_decay, 0)
+        if self.max_steps is not None:
+            check_range("max_steps", self.max_steps, 1)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
 
 

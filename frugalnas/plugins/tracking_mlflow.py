@@ -102,7 +102,8 @@ class StudyTracker:
                 try:
                     self.experiment_id = self.client.create_experiment(
                         name, artifact_location=_artifact_root(self.uri),
-                        tags={TAG_STUDY: name})
+                        # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
+                        tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
                 except Exception:  # another worker created it first
                     self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
             else:
@@ -221,19 +222,28 @@ class StudyTracker:
                               metrics=[Metric(k, float(v), now, int(step)) for k, v in metrics.items()])
 
     def _log_trial_values(self) -> None:
-        """This session's trial values and the best so far, as step metrics on the parent run
-        (batched here rather than one call per trial)."""
+        """This session's trial values, and the best so far at each of them over every
+        completed trial in the storage (so several workers agree), as step metrics on the
+        parent run, batched here rather than one call per trial."""
         from mlflow.entities import Metric
+        from optuna.trial import TrialState
 
         if not self.trial_values:
             return
         maximize = self.study.directions[0] == "maximize"
-        best, now, metrics = None, int(time.time() * 1000), []
+        done = sorted((t.number, t.value) for t in self.study.optuna_study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)))
+        now, metrics, best, i = int(time.time() * 1000), [], None, 0
         for number, value in sorted(self.trial_values):
-            best = value if best is None else (max(best, value) if maximize else min(best, value))
-            metrics += [Metric("trial_value", value, now, number), Metric("best_so_far", best, now, number)]
-        for i in range(0, len(metrics), 900):
-            self.client.log_batch(self.parent_run_id, metrics=metrics[i:i + 900])
+            while i < len(done) and done[i][0] <= number:
+                v = done[i][1]
+                best = v if best is None else (max(best, v) if maximize else min(best, v))
+                i += 1
+            metrics.append(Metric("trial_value", value, now, number))
+            if best is not None:
+                metrics.append(Metric("best_so_far", best, now, number))
+        for k in range(0, len(metrics), 900):
+            self.client.log_batch(self.parent_run_id, metrics=metrics[k:k + 900])
         self.trial_values.clear()
 
     def _close(self) -> None:
