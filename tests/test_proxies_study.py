@@ -21,13 +21,14 @@ def test_study_with_synflow_estimator_logs_trials_to_mlflow(stores):
                                    study_name="synflow-study", tracking_uri=uri, seed=4)
     study.optimize(3)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
-    mlflow.set_tracking_uri(uri)
-    runs = mlflow.search_runs(experiment_names=["synflow-study"])
-    trial_runs = runs[runs["tags.frugalnas.role"] == "trial"]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("synflow-study")
+    trial_runs = [r for r in client.search_runs([exp.experiment_id])
+                  if r.data.tags.get("frugalnas.role") == "trial"]
     assert len(trial_runs) == 3
     values = sorted(t.value for t in study.trials)
-    assert sorted(trial_runs["metrics.proxy_synflow"].tolist()) == pytest.approx(values)
-    assert (trial_runs["metrics.cost_flops"] > 0).all()
+    assert sorted(r.data.metrics["proxy_synflow"] for r in trial_runs) == pytest.approx(values)
+    assert all(r.data.metrics["cost_flops"] > 0 for r in trial_runs)
 
 
 class RecordingPrescreen(PrescreenSampler):

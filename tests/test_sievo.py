@@ -43,7 +43,7 @@ def test_small_study_runs_end_to_end_with_mlflow(tmp_path, monkeypatch):
 
     client = mlflow.MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(study.name) or client.search_experiments()[-1]
-    runs = mlflow.search_runs([exp.experiment_id], output_format="list")
+    runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and len(children) == 7
