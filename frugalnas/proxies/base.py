@@ -7,7 +7,7 @@ import inspect
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -170,20 +170,31 @@ class ProxyEstimator(Estimator):
         self.needs_dataset = data == "dataset" and proxy.needs_data
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
-        start = time.perf_counter()
-        seed = context.seed if self.seed is None else self.seed
-        x, y, num_classes = proxy_batch(
-            context, batch_size=self.batch_size, data=self.data, resize=self.resize, seed=seed,
-            input_shape=self.input_shape, num_classes=self.num_classes,
-            need_dataset=self.needs_dataset)
-        seed_everything(seed)
-        model = context.space.build(arch, num_classes, tuple(x.shape[1:]))
-        model = context.backend.prepare(model)
-        device = context.backend.device
-        x, y = x.to(device), y.to(device)
-        value = self.proxy.score(model, x, y)
-        seconds = time.perf_counter() - start
-        flops = self.proxy.flops(count_flops(model, x[:1]), len(x))
-        cost = Cost(seconds=seconds, flops=flops, params=count_params(model))
-        return EstimateResult(value=value, metrics={f"proxy_{self.proxy.name}": value}, cost=cost)
+        values, cost = score_network(
+            [self.proxy], arch, context, batch_size=self.batch_size, data=self.data,
+            resize=self.resize, seed=self.seed, input_shape=self.input_shape,
+            num_classes=self.num_classes, need_dataset=self.needs_dataset)
+        value = values[f"proxy_{self.proxy.name}"]
+        return EstimateResult(value=value, metrics=values, cost=cost)
+
+
+def score_network(proxies: Sequence[Proxy], arch: Architecture, context: EvaluationContext, *,
+                  batch_size: int, data: str, resize: int | None, seed: int | None,
+                  input_shape: tuple[int, int, int], num_classes: int,
+                  need_dataset: bool) -> tuple[dict[str, float], Cost]:
+    """Build ``arch``'s network once, score it with each proxy on one fixed batch, and return
+    ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes)."""
+    start = time.perf_counter()
+    seed = context.seed if seed is None else seed
+    x, y, n_classes = proxy_batch(context, batch_size=batch_size, data=data, resize=resize,
+                                  seed=seed, input_shape=input_shape, num_classes=num_classes,
+                                  need_dataset=need_dataset)
+    seed_everything(seed)
+    model = context.backend.prepare(context.space.build(arch, n_classes, tuple(x.shape[1:])))
+    x, y = x.to(context.backend.device), y.to(context.backend.device)
+    values = {f"proxy_{p.name}": p.score(model, x, y) for p in proxies}
+    seconds = time.perf_counter() - start
+    per_sample = count_flops(model, x[:1])
+    flops = sum(p.flops(per_sample, len(x)) for p in proxies)
+    return values, Cost(seconds=seconds, flops=flops, params=count_params(model))
 

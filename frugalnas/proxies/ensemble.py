@@ -14,7 +14,6 @@ the scores of two trials are not comparable across very different population siz
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +22,10 @@ from scipy.optimize import nnls
 from scipy.stats import rankdata, spearmanr
 
 from ..core.architecture import Architecture
-from ..core.cost import Cost, count_flops, count_params
+from ..core.cost import Cost
 from ..core.errors import ConfigError, check_range
 from ..core.estimator import EstimateResult, EvaluationContext, Estimator
-from ..core.training import seed_everything
-from .base import DATA_SOURCES, Proxy, proxy_batch
+from .base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 TEACHER_METRIC = "teacher_value"
@@ -115,20 +113,10 @@ class RankEnsembleEstimator(Estimator):
 
     def measure(self, arch: Architecture, context: EvaluationContext) -> tuple[dict[str, float], Cost]:
         """Every member proxy's value on ``arch`` (one network, one batch) and the cost."""
-        start = time.perf_counter()
-        seed = context.seed if self.seed is None else self.seed
-        x, y, num_classes = proxy_batch(
-            context, batch_size=self.batch_size, data=self.data, resize=self.resize, seed=seed,
-            input_shape=self.input_shape, num_classes=self.num_classes,
-            need_dataset=self.needs_dataset)
-        seed_everything(seed)
-        model = context.backend.prepare(context.space.build(arch, num_classes, tuple(x.shape[1:])))
-        x, y = x.to(context.backend.device), y.to(context.backend.device)
-        values = {f"proxy_{p.name}": p.score(model, x, y) for p in self.members}
-        per_sample = count_flops(model, x[:1])
-        flops = sum(p.flops(per_sample, len(x)) for p in self.members)
-        return values, Cost(seconds=time.perf_counter() - start, flops=flops,
-                            params=count_params(model))
+        return score_network(self.members, arch, context, batch_size=self.batch_size,
+                             data=self.data, resize=self.resize, seed=self.seed,
+                             input_shape=self.input_shape, num_classes=self.num_classes,
+                             need_dataset=self.needs_dataset)
 
     def combine(self, values: dict[str, float], population: list[dict[str, float]],
                 weights: Sequence[float] | None) -> float:
