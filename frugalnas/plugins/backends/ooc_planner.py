@@ -9,7 +9,7 @@ changes while any lowers the step time.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ...core.errors import check_choice
@@ -70,30 +70,35 @@ def _exact(profile: Profile, budget: int) -> list[str] | None:
     return best
 
 
+def _one_change(pol: list[str]) -> Iterator[list[str]]:
+    """Every plan that differs from ``pol`` in one block's policy."""
+    for i, current in enumerate(pol):
+        for p in POLICIES:
+            if p != current:
+                yield pol[:i] + [p] + pol[i + 1:]
+
+
 def _greedy(profile: Profile, budget: int) -> list[str] | None:
-    n = len(profile.blocks)
-    pol = [RESIDENT] * n
+    """Cut memory by the change with the most bytes saved per second lost until the budget
+    holds, then take any single change that is faster and still fits."""
+    pol = [RESIDENT] * len(profile.blocks)
     t, peak = _evaluate(profile, pol)
     while peak > budget:
         best = None
-        for i in range(n):
-            for p in POLICIES:
-                if p == pol[i]:
-                    continue
-                cand = pol[:i] + [p] + pol[i + 1:]
-                ct, cp = _evaluate(profile, cand)
-                if cp >= peak:
-                    continue
-                score = (peak - cp) / max(ct - t, 1e-12)
-                if best is None or score > best[0]:
-                    best = (score, cand, ct, cp)
+        for cand in _one_change(pol):
+            ct, cp = _evaluate(profile, cand)
+            if cp >= peak:
+                continue
+            score = (peak - cp) / max(ct - t, 1e-12)
+            if best is None or score > best[0]:
+                best = (score, cand, ct, cp)
         if best is None:
             return None
         _, pol, t, peak = best
     improved = True
-    while improved:
+    while improved:  # each accepted change becomes the base of the next candidates
         improved = False
-        for i in range(n):
+        for i in range(len(pol)):
             for p in POLICIES:
                 if p == pol[i]:
                     continue
