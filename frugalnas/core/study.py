@@ -57,7 +57,7 @@ class Study:
     """A NAS study. Create it with :func:`create_study` or :func:`load_study`."""
 
     def __init__(self, optuna_study: optuna.Study, config: StudyConfig,
-                 host: PluginHost | None = None, sampler_given: bool = False):
+                 host: PluginHost | None = None):
         self.optuna_study = optuna_study
         self.config = config
         self.host = host or get_host(config.plugins, config.disable_plugins)
@@ -366,7 +366,7 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
         raise ConfigError(
             f"study {ostudy.study_name!r} exists with a different configuration; use "
             "load_study() to continue it, or choose another study_name")
-    return Study(ostudy, config, host, sampler_given=sampler_obj is not None)
+    return Study(ostudy, config, host)
 
 
 def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
