@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -124,10 +125,9 @@ def plan(config: StudyConfig, run: dict[str, Any]) -> dict[str, Any]:
             continue
         comp = host.registry(kind).get(name)
         if group == "dataset":
-            from .registry import _check_options
-            _check_options(comp, config.dataset_options)
+            comp.check_options(config.dataset_options)
         defaults = {k: v for k, v in comp.options().items()
-                    if k not in ("space", "seed") and v is not __import__("inspect").Parameter.empty}
+                    if k not in ("space", "seed") and v is not inspect.Parameter.empty}
         out[group] = {"name": name, "plugin": comp.plugin,
                       "options": {**defaults, **getattr(config, f"{group}_options")}}
     reg = host.registry("estimators")

@@ -29,8 +29,23 @@ class Component:
 
     def create(self, **options: Any) -> Any:
         """Call the factory, turning an unknown keyword option into a ConfigError."""
-        _check_options(self, options)
+        self.check_options(options)
         return self.factory(**options)
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Raise ConfigError for an option the factory does not accept, listing the valid ones."""
+        try:
+            sig = inspect.signature(self.factory)
+        except (TypeError, ValueError):
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return
+        valid = self.options()
+        for key in options:
+            if key not in valid:
+                raise ConfigError(
+                    f"unknown option {key!r} for {self.kind} {self.name!r}; "
+                    f"valid options: {', '.join(sorted(valid)) or '(none)'}")
 
     def options(self) -> dict[str, Any]:
         """Keyword options the factory accepts, with their defaults (``inspect.Parameter.empty``
@@ -44,22 +59,6 @@ class Component:
             for n, p in sig.parameters.items()
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"
         }
-
-
-def _check_options(component: Component, options: dict[str, Any]) -> None:
-    try:
-        sig = inspect.signature(component.factory)
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        return
-    valid = component.options()
-    for key in options:
-        if key not in valid:
-            raise ConfigError(
-                f"unknown option {key!r} for {component.kind} {component.name!r}; "
-                f"valid options: {', '.join(sorted(valid)) or '(none)'}"
-            )
 
 
 class Registry:

@@ -349,9 +349,7 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     for kind, name in (("search_spaces", config.space), ("backends", config.backend)):
         host.registry(kind).get(name)
     if config.dataset is not None:
-        from .registry import _check_options
-
-        _check_options(host.registry("datasets").get(config.dataset), config.dataset_options)
+        host.registry("datasets").get(config.dataset).check_options(config.dataset_options)
     resolve_estimator(host, config.estimator, config.estimator_options)
     space_obj = host.create("search_spaces", config.space, **config.space_options)
     sampler = sampler_obj or _make_sampler(host, space_obj, config)

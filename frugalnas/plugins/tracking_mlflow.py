@@ -88,41 +88,37 @@ class StudyTracker:
         self.started_ms: dict[int, int] = {}
         self.artifact_dirs: dict[str, Path] = {}
         self.trial_values: list[tuple[int, float]] = []
-        self.ready = threading.Event()
         self.experiment_id = ""
         self.parent_run_id = ""
         self.writer.submit(self._open)
 
     # -- runs on the writer thread -------------------------------------------------------
     def _open(self) -> None:
-        try:
-            name = self.study.name
-            exp = self.client.get_experiment_by_name(name)
-            if exp is None:
-                try:
-                    self.experiment_id = self.client.create_experiment(
-                        name, artifact_location=_artifact_root(self.uri),
-                        # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
-                        tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
-                except Exception:  # another worker created it first
-                    self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
-            else:
-                self.experiment_id = exp.experiment_id
-            found = self.client.search_runs(
-                [self.experiment_id], filter_string=f"tags.`{TAG_ROLE}` = 'study'", max_results=1)
-            if found:
-                self.parent_run_id = found[0].info.run_id
-                self._remember_artifact_dir(found[0])
-                if found[0].info.status != "RUNNING":
-                    self.client.update_run(self.parent_run_id, status="RUNNING")
-            else:
-                run = self.client.create_run(self.experiment_id, run_name=f"study {name}",
-                                             tags={TAG_STUDY: name, TAG_ROLE: "study"})
-                self.parent_run_id = run.info.run_id
-                self._remember_artifact_dir(run)
-                self._log_config()
-        finally:
-            self.ready.set()
+        name = self.study.name
+        exp = self.client.get_experiment_by_name(name)
+        if exp is None:
+            try:
+                self.experiment_id = self.client.create_experiment(
+                    name, artifact_location=_artifact_root(self.uri),
+                    # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
+                    tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
+            except Exception:  # another worker created it first
+                self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
+        else:
+            self.experiment_id = exp.experiment_id
+        found = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`{TAG_ROLE}` = 'study'", max_results=1)
+        if found:
+            self.parent_run_id = found[0].info.run_id
+            self._remember_artifact_dir(found[0])
+            if found[0].info.status != "RUNNING":
+                self.client.update_run(self.parent_run_id, status="RUNNING")
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=f"study {name}",
+                                         tags={TAG_STUDY: name, TAG_ROLE: "study"})
+            self.parent_run_id = run.info.run_id
+            self._remember_artifact_dir(run)
+            self._log_config()
 
     def _log_config(self) -> None:
         from mlflow.entities import Param
