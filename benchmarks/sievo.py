@@ -7,25 +7,33 @@ retraining it from scratch; then Kendall tau between inherited-weight accuracy (
 shared store) and stand-alone trained accuracy for random candidates; then an ablation of
 channel attention (the SE decision on vs off) under the same si-evolution budget.
 
-    python benchmarks/sievo.py                      # digits, a few minutes on 2 cores
-    python benchmarks/sievo.py --dataset mnist5k    # 28x28 inputs
+    python benchmarks/sievo.py --tau-cache sievo_tau_ref.json   # digits, ~15 minutes on 2 cores
+    python benchmarks/sievo.py --dataset mnist5k --parts search  # 28x28 inputs
+
+The stand-alone reference of the tau part (30 candidates x ``--tau-seeds`` trainings) is the
+expensive part; ``--tau-cache`` keeps it between runs, and ``--parts reference`` computes only
+that.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import multiprocessing
 import os
 import random
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
+import numpy as np
 import optuna
 import torch
 from scipy.stats import kendalltau
 
 import frugalnas
-from frugalnas.core.cost import count_flops
+from frugalnas.core.cost import count_flops, count_params
 from frugalnas.plugins.dag import retrain
 from frugalnas.search_spaces.dag import DagSpace
 
@@ -99,8 +107,11 @@ def main() -> None:
                    help="tau candidates: random ones, or the search's own trials")
     p.add_argument("--tau-epochs", type=float, default=8.0,
                    help="stand-alone training epochs of the tau reference")
-    p.add_argument("--tau-seeds", type=int, default=1,
-                   help="stand-alone trainings per candidate (seeds seed..seed+k-1), averaged")
+    p.add_argument("--tau-seeds", type=int, default=4,
+                   help="stand-alone trainings per candidate (seeds seed..seed+k-1), averaged; "
+                        "with two or more the reference's own seed-to-seed tau is printed")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="stand-alone reference trainings run at a time (processes)")
     p.add_argument("--tau-cache", default=None,
                    help="JSON file of stand-alone accuracies: a run resumes from it, so the "
                         "reference can be computed over several runs")
@@ -125,7 +136,7 @@ def main() -> None:
           f"bn_batches={args.bn_batches} rea_epochs={args.rea_epochs}")
 
     if parts == {"reference"}:
-        reference(args, tau_candidates(args, None))
+        print(reliability(reference(args, tau_candidates(args, None))))
         return
     si, si_s, si_f = run_sievo(args)
     si_best = si.best_architecture
@@ -162,44 +173,100 @@ def tau_candidates(args: argparse.Namespace, si) -> list:
     return [space.sample(rng) for _ in range(args.tau_candidates)]
 
 
-def reference(args: argparse.Namespace, archs: list) -> list[float]:
-    """Stand-alone accuracy of each candidate: trained from scratch for ``tau_epochs`` with
-    the ``train`` estimator, averaged over ``tau_seeds`` seeds; cached in ``tau_cache``."""
+def _stand_alone(job: tuple) -> float:
+    """One stand-alone training (a worker process of ``reference``)."""
+    opts, dataset, seed, arch, epochs, threads = job
+    torch.set_num_threads(threads)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ref = frugalnas.create_study(space="dag", strategy="random", estimator="train", dataset=dataset,
+                                 space_options=opts, seed=seed, tracking=False)
+    return retrain(ref, arch, epochs=epochs).value
+
+
+def reference(args: argparse.Namespace, archs: list) -> list[list[float]]:
+    """Stand-alone accuracy of each candidate for each of ``tau_seeds`` seeds (a list per
+    seed): trained from scratch for ``tau_epochs`` with the ``train`` estimator, ``jobs``
+    trainings at a time; cached in ``tau_cache`` as they finish."""
     cache: dict[str, float] = {}
-    if args.tau_cache:
-        try:
-            with open(args.tau_cache) as f:
-                cache = json.load(f)
-        except FileNotFoundError:
-            pass
-    out = []
-    for arch in archs:
-        accs = []
-        for seed in range(args.seed, args.seed + args.tau_seeds):
-            key = f"{args.dataset}|{args.tau_epochs:g}|{seed}|{arch}"
-            if key not in cache:
-                ref = frugalnas.create_study(space="dag", strategy="random", estimator="train",
-                                             dataset=args.dataset, space_options=space_options(args),
-                                             seed=seed, tracking=False)
-                cache[key] = retrain(ref, arch, epochs=args.tau_epochs).value
+    if args.tau_cache and os.path.exists(args.tau_cache):
+        with open(args.tau_cache) as f:
+            cache = json.load(f)
+    seeds = range(args.seed, args.seed + args.tau_seeds)
+
+    def key(seed: int, arch) -> str:
+        return f"{args.dataset}|{args.tau_epochs:g}|{seed}|{arch}"
+
+    todo = [(seed, str(a)) for seed in seeds for a in archs if key(seed, a) not in cache]
+    if todo:
+        print(f"stand-alone reference: {len(todo)} trainings to run ({args.jobs} at a time)", flush=True)
+        jobs = [(space_options(args), args.dataset, seed, arch, args.tau_epochs, args.threads)
+                for seed, arch in todo]
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_stand_alone, job): job for job in jobs}
+            for done, future in enumerate(as_completed(futures), 1):
+                _, _, seed, arch, _, _ = futures[future]
+                cache[key(seed, arch)] = future.result()
                 if args.tau_cache:
                     with open(args.tau_cache + ".tmp", "w") as f:
                         json.dump(cache, f, indent=0)
                     os.replace(args.tau_cache + ".tmp", args.tau_cache)
-            accs.append(cache[key])
-        out.append(sum(accs) / len(accs))
-    return out
+                if done % 10 == 0 or done == len(jobs):
+                    print(f"  {done}/{len(jobs)} trained", flush=True)
+    return [[cache[key(seed, a)] for a in archs] for seed in seeds]
+
+
+def reliability(per_seed: list[list[float]]) -> str:
+    """How far stand-alone training agrees with itself: Kendall tau between seeds, and between
+    the means of two halves of the seeds. An estimator cannot be expected to agree with the
+    reference better than the reference agrees with itself."""
+    pairs = [kendalltau(a, b).statistic for a, b in itertools.combinations(per_seed, 2)]
+    if not pairs:
+        return "one seed: reference reliability not measured (use --tau-seeds >= 2)"
+    text = (f"seed-to-seed tau of the reference: mean {np.mean(pairs):.3f} "
+            f"(min {min(pairs):.3f}, max {max(pairs):.3f}, {len(pairs)} pairs)")
+    if len(per_seed) >= 4:
+        half = len(per_seed) // 2
+        split = kendalltau(np.mean(per_seed[:half], axis=0), np.mean(per_seed[half:], axis=0)).statistic
+        text += f"; split-half tau ({half} vs {len(per_seed) - half} seeds): {split:.3f}"
+    return text
+
+
+def tau_with_interval(x: list[float], y: list[float], rng: np.random.Generator,
+                      resamples: int = 2000) -> tuple[float, float, float]:
+    """Kendall tau and a 95 % bootstrap interval over the candidates."""
+    x, y = np.asarray(x), np.asarray(y)
+    taus = []
+    for _ in range(resamples):
+        i = rng.integers(0, len(x), len(x))
+        t = kendalltau(x[i], y[i]).statistic
+        if np.isfinite(t):
+            taus.append(t)
+    return float(kendalltau(x, y).statistic), float(np.percentile(taus, 2.5)), float(np.percentile(taus, 97.5))
 
 
 def tau_part(args, si) -> None:
-    """Inherited accuracy (final shared store) vs stand-alone training of the tau candidates."""
+    """Inherited accuracy (final shared store) vs stand-alone training of the tau candidates,
+    next to two baselines: the same scoring with the untrained store, and parameter count."""
     archs = tau_candidates(args, si)
-    trained = reference(args, archs)
+    per_seed = reference(args, archs)
+    trained = np.mean(per_seed, axis=0)
     inherited = [si.evaluate(arch).value for arch in archs]
-    tau = kendalltau(inherited, trained).statistic
-    seeds = f", mean of {args.tau_seeds} seeds" if args.tau_seeds > 1 else ""
-    print(f"Kendall tau (inherited vs {args.tau_epochs:g}-epoch stand-alone{seeds}, "
-          f"{len(archs)} {args.tau_source} candidates): {tau:.3f}")
+    untrained_study = frugalnas.create_study(
+        space="dag", strategy="random", estimator="inherited", dataset=args.dataset,
+        space_options=space_options(args), seed=args.seed, tracking=False,
+        estimator_options={"valid_limit": args.valid_limit, "bn_recalibration_batches": args.bn_batches})
+    untrained = [untrained_study.evaluate(arch).value for arch in archs]
+    data = si.load_dataset()
+    params = [count_params(si.space.build(a, data.num_classes, data.input_shape)) for a in archs]
+    rng = np.random.default_rng(args.seed)
+    seeds = f"mean of {args.tau_seeds} seeds" if args.tau_seeds > 1 else "one seed"
+    print(f"Kendall tau against {args.tau_epochs:g}-epoch stand-alone accuracy ({seeds}), "
+          f"{len(archs)} {args.tau_source} candidates, 95 % bootstrap interval:")
+    for name, score in (("inherited (search store)", inherited), ("inherited (untrained store)", untrained),
+                        ("parameter count", params)):
+        tau, lo, hi = tau_with_interval(score, trained, rng)
+        print(f"  {name:<28} tau {tau:+.3f}  [{lo:+.3f}, {hi:+.3f}]")
+    print("  " + reliability(per_seed))
     print(f"inherited range {min(inherited):.1f}-{max(inherited):.1f} %, stand-alone range "
           f"{min(trained):.1f}-{max(trained):.1f} %")
 

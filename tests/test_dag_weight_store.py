@@ -5,6 +5,7 @@ import random
 import torch
 
 from frugalnas.search_spaces.dag import DagNetwork, DagSpace
+from frugalnas.search_spaces.dag_ops import OPS
 from frugalnas.search_spaces.weight_store import WeightStore, decode_key, encode_key
 
 
@@ -141,3 +142,39 @@ def test_bn_recalibration_matches_cumulative_running_statistics():
         shared.eval()
         x = torch.randn(2, 3, 4, 4)
         assert torch.allclose(shared(x), ref(x), atol=1e-5)
+
+
+def test_every_operation_but_identity_normalises_its_output():
+    """A node adds two operation outputs, and under weight sharing the modules downstream see
+    the mixtures of many candidates: every operation except the identity ends in batch norm,
+    so its output has unit per-channel variance at initialisation whatever the operation."""
+    space = DagSpace(channels=4, nodes=3, reductions=1, ops=OPS)
+    macro = space.macro(10, (1, 8, 8), shared=True)
+    x = 5.0 * torch.randn(32, 8, 8, 8) + 3.0
+    for op in OPS:
+        for ctype, src in (("normal", 0), ("reduce", 0), ("normal", 3)):
+            cell = 1 if ctype == "reduce" else 0
+            channels = macro.cells[cell]["c"]
+            module = macro.make(("edge", cell, ctype, 2 if src < 2 else src + 1, src, op))
+            out = module(x[:, :channels])
+            var = out.var(dim=(0, 2, 3))
+            if op == "skip_connect" and not (ctype == "reduce" and src < 2):
+                assert torch.allclose(out, x[:, :channels])
+            else:
+                assert torch.allclose(var, torch.ones_like(var), atol=0.05), (op, ctype, var)
+
+
+def test_the_classifier_sees_normalised_features_and_every_module_is_a_store_key():
+    space, store = _space_and_store()
+    macro = space.macro(10, (1, 8, 8), shared=True)
+    a = space.sample(random.Random(3))
+    net = DagNetwork(space, a, store.get)
+    assert set(macro.arch_keys(a)) <= set(macro.all_keys())
+    assert {decode_key(k) for k in store.entries} == set(macro.arch_keys(a))
+    features = []
+    net.head.register_forward_hook(lambda m, inp, out: features.append(inp[0]))
+    net(torch.randn(64, 1, 8, 8))
+    # batch norm, ReLU, global average: per channel the mean of a rectified unit normal,
+    # 1 / sqrt(2 pi), whatever operations the last cell's nodes use
+    expected = torch.full((macro.out_channels,), (2 * torch.pi) ** -0.5)
+    assert torch.allclose(features[0].mean(0), expected, atol=0.05)

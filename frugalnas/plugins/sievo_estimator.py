@@ -160,7 +160,9 @@ class InheritedEstimator(Estimator):
         parents = ostudy.user_attrs.get(FITNESS_ATTR.format(generation)) if generation else None
         pool = sorted(offspring + [f for f in (parents or []) if f is not None], reverse=True)
         survivors = [sign * f for f in pool[:sampler.population_size]]
-        best = max(list(done.values()) + list(parents or []))
+        rescored = [f for g in range(1, generation + 1)
+                    for f in ostudy.user_attrs.get(FITNESS_ATTR.format(g)) or [] if f is not None]
+        best = max(list(done.values()) + rescored)
         session = self.session(context)
         context.log_study_metrics({
             "sievo_population_mean": sum(survivors) / len(survivors),

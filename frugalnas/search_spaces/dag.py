@@ -250,7 +250,7 @@ class DagMacro:
                          for src in range(n) for op in self.space.ops]
                 if se:
                     keys.append(("se", i, cell["type"], n))
-        return keys + [("head",)]
+        return keys + [("final",), ("head",)]
 
     def arch_keys(self, arch: Architecture) -> list[Key]:
         """The keys a network of ``arch`` calls, once per call (an edge key used by both
@@ -265,7 +265,7 @@ class DagMacro:
                 keys += [("edge", i, ctype, n, d[f"{p}in{slot}"], d[f"{p}op{slot}"]) for slot in (0, 1)]
                 if d[p + "se"]:
                     keys.append(("se", i, ctype, n))
-        return keys + [("head",)]
+        return keys + [("final",), ("head",)]
 
     def make(self, key: Key) -> nn.Module:
         kind = key[0]
@@ -274,6 +274,8 @@ class DagMacro:
                                  self.bn(self.stem_channels))
         if kind == "head":
             return nn.Linear(self.out_channels, self.num_classes)
+        if kind == "final":
+            return self.bn(self.out_channels)
         cell = self.cells[int(key[1])]
         if kind == "pre0":
             if cell["prev_reduce"]:
@@ -316,18 +318,22 @@ class DagCell(nn.Module):
 
 
 class DagNetwork(nn.Module):
-    """Stem, the cells of ``space.cell_layout()``, global pooling and a linear classifier.
-    Every module comes from ``get(key)``: fresh ones, or shared ones from a WeightStore."""
+    """Stem, the cells of ``space.cell_layout()``, batch norm and ReLU, global pooling and a
+    linear classifier. Every module comes from ``get(key)``: fresh ones, or shared ones from a
+    WeightStore. The final batch norm matters under weight sharing: the last cell concatenates
+    its nodes, whose scales depend on the candidate's operations, and the shared classifier
+    should see the same per-channel statistics whatever the candidate."""
 
     def __init__(self, space: DagSpace, arch: Architecture, get: Callable[[Key], nn.Module]):
         super().__init__()
         self.stem = get(("stem",))
         self.cells = nn.ModuleList(DagCell(i, t, arch, space.nodes, get)
                                    for i, t in enumerate(space.cell_layout()))
+        self.final = get(("final",))
         self.head = get(("head",))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s0 = s1 = self.stem(x)
         for cell in self.cells:
             s0, s1 = s1, cell(s0, s1)
-        return self.head(torch.relu(s1).mean(dim=(2, 3)))
+        return self.head(torch.relu(self.final(s1)).mean(dim=(2, 3)))

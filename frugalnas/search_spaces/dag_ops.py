@@ -1,7 +1,8 @@
 """Candidate operations and building blocks of the evolvable DAG cell space.
 
 Each operation maps ``C`` channels to ``C`` channels; ``stride=2`` halves the spatial size
-(rounding up, so odd sizes such as 7x7 work). ``bn(C)`` makes the batch norm, so the same
+(rounding up, so odd sizes such as 7x7 work). Every operation with parameters or pooling ends
+in batch norm. ``bn(C)`` makes the batch norm, so the same
 constructors build stand-alone networks (running statistics) and weight-sharing networks
 (:class:`SharedBatchNorm2d`: batch statistics, since one set of running statistics cannot fit
 many candidates, or statistics recalibrated for one candidate with :func:`recalibrated_bn`).
@@ -149,8 +150,11 @@ def make_op(name: str, c: int, stride: int, bn: BatchNorm) -> nn.Module:
     if name.startswith(("sep_conv_", "dil_conv_")):
         kernel = int(name[-1])
         return SepConv(c, kernel, stride, 2 if name.startswith("dil") else 1, bn)
+    # Pooling is followed by batch norm (as in DARTS's search network) so that every
+    # operation's output has the same scale: a node adds two of them, and under weight sharing
+    # the modules downstream were trained on the mixtures other candidates produced.
     if name == "max_pool_3x3":
-        return nn.MaxPool2d(3, stride, 1)
+        return nn.Sequential(nn.MaxPool2d(3, stride, 1), bn(c))
     if name == "avg_pool_3x3":
-        return nn.AvgPool2d(3, stride, 1, count_include_pad=False)
+        return nn.Sequential(nn.AvgPool2d(3, stride, 1, count_include_pad=False), bn(c))
     raise ValueError(f"unknown DAG operation {name!r}; valid: {', '.join(OPS)}")
