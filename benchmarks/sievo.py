@@ -43,10 +43,12 @@ def space_options(args: argparse.Namespace, attention: bool = True) -> dict:
             "normal_cells": 1, "attention": attention}
 
 
-def run_sievo(args: argparse.Namespace, attention: bool = True) -> tuple[frugalnas.Study, float, float]:
+def run_sievo(args: argparse.Namespace, attention: bool = True,
+              seed: int | None = None) -> tuple[frugalnas.Study, float, float]:
+    seed = args.seed if seed is None else seed
     study = frugalnas.create_study(
         space="dag", strategy="si-evolution", estimator="inherited", dataset=args.dataset,
-        space_options=space_options(args, attention), seed=args.seed, tracking=False,
+        space_options=space_options(args, attention), seed=seed, tracking=False,
         strategy_options={"population_size": args.population, "offspring": args.offspring,
                           "generations": args.generations, "batches_per_generation": args.batches,
                           "batch_size": 64, "warmup_batches": args.warmup},
@@ -59,14 +61,14 @@ def run_sievo(args: argparse.Namespace, attention: bool = True) -> tuple[frugaln
     return study, seconds, flops
 
 
-def run_rea(args: argparse.Namespace) -> tuple[frugalnas.Study, object, float, float]:
+def run_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
     """Regularized evolution (Real et al., 2019): tournament, mutate, age out the oldest; every
     candidate trained from scratch for ``rea_epochs`` with the ``train`` estimator."""
     study = frugalnas.create_study(space="dag", strategy="random", estimator="train",
                                    dataset=args.dataset, space_options=space_options(args),
                                    estimator_options={"epochs": args.rea_epochs},
-                                   seed=args.seed, tracking=False)
-    rng = random.Random(args.seed)
+                                   seed=seed, tracking=False)
+    rng = random.Random(seed)
     population: deque = deque()
     history = []
     start = time.perf_counter()
@@ -85,7 +87,7 @@ def run_rea(args: argparse.Namespace) -> tuple[frugalnas.Study, object, float, f
             population.popleft()
     seconds = time.perf_counter() - start
     best = max(history, key=lambda p: p[1])[0]
-    return study, best, seconds, flops
+    return best, seconds, flops
 
 
 def main() -> None:
@@ -102,6 +104,10 @@ def main() -> None:
     p.add_argument("--rea-epochs", type=float, default=3.0, help="training epochs per REA candidate")
     p.add_argument("--tournament", type=int, default=3)
     p.add_argument("--retrain-epochs", type=float, default=8.0)
+    p.add_argument("--retrain-seeds", type=int, default=2,
+                   help="stand-alone trainings of each search's winner, averaged")
+    p.add_argument("--search-seeds", type=int, default=3,
+                   help="searches per method (seeds seed..seed+k-1) of the search and ablation parts")
     p.add_argument("--tau-candidates", type=int, default=30)
     p.add_argument("--tau-source", default="random", choices=["random", "trials"],
                    help="tau candidates: random ones, or the search's own trials")
@@ -113,8 +119,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2,
                    help="stand-alone reference trainings run at a time (processes)")
     p.add_argument("--tau-cache", default=None,
-                   help="JSON file of stand-alone accuracies: a run resumes from it, so the "
-                        "reference can be computed over several runs")
+                   help="JSON file of stand-alone accuracies (tau reference and retraining): a "
+                        "run resumes from it, so the reference can be computed over several runs")
     p.add_argument("--channels", type=int, default=4)
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--reductions", type=int, default=1)
@@ -138,29 +144,56 @@ def main() -> None:
     if parts == {"reference"}:
         print(reliability(reference(args, tau_candidates(args, None))))
         return
-    si, si_s, si_f = run_sievo(args)
-    si_best = si.best_architecture
-    si_acc = retrain(si, si_best, epochs=args.retrain_epochs).value
+    search_seeds = range(args.seed, args.seed + args.search_seeds)
+    runs = {seed: run_sievo(args, seed=seed) for seed in search_seeds}
     if "search" in parts:
-        search_part(args, si, si_best, si_s, si_f, si_acc)
+        search_part(args, runs)
     if "tau" in parts:
-        tau_part(args, si)
+        tau_part(args, runs[args.seed][0])
     if "ablation" in parts:
-        off, off_s, off_f = run_sievo(args, attention=False)
-        off_acc = retrain(off, off.best_architecture, epochs=args.retrain_epochs).value
-        print(f"ablation: attention on  retrained {si_acc:.2f} % ({si_s:.1f} s, {si_f / 1e9:.2f} GFLOPs)")
-        print(f"ablation: attention off retrained {off_acc:.2f} % ({off_s:.1f} s, {off_f / 1e9:.2f} GFLOPs)")
+        ablation_part(args, runs)
 
 
-def search_part(args, si, si_best, si_s, si_f, si_acc) -> None:
-    rea, rea_best, rea_s, rea_f = run_rea(args)
-    rea_acc = retrain(rea, rea_best, epochs=args.retrain_epochs).value
-    print(f"{'search':<22}{'seconds':>10}{'GFLOPs':>12}{'retrained acc %':>18}")
-    print(f"{'si-evolution':<22}{si_s:>10.1f}{si_f / 1e9:>12.2f}{si_acc:>18.2f}")
-    print(f"{'REA train-each':<22}{rea_s:>10.1f}{rea_f / 1e9:>12.2f}{rea_acc:>18.2f}")
-    print(f"compute ratio REA/si: {rea_f / si_f:.1f}x FLOPs, {rea_s / si_s:.1f}x seconds; "
-          f"retrained accuracy gap (si - REA): {si_acc - rea_acc:+.2f} points")
-    print(f"si best: {si_best}\nREA best: {rea_best}")
+def retrained(args: argparse.Namespace, archs: list) -> list[float]:
+    """Accuracy of each architecture trained from scratch for ``retrain_epochs``, averaged over
+    ``retrain_seeds`` seeds (cached with the reference)."""
+    seeds = range(args.seed, args.seed + args.retrain_seeds)
+    per_seed = stand_alone(args, archs, seeds, args.retrain_epochs)
+    return list(np.mean(per_seed, axis=0))
+
+
+def search_part(args, runs) -> None:
+    rows = []
+    for seed, (si, si_s, si_f) in runs.items():
+        rea_best, rea_s, rea_f = run_rea(args, seed)
+        rows.append((seed, si.best_architecture, si_s, si_f, rea_best, rea_s, rea_f))
+    accs = retrained(args, [r[1] for r in rows] + [r[4] for r in rows])
+    si_acc, rea_acc = accs[:len(rows)], accs[len(rows):]
+    print(f"search (retrained {args.retrain_epochs:g} epochs, mean of {args.retrain_seeds} seeds)")
+    print(f"{'seed':<6}{'search':<16}{'seconds':>10}{'GFLOPs':>10}{'retrained %':>13}")
+    for (seed, _, si_s, si_f, _, rea_s, rea_f), sa, ra in zip(rows, si_acc, rea_acc):
+        print(f"{seed:<6}{'si-evolution':<16}{si_s:>10.1f}{si_f / 1e9:>10.2f}{sa:>13.2f}")
+        print(f"{seed:<6}{'REA train-each':<16}{rea_s:>10.1f}{rea_f / 1e9:>10.2f}{ra:>13.2f}")
+    flops = sum(r[6] for r in rows) / sum(r[3] for r in rows)
+    secs = sum(r[5] for r in rows) / sum(r[2] for r in rows)
+    gaps = np.array(si_acc) - np.array(rea_acc)
+    print(f"over {len(rows)} search seeds: compute ratio REA/si {flops:.1f}x FLOPs, {secs:.1f}x "
+          f"seconds; retrained accuracy si {np.mean(si_acc):.2f} %, REA {np.mean(rea_acc):.2f} %, "
+          f"gap (si - REA) {gaps.mean():+.2f} points (per seed: "
+          + ", ".join(f"{g:+.2f}" for g in gaps) + ")")
+    for seed, si_best, *_ in rows[:1]:
+        print(f"seed {seed} si best: {si_best}")
+
+
+def ablation_part(args, runs) -> None:
+    """The same si-evolution budget with the attention decisions on and fixed off."""
+    off = {seed: run_sievo(args, attention=False, seed=seed) for seed in runs}
+    for name, group in (("on", runs), ("off", off)):
+        accs = retrained(args, [r[0].best_architecture for r in group.values()])
+        secs = np.mean([r[1] for r in group.values()])
+        flops = np.mean([r[2] for r in group.values()])
+        print(f"ablation: attention {name:<4} retrained {np.mean(accs):.2f} % (per seed: "
+              + ", ".join(f"{a:.2f}" for a in accs) + f"), search {secs:.1f} s, {flops / 1e9:.2f} GFLOPs")
 
 
 def tau_candidates(args: argparse.Namespace, si) -> list:
@@ -183,23 +216,24 @@ def _stand_alone(job: tuple) -> float:
     return retrain(ref, arch, epochs=epochs).value
 
 
-def reference(args: argparse.Namespace, archs: list) -> list[list[float]]:
-    """Stand-alone accuracy of each candidate for each of ``tau_seeds`` seeds (a list per
-    seed): trained from scratch for ``tau_epochs`` with the ``train`` estimator, ``jobs``
-    trainings at a time; cached in ``tau_cache`` as they finish."""
+def stand_alone(args: argparse.Namespace, archs: list, seeds, epochs: float) -> list[list[float]]:
+    """Validation accuracy of each architecture trained from scratch for ``epochs`` with the
+    ``train`` estimator, one list per seed; ``jobs`` trainings at a time, cached in
+    ``tau_cache`` as they finish."""
     cache: dict[str, float] = {}
     if args.tau_cache and os.path.exists(args.tau_cache):
         with open(args.tau_cache) as f:
             cache = json.load(f)
-    seeds = range(args.seed, args.seed + args.tau_seeds)
 
     def key(seed: int, arch) -> str:
-        return f"{args.dataset}|{args.tau_epochs:g}|{seed}|{arch}"
+        return f"{args.dataset}|{epochs:g}|{seed}|{arch}"
 
-    todo = [(seed, str(a)) for seed in seeds for a in archs if key(seed, a) not in cache]
+    todo = list(dict.fromkeys((seed, str(a)) for seed in seeds for a in archs
+                              if key(seed, a) not in cache))
     if todo:
-        print(f"stand-alone reference: {len(todo)} trainings to run ({args.jobs} at a time)", flush=True)
-        jobs = [(space_options(args), args.dataset, seed, arch, args.tau_epochs, args.threads)
+        print(f"stand-alone training: {len(todo)} runs of {epochs:g} epochs ({args.jobs} at a time)",
+              flush=True)
+        jobs = [(space_options(args), args.dataset, seed, arch, epochs, args.threads)
                 for seed, arch in todo]
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(_stand_alone, job): job for job in jobs}
@@ -213,6 +247,11 @@ def reference(args: argparse.Namespace, archs: list) -> list[list[float]]:
                 if done % 10 == 0 or done == len(jobs):
                     print(f"  {done}/{len(jobs)} trained", flush=True)
     return [[cache[key(seed, a)] for a in archs] for seed in seeds]
+
+
+def reference(args: argparse.Namespace, archs: list) -> list[list[float]]:
+    """The tau reference: ``tau_seeds`` stand-alone trainings of ``tau_epochs`` per candidate."""
+    return stand_alone(args, archs, range(args.seed, args.seed + args.tau_seeds), args.tau_epochs)
 
 
 def reliability(per_seed: list[list[float]]) -> str:
