@@ -129,8 +129,11 @@ def main() -> None:
     p.add_argument("--valid-limit", type=int, default=200,
                    help="validation examples for inherited-weight scoring (default: all)")
     p.add_argument("--parts", default="search,tau,ablation",
-                   help="comma-separated parts to run: search, tau, ablation, reference "
-                        "(only the stand-alone reference of the random tau candidates)")
+                   help="comma-separated parts to run: search, tau, ablation; or alone: reference "
+                        "(only the stand-alone reference of the random tau candidates), probe "
+                        "(tau as a store trains on uniformly drawn candidates, no search)")
+    p.add_argument("--probe-stops", default="0,500,1000,2000",
+                   help="training batches at which the probe part measures tau")
     args = p.parse_args()
     parts = set(args.parts.split(","))
     torch.set_num_threads(args.threads)
@@ -143,6 +146,9 @@ def main() -> None:
 
     if parts == {"reference"}:
         print(reliability(reference(args, tau_candidates(args, None))))
+        return
+    if parts == {"probe"}:
+        probe_part(args)
         return
     search_seeds = range(args.seed, args.seed + args.search_seeds)
     runs = {seed: run_sievo(args, seed=seed) for seed in search_seeds}
@@ -281,6 +287,36 @@ def tau_with_interval(x: list[float], y: list[float], rng: np.random.Generator,
         if np.isfinite(t):
             taus.append(t)
     return float(kendalltau(x, y).statistic), float(np.percentile(taus, 2.5)), float(np.percentile(taus, 97.5))
+
+
+def probe_part(args) -> None:
+    """How inherited ranking evolves as a store trains on uniformly drawn candidates (the
+    warm-up's sampling), without any search: tau of the tau candidates at each of
+    ``probe_stops`` training batches, against the same reference."""
+    archs = tau_candidates(args, None)
+    trained = np.mean(reference(args, archs), axis=0)
+    study = frugalnas.create_study(
+        space="dag", strategy="random", estimator="inherited", dataset=args.dataset,
+        space_options=space_options(args), seed=args.seed, tracking=False,
+        estimator_options={"valid_limit": args.valid_limit, "bn_recalibration_batches": args.bn_batches})
+    context = study.context()
+    session = study.estimator.session(context)
+    rng = np.random.default_rng(args.seed)
+    done = 0
+    print(f"store trained on uniformly drawn candidates; tau against the {args.tau_epochs:g}-epoch "
+          f"reference (mean of {args.tau_seeds} seeds), {len(archs)} random candidates")
+    for i, stop in enumerate(int(b) for b in args.probe_stops.split(",")):
+        info = {"loss": float("nan")}
+        if stop > done:
+            info = session.train(lambda r: study.space.sample(r), context.dataset, context.backend,
+                                 generation=-(i + 1), batches=stop - done, batch_size=64, lr=0.05,
+                                 momentum=0.9, weight_decay=3e-4)
+            done = stop
+        inherited = [study.evaluate(a).value for a in archs]
+        tau, lo, hi = tau_with_interval(inherited, trained, rng)
+        print(f"  {stop:>6} batches  train loss {info['loss']:.3f}  inherited "
+              f"{min(inherited):.1f}-{max(inherited):.1f} %  tau {tau:+.3f}  [{lo:+.3f}, {hi:+.3f}]",
+              flush=True)
 
 
 def tau_part(args, si) -> None:
