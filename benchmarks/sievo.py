@@ -269,6 +269,11 @@ def reliability(per_seed: list[list[float]]) -> str:
         return "one seed: reference reliability not measured (use --tau-seeds >= 2)"
     text = (f"seed-to-seed tau of the reference: mean {np.mean(pairs):.3f} "
             f"(min {min(pairs):.3f}, max {max(pairs):.3f}, {len(pairs)} pairs)")
+    if len(per_seed) >= 3:  # the yardstick: what one stand-alone training achieves
+        rest = [kendalltau(per_seed[i], np.mean(per_seed[:i] + per_seed[i + 1:], axis=0)).statistic
+                for i in range(len(per_seed))]
+        text += (f"; one seed against the mean of the other {len(per_seed) - 1}: mean "
+                 f"{np.mean(rest):.3f} (min {min(rest):.3f}, max {max(rest):.3f})")
     if len(per_seed) >= 4:
         half = len(per_seed) // 2
         split = kendalltau(np.mean(per_seed[:half], axis=0), np.mean(per_seed[half:], axis=0)).statistic
@@ -289,16 +294,21 @@ def tau_with_interval(x: list[float], y: list[float], rng: np.random.Generator,
     return float(kendalltau(x, y).statistic), float(np.percentile(taus, 2.5)), float(np.percentile(taus, 97.5))
 
 
+def untrained_store_study(args: argparse.Namespace) -> frugalnas.Study:
+    """A study scoring with inherited weights from a fresh store (no search trains it)."""
+    return frugalnas.create_study(
+        space="dag", strategy="random", estimator="inherited", dataset=args.dataset,
+        space_options=space_options(args), seed=args.seed, tracking=False,
+        estimator_options={"valid_limit": args.valid_limit, "bn_recalibration_batches": args.bn_batches})
+
+
 def probe_part(args) -> None:
     """How inherited ranking evolves as a store trains on uniformly drawn candidates (the
     warm-up's sampling), without any search: tau of the tau candidates at each of
     ``probe_stops`` training batches, against the same reference."""
     archs = tau_candidates(args, None)
     trained = np.mean(reference(args, archs), axis=0)
-    study = frugalnas.create_study(
-        space="dag", strategy="random", estimator="inherited", dataset=args.dataset,
-        space_options=space_options(args), seed=args.seed, tracking=False,
-        estimator_options={"valid_limit": args.valid_limit, "bn_recalibration_batches": args.bn_batches})
+    study = untrained_store_study(args)
     context = study.context()
     session = study.estimator.session(context)
     rng = np.random.default_rng(args.seed)
@@ -326,10 +336,7 @@ def tau_part(args, si) -> None:
     per_seed = reference(args, archs)
     trained = np.mean(per_seed, axis=0)
     inherited = [si.evaluate(arch).value for arch in archs]
-    untrained_study = frugalnas.create_study(
-        space="dag", strategy="random", estimator="inherited", dataset=args.dataset,
-        space_options=space_options(args), seed=args.seed, tracking=False,
-        estimator_options={"valid_limit": args.valid_limit, "bn_recalibration_batches": args.bn_batches})
+    untrained_study = untrained_store_study(args)
     untrained = [untrained_study.evaluate(arch).value for arch in archs]
     data = si.load_dataset()
     params = [count_params(si.space.build(a, data.num_classes, data.input_shape)) for a in archs]
@@ -342,6 +349,9 @@ def tau_part(args, si) -> None:
         tau, lo, hi = tau_with_interval(score, trained, rng)
         print(f"  {name:<28} tau {tau:+.3f}  [{lo:+.3f}, {hi:+.3f}]")
     print("  " + reliability(per_seed))
+    flops = sum(t.user_attrs["cost"]["flops"] for t in si.completed_trials())
+    print(f"search store: {len(si.completed_trials())} candidates, warm-up {args.warmup} batches, "
+          f"{flops / 1e9:.2f} GFLOPs in all")
     print(f"inherited range {min(inherited):.1f}-{max(inherited):.1f} %, stand-alone range "
           f"{min(trained):.1f}-{max(trained):.1f} %")
 

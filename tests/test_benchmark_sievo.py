@@ -1,0 +1,38 @@
+"""benchmarks/sievo.py runs end to end at a tiny size and prints every figure it promises."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sievo.py"
+TINY = ["--population", "3", "--offspring", "2", "--generations", "1", "--batches", "4",
+        "--rea-epochs", "0.05", "--retrain-epochs", "0.05", "--tau-epochs", "0.05",
+        "--tau-candidates", "4", "--tau-seeds", "3", "--search-seeds", "2",
+        "--retrain-seeds", "1", "--jobs", "2", "--valid-limit", "40"]
+
+
+@pytest.mark.slow
+def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
+    cache = tmp_path / "ref.json"
+    out = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout
+    assert "over 2 search seeds: compute ratio REA/si" in text
+    assert "inherited (search store)" in text and "inherited (untrained store)" in text
+    assert "one seed against the mean of the other 2" in text
+    assert "ablation: attention off" in text
+    entries = json.loads(cache.read_text())
+    # 4 tau candidates x 3 seeds, plus the retrained winners
+    assert sum(k.startswith("digits|0.05|") for k in entries) >= 12
+
+    # a second run finds the reference in the cache and trains nothing for it
+    again = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache),
+                            "--parts", "reference"], capture_output=True, text=True, timeout=600,
+                           cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "stand-alone training" not in again.stdout
+    assert "seed-to-seed tau of the reference" in again.stdout
