@@ -88,8 +88,9 @@ class SievoSession:
                 shape = tuple(sample.shape[1:])
             elif kind == "head":
                 shape = (self.macro.out_channels,)
-            elif kind == "final":
-                shape = (self.macro.out_channels, *self._input_shapes[("node", len(self.macro.cells) - 1)][1:])
+            elif kind == "final":  # the last cell's output
+                last = self._input_shapes[("node", len(self.macro.cells) - 1)]
+                shape = (self.macro.out_channels, *last[1:])
             elif kind in ("pre0", "pre1"):
                 shape = self._input_shapes[(kind, key[1])]
             elif kind == "edge" and int(key[4]) < 2:
