@@ -7,7 +7,7 @@ retraining it from scratch; then Kendall tau between inherited-weight accuracy (
 shared store) and stand-alone trained accuracy for random candidates; then an ablation of
 channel attention (the SE decision on vs off) under the same si-evolution budget.
 
-    python benchmarks/sievo.py --tau-cache sievo_tau_ref.json   # digits, ~15 minutes on 2 cores
+    python benchmarks/sievo.py --tau-cache sievo_tau_ref.json   # digits, ~30 minutes on 2 cores
     python benchmarks/sievo.py --dataset mnist5k --parts search  # 28x28 inputs
 
 The stand-alone reference of the tau part (30 candidates x ``--tau-seeds`` trainings) is the
@@ -155,7 +155,7 @@ def main() -> None:
     if "search" in parts:
         search_part(args, runs)
     if "tau" in parts:
-        tau_part(args, runs[args.seed][0])
+        tau_part(args, runs[args.seed])
     if "ablation" in parts:
         ablation_part(args, runs)
 
@@ -213,7 +213,7 @@ def tau_candidates(args: argparse.Namespace, si) -> list:
 
 
 def _stand_alone(job: tuple) -> float:
-    """One stand-alone training (a worker process of ``reference``)."""
+    """One stand-alone training (run in a worker process by ``stand_alone``)."""
     opts, dataset, seed, arch, epochs, threads = job
     torch.set_num_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -329,9 +329,11 @@ def probe_part(args) -> None:
               flush=True)
 
 
-def tau_part(args, si) -> None:
-    """Inherited accuracy (final shared store) vs stand-alone training of the tau candidates,
-    next to two baselines: the same scoring with the untrained store, and parameter count."""
+def tau_part(args, run) -> None:
+    """Inherited accuracy (final shared store of the si-evolution ``run``) vs stand-alone
+    training of the tau candidates, next to two baselines: the same scoring with the untrained
+    store, and parameter count."""
+    si, _, flops = run
     archs = tau_candidates(args, si)
     per_seed = reference(args, archs)
     trained = np.mean(per_seed, axis=0)
@@ -349,7 +351,6 @@ def tau_part(args, si) -> None:
         tau, lo, hi = tau_with_interval(score, trained, rng)
         print(f"  {name:<28} tau {tau:+.3f}  [{lo:+.3f}, {hi:+.3f}]")
     print("  " + reliability(per_seed))
-    flops = sum(t.user_attrs["cost"]["flops"] for t in si.completed_trials())
     print(f"search store: {len(si.completed_trials())} candidates, warm-up {args.warmup} batches, "
           f"{flops / 1e9:.2f} GFLOPs in all")
     print(f"inherited range {min(inherited):.1f}-{max(inherited):.1f} %, stand-alone range "

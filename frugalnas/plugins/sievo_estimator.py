@@ -157,11 +157,12 @@ class InheritedEstimator(Estimator):
         done[number] = sign * acc
         offspring = [v for n, v in done.items() if first <= n <= number]
         plan = sampler.plan(ostudy, generation)
-        parents = ostudy.user_attrs.get(FITNESS_ATTR.format(generation)) if generation else None
+        attrs = ostudy.user_attrs  # one storage read for every generation's re-scores
+        parents = attrs.get(FITNESS_ATTR.format(generation)) if generation else None
         pool = sorted(offspring + [f for f in (parents or []) if f is not None], reverse=True)
         survivors = [sign * f for f in pool[:sampler.population_size]]
         rescored = [f for g in range(1, generation + 1)
-                    for f in ostudy.user_attrs.get(FITNESS_ATTR.format(g)) or [] if f is not None]
+                    for f in attrs.get(FITNESS_ATTR.format(g)) or [] if f is not None]
         best = max(list(done.values()) + rescored)
         session = self.session(context)
         context.log_study_metrics({
