@@ -63,7 +63,38 @@ def run_sievo(args: argparse.Namespace, attention: bool = True,
 
 def run_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
     """Regularized evolution (Real et al., 2019): tournament, mutate, age out the oldest; every
-    candidate trained from scratch for ``rea_epochs`` with the ``train`` estimator."""
+    candidate trained from scratch for ``rea_epochs`` with the ``train`` estimator. With
+    ``--tau-cache`` the winner and the measured compute are kept there, so a later run with the
+    same settings reuses them instead of searching again (the run says so)."""
+    key = (f"rea|{args.dataset}|{seed}|{json.dumps(space_options(args), sort_keys=True)}|"
+           f"{args.population}|{args.offspring}|{args.generations}|{args.tournament}|{args.rea_epochs:g}")
+    cache = load_cache(args)
+    if key in cache:
+        best, seconds, flops = cache[key]
+        print(f"REA seed {seed}: winner, seconds and FLOPs from {args.tau_cache} (measured earlier)")
+        return DagSpace(**space_options(args)).parse(best), seconds, flops
+    best, seconds, flops = _search_rea(args, seed)
+    if args.tau_cache:
+        cache = load_cache(args)
+        cache[key] = [str(best), seconds, flops]
+        save_cache(args, cache)
+    return best, seconds, flops
+
+
+def load_cache(args: argparse.Namespace) -> dict:
+    if args.tau_cache and os.path.exists(args.tau_cache):
+        with open(args.tau_cache) as f:
+            return json.load(f)
+    return {}
+
+
+def save_cache(args: argparse.Namespace, cache: dict) -> None:
+    with open(args.tau_cache + ".tmp", "w") as f:
+        json.dump(cache, f, indent=0)
+    os.replace(args.tau_cache + ".tmp", args.tau_cache)
+
+
+def _search_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
     study = frugalnas.create_study(space="dag", strategy="random", estimator="train",
                                    dataset=args.dataset, space_options=space_options(args),
                                    estimator_options={"epochs": args.rea_epochs},
@@ -119,8 +150,9 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2,
                    help="stand-alone reference trainings run at a time (processes)")
     p.add_argument("--tau-cache", default=None,
-                   help="JSON file of stand-alone accuracies (tau reference and retraining): a "
-                        "run resumes from it, so the reference can be computed over several runs")
+                   help="JSON file of stand-alone accuracies (tau reference and retraining) and "
+                        "of REA searches (winner, seconds, FLOPs): a run resumes from it, so the "
+                        "reference can be computed over several runs and REA runs once per setting")
     p.add_argument("--channels", type=int, default=4)
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--reductions", type=int, default=1)
@@ -226,10 +258,7 @@ def stand_alone(args: argparse.Namespace, archs: list, seeds, epochs: float) -> 
     """Validation accuracy of each architecture trained from scratch for ``epochs`` with the
     ``train`` estimator, one list per seed; ``jobs`` trainings at a time, cached in
     ``tau_cache`` as they finish."""
-    cache: dict[str, float] = {}
-    if args.tau_cache and os.path.exists(args.tau_cache):
-        with open(args.tau_cache) as f:
-            cache = json.load(f)
+    cache = load_cache(args)
 
     def key(seed: int, arch) -> str:
         return f"{args.dataset}|{epochs:g}|{seed}|{arch}"
@@ -247,9 +276,7 @@ def stand_alone(args: argparse.Namespace, archs: list, seeds, epochs: float) -> 
                 _, _, seed, arch, _, _ = futures[future]
                 cache[key(seed, arch)] = future.result()
                 if args.tau_cache:
-                    with open(args.tau_cache + ".tmp", "w") as f:
-                        json.dump(cache, f, indent=0)
-                    os.replace(args.tau_cache + ".tmp", args.tau_cache)
+                    save_cache(args, cache)
                 if done % 10 == 0 or done == len(jobs):
                     print(f"  {done}/{len(jobs)} trained", flush=True)
     return [[cache[key(seed, a)] for a in archs] for seed in seeds]
@@ -278,7 +305,34 @@ def reliability(per_seed: list[list[float]]) -> str:
         half = len(per_seed) // 2
         split = kendalltau(np.mean(per_seed[:half], axis=0), np.mean(per_seed[half:], axis=0)).statistic
         text += f"; split-half tau ({half} vs {len(per_seed) - half} seeds): {split:.3f}"
+    noise, spread, perfect, single = reference_ceiling(per_seed)
+    text += (f"\n  reference noise: seed-to-seed sd {noise:.2f} points, true spread of the candidates "
+             f"(sd) about {spread:.2f}; expected tau against this reference for a perfect estimator "
+             f"{perfect:.2f}, for one more stand-alone training {single:.2f}")
     return text
+
+
+def reference_ceiling(per_seed: list[list[float]], draws: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float, float]:
+    """How high any estimator's tau against the mean of ``k`` noisy trainings can go. Takes
+    the seed-to-seed noise (within-candidate sd) and the candidates' true spread (the variance
+    of their means less the noise left in a k-seed mean), and simulates normal candidates:
+    the expected tau of the true values (a perfect estimator) and of one more noisy training
+    against such a reference. Returns (noise sd, true sd, perfect tau, one-training tau)."""
+    a = np.asarray(per_seed, dtype=float)
+    k, n = a.shape
+    noise = float(np.sqrt(a.var(axis=0, ddof=1).mean()))
+    spread = float(np.sqrt(max(a.mean(axis=0).var(ddof=1) - noise ** 2 / k, 0.0)))
+    if spread == 0.0:  # no true differences left after the noise: nothing to rank
+        return noise, spread, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    perfect, single = [], []
+    for _ in range(draws):
+        true = rng.normal(0.0, spread, n)
+        ref = true + rng.normal(0.0, noise / np.sqrt(k), n)
+        perfect.append(kendalltau(true, ref).statistic)
+        single.append(kendalltau(true + rng.normal(0.0, noise, n), ref).statistic)
+    return noise, spread, float(np.nanmean(perfect)), float(np.nanmean(single))
 
 
 def tau_with_interval(x: list[float], y: list[float], rng: np.random.Generator,

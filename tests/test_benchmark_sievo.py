@@ -24,10 +24,13 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
     assert "over 2 search seeds: compute ratio REA/si" in text
     assert "inherited (search store)" in text and "inherited (untrained store)" in text
     assert "one seed against the mean of the other 2" in text
+    assert "for a perfect estimator" in text and "for one more stand-alone training" in text
     assert "ablation: attention off" in text
     entries = json.loads(cache.read_text())
-    # 4 tau candidates x 3 seeds, plus the retrained winners
+    # 4 tau candidates x 3 seeds, plus the retrained winners; and one REA search per seed
     assert sum(k.startswith("digits|0.05|") for k in entries) >= 12
+    rea = [v for k, v in entries.items() if k.startswith("rea|digits|")]
+    assert len(rea) == 2 and all(v[0].startswith("dag:") and v[2] > 0 for v in rea)
 
     # a second run finds the reference in the cache and trains nothing for it
     again = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache),
@@ -36,3 +39,11 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "stand-alone training" not in again.stdout
     assert "seed-to-seed tau of the reference" in again.stdout
+
+    # the search part reuses the cached REA searches (and their retrained winners)
+    search = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache),
+                             "--parts", "search"], capture_output=True, text=True, timeout=600,
+                            cwd=tmp_path)
+    assert search.returncode == 0, search.stderr[-3000:]
+    assert search.stdout.count("from " + str(cache) + " (measured earlier)") == 2
+    assert "compute ratio REA/si" in search.stdout
