@@ -21,7 +21,7 @@ DIR=${1:-${OUT:+$OUT/sievo}}
 DIR=${DIR:-sievo-device}
 JOBS=${JOBS:-$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))}
 mkdir -p "$DIR"
-export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
+export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 bench() { python benchmarks/sievo.py --dataset mnist5k "$@"; }
 
 # 1. the reference (all jobs in parallel), then tau for three stores
