@@ -22,7 +22,9 @@ DIR=${DIR:-sievo-device}
 JOBS=${JOBS:-$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))}
 mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-bench() { python benchmarks/sievo.py --dataset mnist5k "$@"; }
+# SIEVO_EXTRA: options appended to every call (they win over the ones above), for a quick
+# rehearsal elsewhere, e.g. SIEVO_EXTRA="--dataset digits --rea-epochs 0.05 ..." (see tests)
+bench() { python benchmarks/sievo.py --dataset mnist5k "$@" ${SIEVO_EXTRA:-}; }
 
 # 1. the reference (all jobs in parallel), then tau for three stores
 bench --parts reference --jobs "$JOBS" --tau-cache "$DIR/reference.json" | tee "$DIR/reference.log"

@@ -1,6 +1,7 @@
 """benchmarks/sievo.py runs end to end at a tiny size and prints every figure it promises."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
                             "--parts", "reference"], capture_output=True, text=True, timeout=600,
                            cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "stand-alone training" not in again.stdout
+    assert "stand-alone training:" not in again.stdout
     assert "seed-to-seed tau of the reference" in again.stdout
 
     # the search part reuses the cached REA searches (and their retrained winners)
@@ -47,3 +48,23 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
     assert search.returncode == 0, search.stderr[-3000:]
     assert search.stdout.count("from " + str(cache) + " (measured earlier)") == 2
     assert "compute ratio REA/si" in search.stdout
+
+
+@pytest.mark.slow
+def test_device_script_rehearses_every_step_at_a_tiny_size(tmp_path):
+    """benchmarks/sievo_device.sh, meant for a GPU session, runs through on CPU when
+    SIEVO_EXTRA shrinks every call: reference, three tau runs, eight searches."""
+    script = SCRIPT.parent / "sievo_device.sh"
+    extra = " ".join(["--dataset", "digits", *TINY, "--warmup", "2", "--jobs", "1",
+                      "--tau-seeds", "2", "--retrain-seeds", "1", "--search-seeds", "1"])
+    out = subprocess.run(["bash", str(script), str(tmp_path / "dev")], capture_output=True,
+                         text=True, timeout=900, env={**os.environ, "SIEVO_EXTRA": extra, "JOBS": "1"})
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
+    dev = tmp_path / "dev"
+    assert "seed-to-seed tau of the reference" in (dev / "reference.log").read_text()
+    for warmup in (0, 200, 1000):
+        assert "inherited (search store)" in (dev / f"tau_warmup{warmup}.log").read_text()
+    for seed in range(4):
+        for name in (f"search{seed}", f"search_large{seed}"):
+            assert "compute ratio REA/si" in (dev / f"{name}.log").read_text()
+            assert any(k.startswith("rea|digits|") for k in json.loads((dev / f"{name}.json").read_text()))
