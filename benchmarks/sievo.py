@@ -75,7 +75,6 @@ def run_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
         return DagSpace(**space_options(args)).parse(best), seconds, flops
     best, seconds, flops = _search_rea(args, seed)
     if args.tau_cache:
-        cache = load_cache(args)
         cache[key] = [str(best), seconds, flops]
         save_cache(args, cache)
     return best, seconds, flops
