@@ -34,12 +34,17 @@ for warmup in 0 200 1000; do
 done
 
 # 2. search seeds, one process each (each has its own cache: no two writers share a file)
+pids=()
 for seed in 0 1 2 3; do
   bench --parts search --seed "$seed" --search-seeds 1 --retrain-seeds 2 --warmup 200 --jobs 1 \
         --tau-cache "$DIR/search$seed.json" > "$DIR/search$seed.log" 2>&1 &
+  pids+=($!)
   bench --parts search --seed "$seed" --search-seeds 1 --retrain-seeds 2 --population 10 \
         --offspring 10 --generations 4 --batches 60 --warmup 400 --jobs 1 \
         --tau-cache "$DIR/search_large$seed.json" > "$DIR/search_large$seed.log" 2>&1 &
+  pids+=($!)
 done
-wait
+failed=0
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done  # a bare wait hides failures
 tail -n 4 "$DIR"/search*.log
+exit "$failed"
