@@ -20,9 +20,9 @@ import warnings
 import torch
 from torch import nn
 
-from frugalnas.plugins.backends.out_of_core import OutOfCoreBackend
-from frugalnas.plugins.backends.single_device import SingleDeviceBackend
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.backends.out_of_core.backend import OutOfCoreBackend
+from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.spaces.nb201.space import NB201Space
 
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 

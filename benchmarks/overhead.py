@@ -24,8 +24,8 @@ from pathlib import Path
 import optuna
 
 import frugalnas
-from frugalnas.plugins.nb201 import nb201_table
-from frugalnas.search_spaces.nb201 import OPS, NB201Space
+from frugalnas.spaces.nb201.table import nb201_table
+from frugalnas.spaces.nb201.space import OPS, NB201Space
 from frugalnas.testing import fresh_mlflow_uri
 
 os.environ["FRUGALNAS_PROGRESS"] = "0"

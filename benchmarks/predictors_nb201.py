@@ -22,8 +22,8 @@ def main() -> None:
     import torch
 
     import frugalnas
-    from frugalnas.plugins.nb201 import nb201_table
-    from frugalnas.search_spaces.nb201 import NB201Space
+    from frugalnas.spaces.nb201.table import nb201_table
+    from frugalnas.spaces.nb201.space import NB201Space
     from frugalnas.surrogates import make_encoding, rank_quality
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from scipy.stats import kendalltau, spearmanr
 
 from frugalnas.core.plugins import get_host
-from frugalnas.plugins.nb201 import TABLE_DATASETS, nb201_table
+from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
 from frugalnas.proxies.ensemble import fit_weights, rank_average
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.spaces.nb201.space import NB201Space
 
 ENSEMBLE = ("synflow", "naswot", "jacob_cov", "params")
 

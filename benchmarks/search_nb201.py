@@ -33,7 +33,7 @@ def _sampler(name: str, seed: int):
     import optuna
 
     import frugalnas
-    from frugalnas.search_spaces.nb201 import NB201Space
+    from frugalnas.spaces.nb201.space import NB201Space
 
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -48,8 +48,8 @@ def run_one(args: tuple[str, int, int]) -> tuple[str, int, list[float], float]:
     import optuna
     import torch
 
-    from frugalnas.plugins.nb201 import nb201_table
-    from frugalnas.search_spaces.nb201 import NB201Space
+    from frugalnas.spaces.nb201.table import nb201_table
+    from frugalnas.spaces.nb201.space import NB201Space
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

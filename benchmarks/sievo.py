@@ -34,8 +34,8 @@ from scipy.stats import kendalltau
 
 import frugalnas
 from frugalnas.core.cost import count_flops, count_params
-from frugalnas.plugins.dag import retrain
-from frugalnas.search_spaces.dag import DagSpace
+from frugalnas.sievo import retrain
+from frugalnas.spaces.dag.space import DagSpace
 
 
 def space_options(args: argparse.Namespace, attention: bool = True) -> dict:

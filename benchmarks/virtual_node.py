@@ -20,8 +20,8 @@ import weakref
 import torch
 from torch import nn
 
-from frugalnas.plugins.backends.single_device import SingleDeviceBackend
-from frugalnas.plugins.backends.virtual_node import VirtualNodeBackend
+from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
 
 
 def make_net(width: int, classes: int = 10) -> nn.Module:

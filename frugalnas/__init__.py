@@ -1,16 +1,16 @@
 """frugalnas: computationally efficient neural architecture search on plugins."""
 
-from .core.architecture import Architecture
-from .core.backend import Backend
-from .core.config import StudyConfig
-from .core.cost import Cost
-from .core.data import Dataset
-from .core.errors import (ArchitectureParseError, ConfigError, DuplicateComponentError,
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.backend import Backend
+from frugalnas.core.config import StudyConfig
+from frugalnas.core.cost import Cost
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import (ArchitectureParseError, ConfigError, DuplicateComponentError,
                           FrugalnasError, PluginError, TrialFailure, UnknownComponentError)
-from .core.estimator import EstimateResult, EvaluationContext, Estimator
-from .core.plugins import PluginHost, create_component, get_host, hookimpl, list_components
-from .core.space import SearchSpace
-from .core.study import Candidate, Study, TrialRecord, create_study, load_study
+from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.plugins import PluginHost, create_component, get_host, hookimpl, list_components
+from frugalnas.core.space import SearchSpace
+from frugalnas.core.study import Candidate, Study, TrialRecord, create_study, load_study
 
 __version__ = "0.1.0"
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from frugalnas import Architecture, ArchitectureParseError
-from frugalnas.search_spaces.nb201 import NB201Cell, NB201Space
+from frugalnas.spaces.nb201.space import NB201Cell, NB201Space
 
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 
@@ -39,7 +39,7 @@ def test_immutable_and_hashable():
 
 def test_key_is_stable_across_processes():
     arch = NB201Space().parse(CELL)
-    code = ("from frugalnas.search_spaces.nb201 import NB201Space;"
+    code = ("from frugalnas.spaces.nb201.space import NB201Space;"
             f"print(NB201Space().parse({CELL!r}).key)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == arch.key

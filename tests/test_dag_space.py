@@ -8,7 +8,7 @@ import torch
 import frugalnas
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ArchitectureParseError, ConfigError
-from frugalnas.search_spaces.dag import DagGenotype, DagSpace, check_dag
+from frugalnas.spaces.dag.space import DagGenotype, DagSpace, check_dag
 
 
 def test_decisions_are_static_categoricals_named_per_node():

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 import torch
 
-from frugalnas.plugins.nb201 import nb201_table
-from frugalnas.search_spaces.nb201 import OPS, NB201Space
+from frugalnas.spaces.nb201.table import nb201_table
+from frugalnas.spaces.nb201.space import OPS, NB201Space
 
 SHARED_CSV = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data" / "nats_bench.csv"
 

@@ -247,7 +247,7 @@ def test_failing_candidates_become_fail_trials_and_the_study_goes_on(tmp_path):
 # -- security ------------------------------------------------------------------------------
 # torch.load calls that are not checkpoint loads: the virtual-node backend sends whole pickled
 # models from the study process to the worker processes it spawned itself (in-process IPC).
-NOT_CHECKPOINTS = {"frugalnas/plugins/backends/vnode_comm.py"}
+NOT_CHECKPOINTS = {"frugalnas/backends/virtual_node/comm.py"}
 
 
 def test_every_torch_load_uses_weights_only():

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from frugalnas.core.errors import ConfigError
-from frugalnas.plugins.backends.out_of_core import OutOfCoreBackend, find_blocks
-from frugalnas.plugins.backends.single_device import SingleDeviceBackend
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.backends.out_of_core.backend import OutOfCoreBackend, find_blocks
+from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.spaces.nb201.space import NB201Space
 
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 LOSS = nn.CrossEntropyLoss()
@@ -90,7 +90,7 @@ def test_generic_sequential_and_dag_network_gradients_equal():
         assert len(backend.last_plan.policies) == 7
         assert_same_training_state(m, in_core(seq, x, y))
 
-    from frugalnas.search_spaces.dag import DagSpace
+    from frugalnas.spaces.dag.space import DagSpace
 
     space = DagSpace(channels=4)
     torch.manual_seed(0)
@@ -186,7 +186,7 @@ def test_real_model_gets_a_mix_where_swap_and_recompute_costs_differ():
 
 @pytest.mark.slow
 def test_virtual_nodes_over_out_of_core_match_virtual_nodes_in_core():
-    from frugalnas.plugins.backends.virtual_node import VirtualNodeBackend
+    from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
 
     model = nb201()
     x, y = batch(8)

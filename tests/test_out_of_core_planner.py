@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from frugalnas.plugins.backends.ooc_cost import (BlockProfile, Profile, isolated_costs, peak_bytes,
+from frugalnas.backends.out_of_core.cost import (BlockProfile, Profile, isolated_costs, peak_bytes,
                                                  step_time)
-from frugalnas.plugins.backends.ooc_planner import make_plan
+from frugalnas.backends.out_of_core.planner import make_plan
 
 MB = 1 << 20
 

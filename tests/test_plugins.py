@@ -42,7 +42,7 @@ def test_block_a_builtin():
 def test_add_a_plugin_by_module_name(plugin_dir):
     write(plugin_dir, "tp_extra", """
         import frugalnas
-        from frugalnas.plugins.strategies.random import random_strategy
+        from frugalnas.strategies.random import random_strategy
         @frugalnas.hookimpl
         def frugalnas_strategies():
             return {"also-random": random_strategy}

@@ -9,7 +9,7 @@ from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import get_host
 from frugalnas.proxies import Proxy, ProxyCheckError, check_proxy
 from frugalnas.proxies.ensemble import fit_weights, percentile_ranks, rank_average
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.spaces.nb201.space import NB201Space
 
 SMALL = {"N": 1, "C": 8}
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"

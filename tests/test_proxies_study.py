@@ -6,8 +6,8 @@ import torch
 
 import frugalnas
 from frugalnas.core.plugins import get_host
-from frugalnas.proxies.prescreen import PRESCREEN_ATTR, PrescreenSampler
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.strategies.prescreen import PRESCREEN_ATTR, PrescreenSampler
+from frugalnas.spaces.nb201.space import NB201Space
 
 SMALL = {"N": 1, "C": 8}
 SHAPE = {"input_shape": [3, 16, 16]}

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.plugins.dag import retrain, weight_store_of
-from frugalnas.plugins.sievo_session import checkpoint_path
+from frugalnas.sievo import retrain, weight_store_of
+from frugalnas.sievo.session import checkpoint_path
 from frugalnas.testing import fresh_mlflow_uri
 
 SPACE = {"channels": 4, "nodes": 2, "reductions": 1}
@@ -103,7 +103,7 @@ def test_inherited_scores_follow_training(tmp_path):
 
 def test_flops_of_a_candidate_equal_counting_the_whole_network():
     from frugalnas.core.cost import count_flops
-    from frugalnas.plugins.sievo_session import SievoSession
+    from frugalnas.sievo.session import SievoSession
     import random as _random
 
     study = _study(None, "sievo-flops")

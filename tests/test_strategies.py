@@ -8,9 +8,9 @@ import pytest
 
 import frugalnas
 from frugalnas.core.errors import ConfigError
-from frugalnas.plugins.nb201 import nb201_table
-from frugalnas.plugins.strategies._base import fitness, nondominated_ranks
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.spaces.nb201.table import nb201_table
+from frugalnas.strategies.base import fitness, nondominated_ranks
+from frugalnas.spaces.nb201.space import NB201Space
 
 FAST = {
     "regularized-evolution": {"population_size": 6, "sample_size": 3},
@@ -47,7 +47,7 @@ def test_strategy_resumes_from_storage_like_an_uninterrupted_run(tmp_path, strat
 def test_strategies_are_registered_with_summaries():
     described = {d["name"]: d for d in frugalnas.get_host().registry("strategies").describe()}
     for name in FAST:
-        assert described[name]["plugin"] == "evolution" and described[name]["summary"]
+        assert described[name]["plugin"] == "strategies" and described[name]["summary"]
 
 
 def test_unknown_strategy_option_is_a_config_error():

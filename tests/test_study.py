@@ -4,8 +4,8 @@ import pytest
 
 import frugalnas
 from frugalnas import ConfigError, EstimateResult
-from frugalnas.plugins.nb201 import nb201_table
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.spaces.nb201.table import nb201_table
+from frugalnas.spaces.nb201.space import NB201Space
 
 
 def test_random_study_on_the_table_records_architectures():

@@ -9,7 +9,7 @@ from frugalnas.core.cost import count_params
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import PluginHost
 from frugalnas.core.space import SearchSpace
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.surrogates import (LightGBMSurrogate, Surrogate, SurrogateCheckError, acquisition,
                                   check_surrogate, make_encoding, rank_quality)
 from frugalnas.surrogates.proxy_features import ProxyEncoding, ProxyScorer

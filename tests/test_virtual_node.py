@@ -10,10 +10,10 @@ from torch import nn
 
 import frugalnas
 from frugalnas.core.errors import ConfigError, TrialFailure
-from frugalnas.plugins.backends.single_device import SingleDeviceBackend
-from frugalnas.plugins.backends.virtual_node import VirtualNodeBackend
-from frugalnas.plugins.backends.vnode_engine import num_threads
-from frugalnas.plugins.backends.vnode_plan import shares_from_speed, split_sizes, vn_seed
+from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
+from frugalnas.backends.virtual_node.engine import num_threads
+from frugalnas.backends.virtual_node.plan import shares_from_speed, split_sizes, vn_seed
 
 STEPS, BATCH, V = 20, 32, 8
 

@@ -1,7 +1,7 @@
 """Build frugalnas/data/nb201_accuracy.npz from ../shared/data/nats_bench.csv.
 
 The table is indexed by the cell's op indices read as a base-5 number (edge order
-1<-0, 2<-0, 2<-1, 3<-0, 3<-1, 3<-2; op order as in frugalnas.search_spaces.nb201.OPS).
+1<-0, 2<-0, 2<-1, 3<-0, 3<-1, 3<-2; op order as in frugalnas.spaces.nb201.space.OPS).
 Usage: python tools/make_nb201_table.py [path/to/nats_bench.csv]
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from frugalnas.search_spaces.nb201 import NB201Space
+from frugalnas.spaces.nb201.space import NB201Space
 
 src = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/data/nats_bench.csv")
 df = pd.read_csv(src)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .errors import ArchitectureParseError
+from frugalnas.core.errors import ArchitectureParseError
 
 Value = str | int | float | bool
 

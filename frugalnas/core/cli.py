@@ -12,9 +12,9 @@ import tomllib
 from dataclasses import asdict
 from typing import Any
 
-from .config import RUN_KEYS, StudyConfig, check_keys, load_run_file
-from .errors import ConfigError, FrugalnasError
-from .plugins import KINDS, PluginHost, get_host
+from frugalnas.core.config import RUN_KEYS, StudyConfig, check_keys, load_run_file
+from frugalnas.core.errors import ConfigError, FrugalnasError
+from frugalnas.core.plugins import KINDS, PluginHost, get_host
 
 OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset")
 
@@ -110,7 +110,7 @@ def resolve_run(args: argparse.Namespace) -> tuple[StudyConfig, dict[str, Any]]:
 def plan(config: StudyConfig, run: dict[str, Any]) -> dict[str, Any]:
     """Validate every component name and option by creating the cheap components; return the
     resolved plan (names, source plugins, options with defaults)."""
-    from .study import _make_sampler, resolve_estimator
+    from frugalnas.core.study import _make_sampler, resolve_estimator
 
     host = get_host(config.plugins, config.disable_plugins + ([] if config.tracking else ["mlflow"]))
     space = host.create("search_spaces", config.space, **config.space_options)
@@ -143,7 +143,7 @@ def plan(config: StudyConfig, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .study import create_study
+    from frugalnas.core.study import create_study
 
     config, run = resolve_run(args)
     resolved = plan(config, run)
@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from .worker import run_worker
+    from frugalnas.core.worker import run_worker
 
     import optuna
 
@@ -227,13 +227,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from ..plugins.tracking_mlflow import resolve_tracking_uri
+    from frugalnas.tracking.mlflow.tracker import resolve_tracking_uri
 
     uri = resolve_tracking_uri(args.tracking_uri)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
            "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
     if uri.startswith("sqlite:///"):
-        from ..plugins.tracking_mlflow import _artifact_root
+        from frugalnas.tracking.mlflow.tracker import _artifact_root
         cmd += ["--default-artifact-root", _artifact_root(uri)]
     print(f"MLflow UI for {uri} on http://{args.host}:{args.port}", flush=True)
     return subprocess.call(cmd)

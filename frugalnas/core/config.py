@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, check_choice
+from frugalnas.core.errors import ConfigError, check_choice
 
 DIRECTIONS = ("maximize", "minimize")
 

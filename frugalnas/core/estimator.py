@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .architecture import Architecture
-from .backend import Backend
-from .cost import Cost
-from .data import Dataset
-from .space import SearchSpace
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.backend import Backend
+from frugalnas.core.cost import Cost
+from frugalnas.core.data import Dataset
+from frugalnas.core.space import SearchSpace
 
 
 @dataclass

@@ -18,9 +18,9 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs
-from .errors import DuplicateComponentError, PluginError
-from .registry import Component, Registry
+from frugalnas.core import hookspecs
+from frugalnas.core.errors import DuplicateComponentError, PluginError
+from frugalnas.core.registry import Component, Registry
 
 ENTRY_POINT_GROUP = "frugalnas"
 AUTOLOAD_ENV = "FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD"
@@ -30,19 +30,20 @@ hookimpl = pluggy.HookimplMarker("frugalnas")
 
 #: Built-in plugins: name -> module. They register exactly like third-party plugins.
 BUILTIN_PLUGINS: dict[str, str] = {
-    "nb201": "frugalnas.plugins.nb201",
-    "datasets": "frugalnas.plugins.datasets",
-    "training": "frugalnas.plugins.training",
-    "single-device": "frugalnas.plugins.backends.single_device",
-    "random": "frugalnas.plugins.strategies.random",
-    "proxies": "frugalnas.plugins.proxies",
-    "surrogates": "frugalnas.plugins.surrogates",
-    "evolution": "frugalnas.plugins.strategies.evolution",
-    "dag": "frugalnas.plugins.dag",
-    "virtual-node": "frugalnas.plugins.backends.virtual_node",
-    "out-of-core": "frugalnas.plugins.backends.out_of_core",
-    "mlflow": "frugalnas.plugins.tracking_mlflow",
-    "progress": "frugalnas.plugins.progress",
+    "nb201": "frugalnas.spaces.nb201",
+    "dag": "frugalnas.spaces.dag",
+    "datasets": "frugalnas.datasets",
+    "estimators": "frugalnas.estimators",
+    "single-device": "frugalnas.backends.single_device",
+    "random": "frugalnas.strategies.random",
+    "strategies": "frugalnas.strategies",
+    "proxies": "frugalnas.proxies",
+    "surrogates": "frugalnas.surrogates",
+    "sievo": "frugalnas.sievo",
+    "virtual-node": "frugalnas.backends.virtual_node.backend",
+    "out-of-core": "frugalnas.backends.out_of_core.backend",
+    "mlflow": "frugalnas.tracking.mlflow.tracker",
+    "progress": "frugalnas.progress",
 }
 
 KINDS: dict[str, str] = {

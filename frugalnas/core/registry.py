@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError, UnknownComponentError
+from frugalnas.core.errors import ConfigError, UnknownComponentError
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
-from .architecture import Architecture
-from .errors import ArchitectureParseError
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import ArchitectureParseError
 
 
 class SearchSpace(ABC):

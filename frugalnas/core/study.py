@@ -14,14 +14,14 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .architecture import Architecture
-from .backend import Backend
-from .config import StudyConfig
-from .data import Dataset
-from .errors import ConfigError, TrialFailure
-from .estimator import EstimateResult, EvaluationContext, Estimator
-from .plugins import PluginHost, get_host
-from .space import SearchSpace
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.backend import Backend
+from frugalnas.core.config import StudyConfig
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import ConfigError, TrialFailure
+from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.plugins import PluginHost, get_host
+from frugalnas.core.space import SearchSpace
 
 CONFIG_ATTR = "frugalnas_config"
 ARCH_ATTR = "architecture"
@@ -292,10 +292,10 @@ def resolve_estimator(host: PluginHost, name: str, options: dict[str, Any]) -> E
         return estimators.create(name, **options)
     proxies = host.registry("proxies")
     if name in proxies:
-        from ..proxies.base import ProxyEstimator
+        from frugalnas.proxies.base import ProxyEstimator
 
         return ProxyEstimator(name, host=host, **options)
-    from .errors import UnknownComponentError
+    from frugalnas.core.errors import UnknownComponentError
 
     raise UnknownComponentError("estimator", name, list(estimators) + list(proxies))
 
@@ -304,7 +304,7 @@ def _make_sampler(host: PluginHost, space: SearchSpace, config: StudyConfig) -> 
     sampler = host.create("strategies", config.strategy, space=space, seed=config.seed,
                           **config.strategy_options)
     if config.prescreen:
-        from ..proxies.prescreen import PrescreenSampler
+        from frugalnas.strategies.prescreen import PrescreenSampler
 
         sampler = PrescreenSampler(sampler, space=space, host=host, seed=config.seed, **config.prescreen)
     return sampler

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .backend import Backend
-from .data import Dataset
-from .errors import TrialFailure
+from frugalnas.core.backend import Backend
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import TrialFailure
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -28,7 +28,7 @@ class TrainConfig:
     max_steps: int | None = None      # stop after this many steps (low-fidelity budgets)
 
     def __post_init__(self) -> None:
-        from .errors import check_choice, check_range
+        from frugalnas.core.errors import check_choice, check_range
 
         check_range("epochs", self.epochs, 0)
         check_range("batch_size", self.batch_size, 1)

@@ -24,8 +24,8 @@ from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
-from .config import StudyConfig
-from .errors import ConfigError, check_range
+from frugalnas.core.config import StudyConfig
+from frugalnas.core.errors import ConfigError, check_range
 
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
@@ -169,7 +169,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     """Join (or create) the study and run trials until it has ``n_trials``; returns the Study."""
     from dataclasses import asdict
 
-    from .study import create_study
+    from frugalnas.core.study import create_study
 
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"invalid n_trials {n_trials!r} for a worker; expected an integer >= 1")
@@ -185,7 +185,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
             retry(ostudy, frozen)
 
     if config.tracking:
-        from ..plugins.tracking_mlflow import resolve_tracking_uri
+        from frugalnas.tracking.mlflow.tracker import resolve_tracking_uri
 
         prepare_tracking_store(resolve_tracking_uri(config.tracking_uri))
     inner = make_storage(storage, heartbeat=heartbeat, grace=grace, on_stale=on_stale)

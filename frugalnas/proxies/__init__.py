@@ -1,6 +1,29 @@
-"""Zero-cost proxies, rank ensembles, low-fidelity training and proxy pre-screening."""
+"""Zero-cost proxies and rank ensembles (built-in plugin ``proxies``): each proxy scores an
+untrained network, and every proxy is also an estimator of its own name."""
 
-from .base import Proxy, ProxyEstimator, proxy_batch
-from .checks import ProxyCheckError, check_proxy
+from __future__ import annotations
+
+from typing import Any
+
+from frugalnas.core.plugins import hookimpl
+from frugalnas.proxies.activation import JacobCov, Naswot, Zen
+from frugalnas.proxies.base import Proxy, ProxyEstimator, proxy_batch
+from frugalnas.proxies.checks import ProxyCheckError, check_proxy
+from frugalnas.proxies.ensemble import LearnedEnsembleEstimator, RankEnsembleEstimator
+from frugalnas.proxies.gradient import Fisher, Grasp, GradNorm, Plain, Snip, Synflow
+from frugalnas.proxies.size import Flops, L2Norm, Params
 
 __all__ = ["Proxy", "ProxyCheckError", "ProxyEstimator", "check_proxy", "proxy_batch"]
+
+PROXIES = (Synflow, Snip, Grasp, GradNorm, Fisher, Plain, JacobCov, Naswot, Zen, Params, Flops,
+           L2Norm)
+
+
+@hookimpl
+def frugalnas_proxies() -> dict[str, Any]:
+    return {cls.name: cls for cls in PROXIES}
+
+
+@hookimpl
+def frugalnas_estimators() -> dict[str, Any]:
+    return {"rank-ensemble": RankEnsembleEstimator, "learned-ensemble": LearnedEnsembleEstimator}

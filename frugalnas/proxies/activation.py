@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Proxy, finite_log
+from frugalnas.proxies.base import Proxy, finite_log
 
 #: Score of a network whose kernel is singular or whose output does not depend on its input.
 DEAD_SCORE = -1e6

@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..core.architecture import Architecture
-from ..core.cost import Cost, count_flops, count_params
-from ..core.errors import ConfigError, check_choice, check_range
-from ..core.estimator import EstimateResult, EvaluationContext, Estimator
-from ..core.training import seed_everything
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.cost import Cost, count_flops, count_params
+from frugalnas.core.errors import ConfigError, check_choice, check_range
+from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.training import seed_everything
 
 DATA_SOURCES = ("dataset", "gaussian")
 
@@ -159,7 +159,7 @@ class ProxyEstimator(Estimator):
         check_choice("proxy data", data, DATA_SOURCES)
         if isinstance(proxy, str):
             if host is None:
-                from ..core.plugins import get_host
+                from frugalnas.core.plugins import get_host
 
                 host = get_host()
             proxy = host.create("proxies", proxy, **(proxy_options or {}))

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .base import Proxy
+from frugalnas.proxies.base import Proxy
 
 
 class ProxyCheckError(AssertionError):
@@ -61,7 +61,7 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 
 
 def _nets(seed: int = 0) -> list[nn.Module]:
-    from ..search_spaces.nb201 import NB201Space
+    from frugalnas.spaces.nb201.space import NB201Space
 
     space = NB201Space(N=1, C=8)
     nets = []
@@ -81,7 +81,7 @@ def check_proxy(proxy: Proxy | str, host: Any = None) -> list[str]:
     the rules passed, raises :class:`ProxyCheckError` at the first broken one."""
     if isinstance(proxy, str):
         if host is None:
-            from ..core.plugins import get_host
+            from frugalnas.core.plugins import get_host
 
             host = get_host()
         proxy = host.create("proxies", proxy)

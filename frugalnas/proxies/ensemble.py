@@ -6,7 +6,7 @@ turned into percentile ranks within a population, and the score is their (weight
 
 Within a study the population is the candidate plus every completed trial of the study
 whose stored metrics hold a value for each member proxy (``proxy_<name>``, written by these
-estimators and by :class:`~frugalnas.proxies.prescreen.PrescreenSampler`). A trial's score is
+estimators and by :class:`~frugalnas.strategies.prescreen.PrescreenSampler`). A trial's score is
 therefore its standing among the trials seen so far: early scores rest on few neighbours,
 which is fine for selection (it is what a rank-based evolution or pre-screen uses) but means
 the scores of two trials are not comparable across very different population sizes.
@@ -21,11 +21,11 @@ import numpy as np
 from scipy.optimize import nnls
 from scipy.stats import rankdata, spearmanr
 
-from ..core.architecture import Architecture
-from ..core.cost import Cost
-from ..core.errors import ConfigError, check_range
-from ..core.estimator import EstimateResult, EvaluationContext, Estimator
-from .base import DATA_SOURCES, Proxy, score_network
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.cost import Cost
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 TEACHER_METRIC = "teacher_value"
@@ -70,7 +70,7 @@ def stored_population(study: Any, names: Sequence[str],
         return []
     from optuna.trial import TrialState
 
-    from .prescreen import PRESCREEN_ATTR
+    from frugalnas.strategies.prescreen import PRESCREEN_ATTR
 
     keys = [f"proxy_{n}" for n in names]
     out = []
@@ -101,7 +101,7 @@ class RankEnsembleEstimator(Estimator):
         if data not in DATA_SOURCES:
             raise ConfigError(f"invalid proxy data {data!r}; valid: {', '.join(DATA_SOURCES)}")
         if host is None:
-            from ..core.plugins import get_host
+            from frugalnas.core.plugins import get_host
 
             host = get_host()
         self.proxies = list(proxies)
@@ -148,10 +148,10 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
                          host)
         check_range("teacher_every", teacher_every, 1)
         check_range("min_labelled", min_labelled, 2)
-        from ..core.study import resolve_estimator
+        from frugalnas.core.study import resolve_estimator
 
         if host is None:
-            from ..core.plugins import get_host
+            from frugalnas.core.plugins import get_host
 
             host = get_host()
         self.teacher = teacher

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import Proxy, weighted_layers
+from frugalnas.proxies.base import Proxy, weighted_layers
 
 
 def _backward_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..core.cost import count_flops, count_params
-from .base import Proxy, weighted_layers
+from frugalnas.core.cost import count_flops, count_params
+from frugalnas.proxies.base import Proxy, weighted_layers
 
 
 class Params(Proxy):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import norm
 
-from ..core.errors import check_choice
+from frugalnas.core.errors import check_choice
 
 ACQUISITIONS = ("ei", "ucb", "mean", "its")
 

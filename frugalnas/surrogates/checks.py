@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import FrugalnasError
-from .quality import rank_quality
+from frugalnas.core.errors import FrugalnasError
+from frugalnas.surrogates.quality import rank_quality
 
 
 class SurrogateCheckError(FrugalnasError, AssertionError):
@@ -17,7 +17,7 @@ class SurrogateCheckError(FrugalnasError, AssertionError):
 
 def _resolve(surrogate: Any) -> tuple[str, Any]:
     if isinstance(surrogate, str):
-        from ..core.plugins import get_host
+        from frugalnas.core.plugins import get_host
 
         return surrogate, get_host().create("surrogates", surrogate)
     if inspect.isclass(surrogate) or (callable(surrogate) and not hasattr(surrogate, "fit")):

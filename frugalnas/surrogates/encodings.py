@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from ..core.architecture import Architecture
-from ..core.errors import check_choice
-from ..core.space import SearchSpace
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import check_choice
+from frugalnas.core.space import SearchSpace
 
 ENCODINGS = ("onehot", "adjacency", "path", "proxy")
 
@@ -67,7 +67,7 @@ class NB201AdjacencyEncoding(Encoding):
     """NB201 cell as adjacency (live edges) plus one-hot operation per edge."""
 
     def encode_one(self, arch: Architecture) -> np.ndarray:
-        from ..search_spaces.nb201 import DECISIONS, OPS
+        from frugalnas.spaces.nb201.space import DECISIONS, OPS
 
         adj = [0.0 if arch[k] == "none" else 1.0 for k in DECISIONS]
         ops = [1.0 if arch[k] == op else 0.0 for k in DECISIONS for op in OPS]
@@ -79,7 +79,7 @@ class NB201PathEncoding(Encoding):
 
     def __init__(self, space: SearchSpace):
         super().__init__(space)
-        from ..search_spaces.nb201 import OPS
+        from frugalnas.spaces.nb201.space import OPS
 
         live = [op for op in OPS if op != "none"]
         self._index = {seq: i for i, seq in enumerate(
@@ -101,11 +101,11 @@ def make_encoding(name: str, space: SearchSpace, **options: Any) -> Encoding:
     ``proxy`` encoding (see :class:`~.proxy_features.ProxyEncoding`)."""
     check_choice("encoding", name, ENCODINGS)
     if name == "proxy":
-        from .proxy_features import ProxyEncoding
+        from frugalnas.surrogates.proxy_features import ProxyEncoding
 
         return ProxyEncoding(space, **options)
     if options:
-        from ..core.errors import ConfigError
+        from frugalnas.core.errors import ConfigError
 
         raise ConfigError(f"encoding {name!r} takes no options, got {sorted(options)}")
     if name == "adjacency" and _is_nb201(space):

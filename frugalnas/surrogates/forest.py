@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Surrogate
+from frugalnas.surrogates.base import Surrogate
 
 
 class RandomForestSurrogate(Surrogate):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import check_range
-from .base import Surrogate
+from frugalnas.core.errors import check_range
+from frugalnas.surrogates.base import Surrogate
 
 
 class LightGBMSurrogate(Surrogate):

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from .base import Surrogate
+from frugalnas.surrogates.base import Surrogate
 
 
 class GPSurrogate(Surrogate):

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import torch
 
-from ..core.errors import check_range
-from .base import Surrogate
+from frugalnas.core.errors import check_range
+from frugalnas.surrogates.base import Surrogate
 
 
 class MLPEnsembleSurrogate(Surrogate):

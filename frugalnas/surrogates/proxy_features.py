@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.architecture import Architecture
-from ..core.cost import count_flops, count_params
-from ..core.errors import ConfigError
-from ..core.estimator import EvaluationContext
-from ..core.space import SearchSpace
-from .encodings import Encoding
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.cost import count_flops, count_params
+from frugalnas.core.errors import ConfigError
+from frugalnas.core.estimator import EvaluationContext
+from frugalnas.core.space import SearchSpace
+from frugalnas.surrogates.encodings import Encoding
 
 #: Data-free proxies used by default when registered.
 DEFAULT_PROXIES = ("synflow", "params", "flops")
@@ -33,7 +33,7 @@ class ProxyScorer:
     def __init__(self, space: SearchSpace, proxies: Sequence[str] | None = None, host: Any = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  seed: int = 0):
-        from ..core.plugins import get_host
+        from frugalnas.core.plugins import get_host
 
         self.space, self.host = space, host or get_host()
         self.input_shape, self.num_classes, self.seed = tuple(input_shape), num_classes, seed
@@ -73,7 +73,7 @@ class ProxyScorer:
     def score(self, arch: Architecture) -> np.ndarray:
         """The proxy values of ``arch``, in the order of :attr:`names`."""
         if arch.key not in self._cache:
-            from ..core.study import resolve_estimator
+            from frugalnas.core.study import resolve_estimator
 
             values = []
             for name in self.names:

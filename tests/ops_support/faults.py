@@ -15,7 +15,7 @@ import torch
 from frugalnas.core.errors import check_choice
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.plugins import hookimpl
-from frugalnas.plugins.nb201 import NB201TableEstimator
+from frugalnas.spaces.nb201.table import NB201TableEstimator
 
 MODES = ("ok", "raise", "nan", "oom", "hang")
 

@@ -1,0 +1,41 @@
+"""Built-in plugin: the single-device backend (CPU, or a CUDA device when present)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from frugalnas.core.backend import Backend
+from frugalnas.core.errors import ConfigError
+from frugalnas.core.plugins import hookimpl
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"invalid device {device!r}; valid: 'auto', 'cpu', 'cuda', 'cuda:N'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available; use 'cpu' or 'auto'")
+    return dev
+
+
+class SingleDeviceBackend(Backend):
+    """Trains on one device: the whole batch in one forward/backward pass."""
+
+    name = "single-device"
+
+    def __init__(self, device: str = "auto"):
+        self._device = resolve_device(device)
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+
+@hookimpl
+def frugalnas_backends() -> dict[str, Any]:
+    return {"single-device": SingleDeviceBackend}

@@ -1,0 +1,182 @@
+"""Built-in plugin: the virtual-node backend (VirtualFlow; Or, Zhang and Freedman, MLSys 2022).
+
+Each global batch is split into ``virtual_nodes`` virtual nodes; they are spread over one or
+more processes, each running its share one node at a time, and the per-node gradients are
+summed in node order, so training does not depend on how many processes (or which split)
+ran it."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from frugalnas.core.backend import Backend, LossFn
+from frugalnas.core.errors import ConfigError, TrialFailure, check_choice, check_range
+from frugalnas.core.plugins import hookimpl
+from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
+from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
+from frugalnas.backends.virtual_node.plan import check_shares, split_sizes
+from frugalnas.backends.virtual_node.worker import make_inner
+from frugalnas.backends.virtual_node.world import ProcessWorld
+
+
+def _positive_int(what: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"invalid {what} {value!r}; expected an integer >= 1")
+    return value
+
+
+class VirtualNodeBackend(Backend):
+    """Splits each batch into V virtual nodes run over 1..N processes; results independent of N."""
+
+    name = "virtual-node"
+
+    def __init__(self, virtual_nodes: int = 1, nproc: int = 1,
+                 shares: Sequence[int] | str | None = None,
+                 throughput: str | None = None, inner: str = "single-device",
+                 inner_options: dict[str, Any] | None = None, device: str = "auto", seed: int = 0,
+                 threads: int | None = 1, world_size: int | None = None,
+                 master_addr: str = "127.0.0.1", master_port: int = 0, timeout: float = 300.0):
+        self.virtual_nodes = _positive_int("virtual_nodes", virtual_nodes)
+        self.nproc = _positive_int("nproc", nproc)
+        self.world_size = _positive_int("world_size", nproc if world_size is None else world_size)
+        if self.world_size < self.nproc:
+            raise ConfigError(f"invalid world_size {world_size!r}; it must be >= nproc ({nproc})")
+        if inner == self.name:
+            raise ConfigError("invalid inner 'virtual-node'; use a single-process backend such as "
+                              "'single-device' or 'out-of-core'")
+        if threads is not None:
+            _positive_int("threads", threads)
+        check_range("timeout", timeout, 1)
+        self.inner_name, self.inner_options = inner, dict(inner_options or {})
+        self.inner = make_inner(inner, device, self.inner_options)
+        if self.inner.device.type == "cuda" and self.nproc > torch.cuda.device_count():
+            raise ConfigError(f"invalid nproc {nproc!r}: NCCL needs one GPU per process and "
+                              f"{torch.cuda.device_count()} GPU(s) are visible")
+        self.seed, self.threads, self.timeout = seed, threads, float(timeout)
+        if isinstance(shares, str):  # "5,3" from a command line
+            try:
+                shares = [int(part) for part in shares.split(",")]
+            except ValueError:
+                raise ConfigError(f"invalid shares {shares!r}; expected integers like '5,3'") from None
+        self.shares, self.throughput = None if shares is None else list(shares), throughput
+        self.master_addr, self.master_port = master_addr, master_port
+        check_choice("throughput", throughput, THROUGHPUT_CHOICES)
+        if shares is not None:
+            if throughput == "measure":
+                raise ConfigError("give either shares or throughput='measure', not both")
+            check_shares(shares, self.virtual_nodes, self.world_size)
+        # With several processes the engine is built once the process group exists.
+        self.engine = self._make_engine(distributed=False) if self.world_size == 1 else None
+        self._world: ProcessWorld | None = None
+        self._sent: weakref.ref | None = None  # the model the workers hold
+
+    def _make_engine(self, distributed: bool) -> VirtualNodeEngine:
+        return VirtualNodeEngine(self.virtual_nodes, self.inner, seed=self.seed, shares=self.shares,
+                                 throughput=self.throughput, distributed=distributed,
+                                 threads=self.threads)
+
+    @property
+    def device(self) -> torch.device:
+        return self.inner.device
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        model = self.inner.prepare(model)
+        self._sent = None
+        if self.engine is not None:
+            self.engine.reset()
+        return model
+
+    def _config(self) -> dict[str, Any]:
+        dev = self.device
+        return {"dist_backend": "nccl" if dev.type == "cuda" else "gloo",
+                "first_gpu": dev.index or 0,
+                "inner": self.inner_name, "inner_options": self.inner_options,
+                "virtual_nodes": self.virtual_nodes, "shares": self.shares,
+                "throughput": self.throughput, "seed": self.seed, "threads": self.threads,
+                "timeout": self.timeout}
+
+    def _ensure_world(self, model: nn.Module) -> None:
+        """Start the worker processes if needed and make sure they hold ``model``."""
+        if self._world is None or not self._world.running:
+            self._world = ProcessWorld(self.nproc, self.world_size, self._config(),
+                                       master_addr=self.master_addr, master_port=self.master_port,
+                                       timeout=self.timeout)
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device.index or 0)
+            self._world.start()
+            self.engine = self._make_engine(distributed=True)
+            self._sent = None
+        if self._sent is None or self._sent() is not model:
+            self._world.post("model", dumps(model))
+            flags = all_ok(True, self.engine.comm_device)
+            if not all(flags):
+                raise TrialFailure(f"virtual-node workers could not load the model (ok per rank: {flags})")
+            self.engine.reset()
+            self._sent = weakref.ref(model)
+
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
+                   inputs: torch.Tensor, targets: torch.Tensor, step: int) -> float:
+        """One step on the global batch: every process runs its virtual nodes, rank 0 sums the
+        per-node gradients in node order, updates batch-norm estimates and steps ``optimizer``."""
+        if self.world_size > 1:
+            self._ensure_world(model)
+            self._world.post("step", step, model.training, loss_fn, inputs, targets)
+            broadcast_state(model, self.engine.comm_device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = self.engine.compute(model, loss_fn, inputs, targets, step)
+        optimizer.step()
+        return loss
+
+    def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
+                         targets: torch.Tensor, loss_scale: float = 1.0) -> float:
+        """Gradient accumulation over the virtual nodes in this process (no communication)."""
+        total, batch, start = 0.0, len(inputs), 0
+        for n in split_sizes(batch, self.virtual_nodes):
+            if n:
+                loss = self.inner.forward_backward(model, loss_fn, inputs[start:start + n],
+                                                   targets[start:start + n], loss_scale * n / batch)
+                total += loss * n / batch
+            start += n
+        return total
+
+    def predict(self, model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+        return self.inner.predict(model, inputs, batch_size)
+
+    def reset_peak_memory(self) -> None:
+        self.inner.reset_peak_memory()
+
+    def peak_memory(self) -> int:
+        return self.inner.peak_memory()
+
+    def describe(self) -> dict[str, object]:
+        shares = self.engine.shares() if self.engine is not None else self.shares
+        return {"backend": self.name, "device": str(self.device), "virtual_nodes": self.virtual_nodes,
+                "world_size": self.world_size, "shares": shares, "inner": self.inner_name}
+
+    def release(self) -> None:
+        """Stop the worker processes; they are started again if the backend is used again."""
+        if self._world is not None:
+            self._world.close()
+        self._sent = None
+
+    def close(self) -> None:
+        self.release()
+        self.inner.close()
+
+
+@hookimpl
+def frugalnas_backends() -> dict[str, Any]:
+    return {"virtual-node": VirtualNodeBackend}
+
+
+@hookimpl
+def frugalnas_study_finished(study: Any) -> None:
+    """Free the worker processes when a study stops (a later optimize starts them again)."""
+    backend = getattr(study, "_backend", None)
+    if isinstance(backend, VirtualNodeBackend):
+        backend.release()

@@ -1,0 +1,60 @@
+"""Low-fidelity training: few epochs, a data subset, lower resolution, a narrower or
+shallower network. Scores validation accuracy like ``train``, at a fraction of its cost
+(cf. Zela et al. 2018 and the reduced-setting studies of Zhou et al., "EcoNAS", CVPR 2020)."""
+
+from __future__ import annotations
+
+import copy
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.estimator import EstimateResult, EvaluationContext
+from frugalnas.estimators.train import TrainEstimator
+
+
+class LowFidelityEstimator(TrainEstimator):
+    """Short training on reduced data, resolution or width; scores validation accuracy (%)."""
+
+    name = "low-fidelity"
+
+    def __init__(self, epochs: float = 1.0, subset: float = 0.25, resize: int | None = None,
+                 width: int | None = None, depth: int | None = None, batch_size: int = 64,
+                 lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
+                 optimizer: str = "sgd", max_steps: int | None = None):
+        super().__init__(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
+                         weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps,
+                         report_every_epoch=False)
+        if not 0 < subset <= 1:
+            raise ConfigError(f"invalid low-fidelity subset {subset!r}; valid range: (0, 1]")
+        for what, v in (("resize", resize), ("width", width), ("depth", depth)):
+            if v is not None:
+                check_range(f"low-fidelity {what}", v, 1)
+        self.epochs, self.subset, self.resize = epochs, subset, resize
+        self.width, self.depth = width, depth
+
+    def prepare_data(self, dataset: Dataset, seed: int) -> Dataset:
+        data = dataset.subset(self.subset, seed=seed) if self.subset < 1 else dataset
+        return data.resized(int(self.resize)) if self.resize else data
+
+    def build(self, arch: Architecture, context: EvaluationContext, dataset: Dataset):
+        space = context.space
+        changes = {"C": self.width, "N": self.depth}
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if changes:
+            missing = [k for k in changes if not hasattr(space, k)]
+            if missing:
+                raise ConfigError(
+                    f"low-fidelity width/depth need a space with attributes C/N; space "
+                    f"{space.name!r} lacks {missing}; leave width/depth unset")
+            space = copy.copy(space)
+            for k, v in changes.items():
+                setattr(space, k, int(v))
+        return space.build(arch, dataset.num_classes, dataset.input_shape)
+
+    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+        result = super().evaluate(arch, context)
+        result.metrics["fidelity_subset"] = float(self.subset)
+        result.metrics["fidelity_epochs"] = float(self.epochs)
+        return result
+

@@ -1,0 +1,235 @@
+"""ArchSampler: an optuna sampler that proposes whole architectures of a frugalnas space.
+
+Each call rebuilds what it needs from the study's storage (completed trials in trial-number
+order, plus every architecture already proposed), and draws its randomness from a generator
+seeded by ``(seed, trial number)``. A proposal is therefore a function of the seed and the
+storage contents: a study reloaded from its storage continues exactly where it stopped, and
+workers sharing a storage share one population (the pattern of optuna's NSGA-II sampler).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.space import SearchSpace
+
+ARCH_ATTR = "architecture"
+
+
+@dataclass
+class History:
+    """Completed architectures (trial-number order) with their values, and every proposed key."""
+
+    archs: list[Architecture] = field(default_factory=list)
+    values: list[list[float]] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    seen: set[str] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.archs)
+
+
+def _arch_of(trial: FrozenTrial, space: SearchSpace) -> Architecture | None:
+    text = trial.user_attrs.get(ARCH_ATTR)
+    try:
+        if text:
+            return space.parse(text)
+        if all(k in trial.params for k in space.distributions()):
+            return space.from_params(trial.params)
+    except Exception:  # a trial of another space or a partial one: not ours to reuse
+        return None
+    return None
+
+
+def read_history(study: optuna.Study, space: SearchSpace, exclude: int) -> History:
+    """The study's history as seen by the trial numbered ``exclude``."""
+    hist = History()
+    for t in sorted(study._get_trials(deepcopy=False, use_cache=False), key=lambda t: t.number):
+        if t.number == exclude:
+            continue
+        arch = _arch_of(t, space)
+        if arch is None:
+            continue
+        hist.seen.add(arch.key)
+        if t.state == TrialState.COMPLETE and t.values is not None:
+            hist.archs.append(arch)
+            hist.values.append(list(t.values))
+            hist.numbers.append(t.number)
+    return hist
+
+
+def nondominated_ranks(obj: np.ndarray) -> np.ndarray:
+    """Pareto rank of each row of ``obj`` (all objectives maximised), 0 = non-dominated."""
+    n = len(obj)
+    ranks = np.full(n, -1)
+    remaining = np.arange(n)
+    rank = 0
+    while len(remaining):
+        sub = obj[remaining]
+        ge = (sub[:, None, :] >= sub[None, :, :]).all(-1)
+        gt = (sub[:, None, :] > sub[None, :, :]).any(-1)
+        dominated = (ge & gt).any(0)
+        ranks[remaining[~dominated]] = rank
+        remaining = remaining[dominated]
+        rank += 1
+    return ranks
+
+
+def crowding(obj: np.ndarray) -> np.ndarray:
+    """NSGA-II crowding distance of each row within ``obj``."""
+    n, m = obj.shape
+    dist = np.zeros(n)
+    if n <= 2:
+        return np.full(n, np.inf)
+    for k in range(m):
+        order = np.argsort(obj[:, k], kind="stable")
+        span = obj[order[-1], k] - obj[order[0], k]
+        dist[order[0]] = dist[order[-1]] = np.inf
+        if span > 0:
+            dist[order[1:-1]] += (obj[order[2:], k] - obj[order[:-2], k]) / span
+    return dist
+
+
+def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirection]) -> np.ndarray:
+    """One scalar per trial, higher is better. One objective: the value, negated when it is
+    minimised. Several: ``-rank + 0.99 * c / (1 + c)`` with the non-dominated rank and the
+    crowding distance ``c`` within that rank (NSGA-II's order, as a number)."""
+    if not len(values):
+        return np.zeros(0)
+    signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions])
+    obj = np.asarray(values, dtype=float) * signs
+    if obj.shape[1] == 1:
+        return obj[:, 0]
+    ranks = nondominated_ranks(obj)
+    out = -ranks.astype(float)
+    for r in np.unique(ranks):
+        idx = np.where(ranks == r)[0]
+        c = np.minimum(crowding(obj[idx]), 1e12)  # boundary points (inf) count as 1e12
+        out[idx] += 0.99 * c / (1.0 + c)
+    return out
+
+
+class ArchSampler(optuna.samplers.BaseSampler):
+    """Base of frugalnas's search strategies: subclasses implement :meth:`propose`.
+
+    Options common to all: ``n_init`` architectures are drawn at random before the strategy
+    starts (or, with ``warm_start_proxy``, the ``n_init`` best of ``warm_start_pool`` random
+    architectures by that zero-cost proxy). ``report`` (set by the ``evolution`` plugin when
+    a frugalnas study starts) receives study-level metrics as ``report(metrics, step)``.
+    """
+
+    def __init__(self, space: SearchSpace, seed: int = 0, n_init: int = 10,
+                 warm_start_proxy: str | None = None, warm_start_pool: int = 100,
+                 warm_start_options: dict[str, Any] | None = None):
+        if space is None:
+            raise ConfigError(f"strategy {type(self).__name__} needs a search space (space=...)")
+        check_range("n_init", n_init, 1)
+        check_range("warm_start_pool", warm_start_pool, 1)
+        self.space, self.seed, self.n_init = space, int(seed), int(n_init)
+        self.warm_start_proxy = warm_start_proxy
+        self.warm_start_pool = int(warm_start_pool)
+        self.warm_start_options = dict(warm_start_options or {})
+        self.report: Callable[[dict[str, float], int], None] | None = None
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self._warm: list[Architecture] | None = None
+        if warm_start_proxy is not None:
+            from frugalnas.surrogates.proxy_features import ProxyScorer
+
+            # Validates the proxy name now; scoring waits for the first proposal.
+            self._scorer = ProxyScorer(space, [warm_start_proxy], seed=self.seed,
+                                       **self.warm_start_options)
+
+    # -- optuna's sampler API ------------------------------------------------------------
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {k: d for k, d in self.space.distributions().items() if not d.single()}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        hist = read_history(study, self.space, exclude=trial.number)
+        rng = random.Random(f"{type(self).__name__}:{self.seed}:{trial.number}")
+        if len(hist) < self.n_init:
+            arch = self.initial(hist, rng)
+        else:
+            arch = self.propose(study, trial, hist, rng)
+        return {k: v for k, v in arch.decisions.items() if k in search_space}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    # -- strategy ------------------------------------------------------------------------
+    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+                rng: random.Random) -> Architecture:
+        raise NotImplementedError
+
+    def initial(self, hist: History, rng: random.Random) -> Architecture:
+        """An unseen architecture of the initial design (random, or proxy-ranked)."""
+        if self.warm_start_proxy is not None:
+            for arch in self.warm_pool():
+                if arch.key not in hist.seen:
+                    return arch
+        return self.fresh_random(hist, rng)
+
+    def warm_pool(self) -> list[Architecture]:
+        """``warm_start_pool`` random architectures (fixed by the seed), best proxy score first."""
+        if self._warm is None:
+            rng = random.Random(f"warm:{self.seed}")
+            pool: dict[str, Architecture] = {}
+            for _ in range(self.warm_start_pool * 20):
+                a = self.space.sample(rng)
+                pool.setdefault(a.key, a)
+                if len(pool) >= self.warm_start_pool:
+                    break
+            archs = list(pool.values())
+            scores = [float(self._scorer.score(a)[0]) for a in archs]
+            order = sorted(range(len(archs)), key=lambda i: -np.nan_to_num(scores[i], nan=-np.inf))
+            self._warm = [archs[i] for i in order]
+        return self._warm
+
+    def fresh_random(self, hist: History, rng: random.Random, tries: int = 1000) -> Architecture:
+        """A random architecture not proposed before (any one if the space is exhausted)."""
+        arch = self.space.sample(rng)
+        for _ in range(tries):
+            if arch.key not in hist.seen:
+                return arch
+            arch = self.space.sample(rng)
+        return arch
+
+    def fresh_mutation(self, parent: Architecture, hist: History, rng: random.Random,
+                       avoid: set[str] = frozenset(), tries: int = 30) -> Architecture:
+        """A mutation of ``parent`` never proposed before: random mutations first, then any
+        unseen neighbour, then a random unseen architecture."""
+        blocked = hist.seen | set(avoid)
+        for _ in range(tries):
+            child = self.space.mutate(parent, rng)
+            if child.key not in blocked:
+                return child
+        fresh = [n for n in self.space.neighbours(parent) if n.key not in blocked]
+        if fresh:
+            return rng.choice(fresh)
+        return self.fresh_random(History(seen=blocked), rng)
+
+    def fitness(self, study: optuna.Study, values: Sequence[Sequence[float]]) -> np.ndarray:
+        return fitness(values, study.directions)
+
+    def emit(self, study: optuna.Study, trial: FrozenTrial, metrics: dict[str, float],
+             step: int) -> None:
+        """Record metrics on the trial (system attribute ``frugalnas:<name>``) and report them."""
+        for k, v in metrics.items():
+            study._storage.set_trial_system_attr(trial._trial_id, f"frugalnas:{k}", float(v))
+        if self.report is not None:
+            self.report(metrics, step)

@@ -1,0 +1,33 @@
+"""Local search over the one-edit neighbourhood (after White et al., "Local search is state
+of the art for NAS benchmarks", 2020)."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.strategies.base import ArchSampler, History
+
+
+class LocalSearchSampler(ArchSampler):
+    """Local search: evaluate unseen one-edit neighbours of the best architecture so far.
+
+    At a local optimum (all neighbours seen) it continues from the next best architecture
+    that still has unseen neighbours (best-first)."""
+
+    def __init__(self, space, seed: int = 0, n_init: int = 5, **options):
+        super().__init__(space, seed, n_init, **options)
+
+    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+                rng: random.Random) -> Architecture:
+        fit = self.fitness(study, hist.values)
+        order = sorted(range(len(hist)), key=lambda i: (-fit[i], hist.numbers[i]))
+        for i in order:
+            fresh = [n for n in self.space.neighbours(hist.archs[i]) if n.key not in hist.seen]
+            if fresh:
+                return rng.choice(fresh)
+        # Spaces with numeric decisions have neighbours only along categorical ones.
+        return self.fresh_mutation(hist.archs[order[0]], hist, rng)

@@ -1,0 +1,41 @@
+"""Regularized (aging) evolution, Real et al., AAAI 2019."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import check_range
+from frugalnas.strategies.base import ArchSampler, History
+
+
+class RegularizedEvolutionSampler(ArchSampler):
+    """Regularized (aging) evolution of Real et al. 2019: mutate the best of a random sample.
+
+    The population is the last ``population_size`` completed trials (trial-number order, so
+    the oldest leaves first); each child mutates the fittest of ``sample_size`` members drawn
+    at random."""
+
+    def __init__(self, space, seed: int = 0, population_size: int = 20, sample_size: int = 5,
+                 n_init: int | None = None, **options):
+        check_range("population_size", population_size, 2)
+        check_range("sample_size", sample_size, 1, population_size)
+        super().__init__(space, seed, n_init if n_init is not None else population_size, **options)
+        self.population_size, self.sample_size = int(population_size), int(sample_size)
+
+    def population(self, study: optuna.Study, hist: History) -> tuple[list[Architecture], list[float]]:
+        archs = hist.archs[-self.population_size:]
+        fit = self.fitness(study, hist.values[-self.population_size:])
+        return archs, list(fit)
+
+    def tournament(self, archs: list[Architecture], fit: list[float], rng: random.Random) -> Architecture:
+        idx = rng.sample(range(len(archs)), min(self.sample_size, len(archs)))
+        return archs[max(idx, key=lambda i: (fit[i], -i))]
+
+    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+                rng: random.Random) -> Architecture:
+        archs, fit = self.population(study, hist)
+        return self.fresh_mutation(self.tournament(archs, fit, rng), hist, rng)

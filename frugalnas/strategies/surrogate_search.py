@@ -1,0 +1,153 @@
+"""Surrogate-assisted strategies: surrogate-screened evolution and BANANAS.
+
+Both refit a surrogate (a registered ``surrogates`` component) on every completed trial
+before each proposal, score candidate architectures with an acquisition function, and
+propose the best unseen one. Every ``quality_every`` completed trials they also measure the
+surrogate's rank quality prospectively: a copy fitted without the latest ``quality_holdout``
+trials predicts them, and Kendall tau / Spearman rho go to the proposing trial's system
+attributes (``frugalnas:surrogate_kendall_tau``, ...) and to ``report`` (a frugalnas study's
+``log_metrics``).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import check_choice, check_range
+from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
+from frugalnas.surrogates.encodings import make_encoding
+from frugalnas.surrogates.quality import rank_quality
+from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.regularized import RegularizedEvolutionSampler
+
+
+class SurrogateMixin:
+    """Surrogate fitting, candidate scoring and quality reporting for an :class:`ArchSampler`."""
+
+    def _init_surrogate(self, surrogate: Any, surrogate_options: dict[str, Any] | None,
+                        encoding: str, encoding_options: dict[str, Any] | None,
+                        acquisition: str, kappa: float, quality_every: int,
+                        quality_holdout: int) -> None:
+        from frugalnas.core.plugins import get_host
+
+        check_choice("acquisition", acquisition, ACQUISITIONS)
+        check_range("quality_every", quality_every, 0)
+        check_range("quality_holdout", quality_holdout, 2)
+        self.surrogate, self.surrogate_options = surrogate, dict(surrogate_options or {})
+        self.encoding, self.encoding_options = encoding, dict(encoding_options or {})
+        self.acquisition, self.kappa = acquisition, float(kappa)
+        self.quality_every, self.quality_holdout = int(quality_every), int(quality_holdout)
+        if isinstance(surrogate, str):
+            get_host().registry("surrogates").get(surrogate)  # fail early on a bad name
+        self._encoder = make_encoding(encoding, self.space, **self.encoding_options)
+        self._features: dict[str, np.ndarray] = {}
+
+    def _new_surrogate(self) -> Any:
+        from sklearn.base import clone
+
+        from frugalnas.core.plugins import get_host
+
+        if not isinstance(self.surrogate, str):
+            return clone(self.surrogate)
+        comp = get_host().registry("surrogates").get(self.surrogate)
+        opts = dict(self.surrogate_options)
+        if "seed" in comp.options():
+            opts.setdefault("seed", self.seed)
+        return comp.create(**opts)
+
+    def _encode(self, archs: list[Architecture]) -> np.ndarray:
+        missing = [a for a in archs if a.key not in self._features]
+        if missing:
+            for a, row in zip(missing, self._encoder.encode(missing)):
+                self._features[a.key] = row
+        return np.stack([self._features[a.key] for a in archs])
+
+    def score(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+              candidates: list[Architecture], rng: random.Random) -> np.ndarray:
+        """Acquisition values of ``candidates`` under a surrogate fitted on ``hist``."""
+        y = self.fitness(study, hist.values)
+        X = self._encode(hist.archs)
+        self._maybe_quality(study, trial, X, y)
+        mean, std = self._new_surrogate().fit(X, y).predict(self._encode(candidates))
+        return acquisition(self.acquisition, mean, std, best=float(np.max(y)), kappa=self.kappa,
+                           rng=np.random.default_rng(rng.getrandbits(63)))
+
+    def _maybe_quality(self, study: optuna.Study, trial: FrozenTrial, X: np.ndarray,
+                       y: np.ndarray) -> None:
+        n, h = len(y), self.quality_holdout
+        if not self.quality_every or n % self.quality_every or n - h < 5:
+            return
+        mean, _ = self._new_surrogate().fit(X[:-h], y[:-h]).predict(X[-h:])
+        q = rank_quality(y[-h:], mean)
+        self.emit(study, trial, {"surrogate_kendall_tau": q["kendall_tau"],
+                                 "surrogate_spearman": q["spearman"],
+                                 "surrogate_train_size": float(n - h)}, n)
+
+    def pick(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+             candidates: list[Architecture], rng: random.Random) -> Architecture:
+        scores = self.score(study, trial, hist, candidates, rng)
+        return candidates[int(np.argmax(scores))]
+
+
+class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
+    """Surrogate-assisted regularized evolution: a surrogate pre-screens the offspring.
+
+    ``n_candidates`` mutated children are scored by the acquisition (EI, UCB, mean or
+    Thompson sampling) and the best one is evaluated."""
+
+    def __init__(self, space, seed: int = 0, population_size: int = 20, sample_size: int = 5,
+                 n_candidates: int = 20, surrogate: Any = "lightgbm",
+                 surrogate_options: dict[str, Any] | None = None, encoding: str = "adjacency",
+                 encoding_options: dict[str, Any] | None = None, acquisition: str = "ei",
+                 kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
+                 n_init: int | None = 10, **options):
+        check_range("n_candidates", n_candidates, 1)
+        super().__init__(space, seed, population_size, sample_size, n_init, **options)
+        self.n_candidates = int(n_candidates)
+        self._init_surrogate(surrogate, surrogate_options, encoding, encoding_options,
+                             acquisition, kappa, quality_every, quality_holdout)
+
+    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+                rng: random.Random) -> Architecture:
+        archs, fit = self.population(study, hist)
+        chosen: dict[str, Architecture] = {}
+        for _ in range(self.n_candidates):
+            child = self.fresh_mutation(self.tournament(archs, fit, rng), hist, rng, set(chosen))
+            chosen[child.key] = child
+        return self.pick(study, trial, hist, list(chosen.values()), rng)
+
+
+class BananasSampler(SurrogateMixin, ArchSampler):
+    """BANANAS (White et al., AAAI 2021): ensemble surrogate, path encoding, mutation search.
+
+    The acquisition (Thompson sampling by default) is maximised over mutations of the
+    ``top_k`` best architectures so far."""
+
+    def __init__(self, space, seed: int = 0, n_candidates: int = 100, top_k: int = 10,
+                 surrogate: Any = "mlp-ensemble", surrogate_options: dict[str, Any] | None = None,
+                 encoding: str = "path", encoding_options: dict[str, Any] | None = None,
+                 acquisition: str = "its", kappa: float = 2.0, quality_every: int = 10,
+                 quality_holdout: int = 10, n_init: int = 10, **options):
+        check_range("n_candidates", n_candidates, 1)
+        check_range("top_k", top_k, 1)
+        super().__init__(space, seed, n_init, **options)
+        self.n_candidates, self.top_k = int(n_candidates), int(top_k)
+        self._init_surrogate(surrogate, surrogate_options, encoding, encoding_options,
+                             acquisition, kappa, quality_every, quality_holdout)
+
+    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+                rng: random.Random) -> Architecture:
+        fit = self.fitness(study, hist.values)
+        top = [hist.archs[i] for i in sorted(range(len(hist)),
+                                             key=lambda i: (-fit[i], hist.numbers[i]))[:self.top_k]]
+        chosen: dict[str, Architecture] = {}
+        for c in range(self.n_candidates):
+            child = self.fresh_mutation(top[c % len(top)], hist, rng, set(chosen))
+            chosen[child.key] = child
+        return self.pick(study, trial, hist, list(chosen.values()), rng)
