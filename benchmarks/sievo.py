@@ -48,7 +48,7 @@ def run_sievo(args: argparse.Namespace, attention: bool = True,
     seed = args.seed if seed is None else seed
     study = frugalnas.create_study(
         space="dag", strategy="si-evolution", estimator="inherited", dataset=args.dataset,
-        space_options=space_options(args, attention), seed=seed, tracking=False,
+        space_options=space_options(args, attention), seed=seed, disable_plugins=["mlflow"],
         strategy_options={"population_size": args.population, "offspring": args.offspring,
                           "generations": args.generations, "batches_per_generation": args.batches,
                           "batch_size": 64, "warmup_batches": args.warmup},
@@ -97,7 +97,7 @@ def _search_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, flo
     study = frugalnas.create_study(space="dag", strategy="random", estimator="train",
                                    dataset=args.dataset, space_options=space_options(args),
                                    estimator_options={"epochs": args.rea_epochs},
-                                   seed=seed, tracking=False)
+                                   seed=seed, disable_plugins=["mlflow"])
     rng = random.Random(seed)
     population: deque = deque()
     history = []
@@ -249,7 +249,7 @@ def _stand_alone(job: tuple) -> float:
     torch.set_num_threads(threads)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     ref = frugalnas.create_study(space="dag", strategy="random", estimator="train", dataset=dataset,
-                                 space_options=opts, seed=seed, tracking=False)
+                                 space_options=opts, seed=seed, disable_plugins=["mlflow"])
     return retrain(ref, arch, epochs=epochs).value
 
 
@@ -351,7 +351,7 @@ def untrained_store_study(args: argparse.Namespace) -> frugalnas.Study:
     """A study scoring with inherited weights from a fresh store (no search trains it)."""
     return frugalnas.create_study(
         space="dag", strategy="random", estimator="inherited", dataset=args.dataset,
-        space_options=space_options(args), seed=args.seed, tracking=False,
+        space_options=space_options(args), seed=args.seed, disable_plugins=["mlflow"],
         estimator_options={"valid_limit": args.valid_limit, "bn_recalibration_batches": args.bn_batches})
 
 

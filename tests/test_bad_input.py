@@ -42,7 +42,7 @@ NB201_OPS = ["none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3
 ])
 def test_bad_study_settings(kwargs, error, fragments):
     with pytest.raises(error) as info:
-        frugalnas.create_study(tracking=False, **kwargs)
+        frugalnas.create_study(disable_plugins=["mlflow"], **kwargs)
     for f in fragments:
         assert f in str(info.value)
 
@@ -54,7 +54,7 @@ def test_bad_study_settings(kwargs, error, fragments):
     ("", ["''", *NB201_OPS]),
 ])
 def test_bad_architecture_strings(text, fragments):
-    study = frugalnas.create_study(tracking=False)
+    study = frugalnas.create_study(disable_plugins=["mlflow"])
     with pytest.raises(ArchitectureParseError) as info:
         study.evaluate(text)
     for f in fragments:

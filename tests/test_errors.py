@@ -16,14 +16,14 @@ from frugalnas.core.config import load_run_file
 ])
 def test_unknown_component_names(kwargs, fragments):
     with pytest.raises(UnknownComponentError) as info:
-        frugalnas.create_study(tracking=False, **kwargs)
+        frugalnas.create_study(disable_plugins=["mlflow"], **kwargs)
     for f in fragments:
         assert f in str(info.value)
 
 
 def test_wrong_config_key_in_create_study():
     with pytest.raises(ConfigError, match="unknown key 'estimator_option'.*did you mean 'estimator_options'"):
-        frugalnas.create_study(tracking=False, estimator_option={"epochs": 1})
+        frugalnas.create_study(disable_plugins=["mlflow"], estimator_option={"epochs": 1})
 
 
 def test_wrong_config_key_in_run_file(tmp_path):
@@ -44,23 +44,23 @@ def test_invalid_toml_and_missing_file(tmp_path):
 
 def test_bad_direction_and_objectives():
     with pytest.raises(ConfigError, match="invalid direction 'maximise'.*'maximize', 'minimize'"):
-        frugalnas.create_study(tracking=False, direction="maximise")
+        frugalnas.create_study(disable_plugins=["mlflow"], direction="maximise")
     with pytest.raises(ConfigError, match="need as many objectives"):
-        frugalnas.create_study(tracking=False, directions=["maximize", "minimize"])
+        frugalnas.create_study(disable_plugins=["mlflow"], directions=["maximize", "minimize"])
 
 
 def test_bad_option_values():
     with pytest.raises(ConfigError, match="invalid nb201-table dataset 'cifar12'.*'cifar10'"):
-        frugalnas.create_study(tracking=False, estimator_options={"dataset": "cifar12"})
+        frugalnas.create_study(disable_plugins=["mlflow"], estimator_options={"dataset": "cifar12"})
     with pytest.raises(ConfigError, match="invalid N .*-1"):
-        frugalnas.create_study(tracking=False, space_options={"N": -1})
+        frugalnas.create_study(disable_plugins=["mlflow"], space_options={"N": -1})
     with pytest.raises(ConfigError, match="invalid optimizer 'adamw'.*'sgd', 'adam'"):
-        frugalnas.create_study(tracking=False, estimator="train", estimator_options={"optimizer": "adamw"})
+        frugalnas.create_study(disable_plugins=["mlflow"], estimator="train", estimator_options={"optimizer": "adamw"})
     with pytest.raises(ConfigError, match="invalid n_trials -3"):
-        frugalnas.create_study(tracking=False).optimize(n_trials=-3)
+        frugalnas.create_study(disable_plugins=["mlflow"]).optimize(n_trials=-3)
 
 
 def test_malformed_architecture_given_to_a_study():
-    study = frugalnas.create_study(tracking=False)
+    study = frugalnas.create_study(disable_plugins=["mlflow"])
     with pytest.raises(ArchitectureParseError, match="unknown NB201 operation 'conv_5x5'"):
         study.evaluate("|conv_5x5~0|+|none~0|none~1|+|none~0|none~1|none~2|")

@@ -40,7 +40,7 @@ def test_installed_plugin_is_listed_and_usable(installed_example, tmp_path, stor
     storage, uri = stores
     study = frugalnas.create_study(space="hello-mlp", estimator="hello-logit-spread",
                                    dataset="digits", storage=storage, study_name="hello",
-                                   tracking_uri=uri, seed=0)
+                                   plugin_options={"mlflow": {"tracking_uri": uri}}, seed=0)
     study.optimize(n_trials=3)
     assert len(study.completed_trials()) == 3
     assert study.best_trial.architecture.space == "hello-mlp"

@@ -9,16 +9,16 @@ from frugalnas.testing import fresh_mlflow_uri
 
 
 def runs_of(uri, name):
-    client = MlflowClient(tracking_uri=uri)
+    client = MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
     exp = client.get_experiment_by_name(name)
     return client, client.search_runs([exp.experiment_id], max_results=1000)
 
 
 def test_parent_and_nested_trial_runs(stores):
     storage, uri = stores
-    study = frugalnas.create_study(storage=storage, study_name="tracked", tracking_uri=uri, seed=1)
+    study = frugalnas.create_study(storage=storage, study_name="tracked", plugin_options={"mlflow": {"tracking_uri": uri}}, seed=1)
     study.optimize(n_trials=4)
-    assert study.tracking_state["errors"] == []
+    assert study.plugin_state["mlflow"]["errors"] == []
     client, runs = runs_of(uri, "tracked")
     parents = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
     trials = [r for r in runs if r.data.tags.get("frugalnas.role") == "trial"]
@@ -52,7 +52,7 @@ def test_parent_and_nested_trial_runs(stores):
 
 def test_failed_trial_run_is_marked_failed(stores):
     storage, uri = stores
-    study = frugalnas.create_study(storage=storage, study_name="fails", tracking_uri=uri,
+    study = frugalnas.create_study(storage=storage, study_name="fails", plugin_options={"mlflow": {"tracking_uri": uri}},
                                    estimator="train", dataset="digits",
                                    space_options={"N": 1, "C": 2},
                                    estimator_options={"epochs": 1, "lr": 1e30, "batch_size": 256})
@@ -65,7 +65,7 @@ def test_failed_trial_run_is_marked_failed(stores):
 
 def test_resumed_study_reuses_parent_run(stores):
     storage, uri = stores
-    frugalnas.create_study(storage=storage, study_name="again", tracking_uri=uri).optimize(2)
+    frugalnas.create_study(storage=storage, study_name="again", plugin_options={"mlflow": {"tracking_uri": uri}}).optimize(2)
     frugalnas.load_study(study_name="again", storage=storage).optimize(2)
     _, runs = runs_of(uri, "again")
     assert sum(r.data.tags.get("frugalnas.role") == "study" for r in runs) == 1
@@ -74,7 +74,7 @@ def test_resumed_study_reuses_parent_run(stores):
 
 def test_study_metrics_and_pareto_front(stores):
     storage, uri = stores
-    study = frugalnas.create_study(storage=storage, study_name="mo", tracking_uri=uri,
+    study = frugalnas.create_study(storage=storage, study_name="mo", plugin_options={"mlflow": {"tracking_uri": uri}},
                                    directions=["maximize", "maximize"],
                                    objectives=["value", "test_accuracy_cifar100"])
     study.optimize(n_trials=6)

@@ -220,7 +220,7 @@ def test_failing_candidates_become_fail_trials_and_the_study_goes_on(tmp_path):
     study = frugalnas.create_study(
         space="nb201", estimator="ops-faulty", plugins=[PLUGIN], study_name="ops",
         estimator_options={"modes": modes, "hang_seconds": 60}, trial_timeout=3.0,
-        storage=f"sqlite:///{tmp_path / 'optuna.db'}", tracking_uri=uri)
+        storage=f"sqlite:///{tmp_path / 'optuna.db'}", plugin_options={"mlflow": {"tracking_uri": uri}})
     assert study.estimator is not None  # built (and torch warmed up) outside the timed trials
     start = time.monotonic()
     study.optimize(n_trials=len(modes))

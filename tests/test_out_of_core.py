@@ -227,7 +227,7 @@ def test_study_trains_through_out_of_core():
     study = frugalnas.create_study(space="nb201", strategy="random", estimator="train", dataset="digits",
                                    backend="out-of-core", space_options={"N": 1, "C": 4},
                                    backend_options={"budget_fraction": 0.5, "profile_repeats": 0},
-                                   estimator_options={"epochs": 1, "max_steps": 2}, tracking=False, seed=0)
+                                   estimator_options={"epochs": 1, "max_steps": 2}, disable_plugins=["mlflow"], seed=0)
     study.optimize(1)
     assert study.completed_trials and study.backend.last_plan is not None
     assert 0 < study.backend.peak_memory() <= study.backend.last_plan.budget

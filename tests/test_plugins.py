@@ -141,7 +141,7 @@ def test_lifecycle_hooks_are_called_in_order(plugin_dir):
         def frugalnas_study_finished(study):
             EVENTS.append("study_finished")
     """)
-    study = frugalnas.create_study(plugins=["tp_events"], tracking=False)
+    study = frugalnas.create_study(plugins=["tp_events"], disable_plugins=["mlflow"])
     study.optimize(n_trials=2)
     events = sys.modules["tp_events"].EVENTS
     assert events == ["study_started", "trial_started 0", "trial_finished 0 COMPLETE 200.0",

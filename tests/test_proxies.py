@@ -170,7 +170,7 @@ def test_rank_helpers():
 def test_proxy_estimator_reports_cost_and_metric():
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="snip",
                                    dataset="digits", dataset_options={"resize": 16},
-                                   estimator_options={"batch_size": 16}, tracking=False, seed=2)
+                                   estimator_options={"batch_size": 16}, disable_plugins=["mlflow"], seed=2)
     arch = study.space.parse(CELL)
     first, second = study.evaluate(arch), study.evaluate(arch)
     assert first.value == second.value and first.metrics["proxy_snip"] == first.value
@@ -178,22 +178,22 @@ def test_proxy_estimator_reports_cost_and_metric():
     gauss = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="snip",
                                    dataset="digits", dataset_options={"resize": 16},
                                    estimator_options={"batch_size": 16, "data": "gaussian"},
-                                   tracking=False, seed=2)
+                                   disable_plugins=["mlflow"], seed=2)
     assert gauss.evaluate(arch).value != first.value
 
 
 def test_data_free_proxy_needs_no_dataset():
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="synflow",
                                    dataset=None, estimator_options={"input_shape": [3, 16, 16]},
-                                   tracking=False)
+                                   disable_plugins=["mlflow"])
     study.optimize(3)
     assert all(math.isfinite(t.value) for t in study.trials)
 
 
 def test_bad_proxy_options_name_the_valid_choices():
     with pytest.raises(ConfigError, match="gaussian"):
-        frugalnas.create_study(space="nb201", estimator="synflow", tracking=False,
+        frugalnas.create_study(space="nb201", estimator="synflow", disable_plugins=["mlflow"],
                                estimator_options={"data": "imagenet"})
     with pytest.raises(ConfigError, match="needs a( study)? dataset"):
         frugalnas.create_study(space="nb201", space_options=SMALL, estimator="snip", dataset=None,
-                               tracking=False).optimize(1, catch=())
+                               disable_plugins=["mlflow"]).optimize(1, catch=())

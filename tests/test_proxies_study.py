@@ -18,10 +18,10 @@ def test_study_with_synflow_estimator_logs_trials_to_mlflow(stores):
     storage, uri = stores
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="synflow",
                                    dataset=None, estimator_options=SHAPE, storage=storage,
-                                   study_name="synflow-study", tracking_uri=uri, seed=4)
+                                   study_name="synflow-study", plugin_options={"mlflow": {"tracking_uri": uri}}, seed=4)
     study.optimize(3)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
-    client = mlflow.MlflowClient(tracking_uri=uri)
+    client = mlflow.MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
     exp = client.get_experiment_by_name("synflow-study")
     trial_runs = [r for r in client.search_runs([exp.experiment_id])
                   if r.data.tags.get("frugalnas.role") == "trial"]
@@ -57,7 +57,7 @@ def test_prescreen_hands_the_best_of_k_candidates_to_the_trial():
                                  host=get_host(), seed=0, proxy="synflow", k=6, data="gaussian",
                                  **SHAPE)
     study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
-                                   estimator="nb201-table", tracking=False)
+                                   estimator="nb201-table", disable_plugins=["mlflow"])
     study.optimize(4)
     for trial, scored in zip(study.trials, sampler.scored):
         assert len({a for a, _ in scored}) == 6
@@ -71,7 +71,7 @@ def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
                                    dataset="digits", dataset_options={"resize": 16},
                                    prescreen={"proxy": ["synflow", "naswot"], "k": 3,
                                               "batch_size": 8},
-                                   tracking=False, seed=1)
+                                   disable_plugins=["mlflow"], seed=1)
     study.optimize(2)
     for t in study.trials:
         record = t.system_attrs[PRESCREEN_ATTR]
@@ -81,7 +81,7 @@ def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
 
 def test_rank_ensemble_ranks_within_the_trials_seen_so_far():
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="rank-ensemble",
-                                   dataset=None, tracking=False, seed=3,
+                                   dataset=None, disable_plugins=["mlflow"], seed=3,
                                    estimator_options={"proxies": ["synflow", "params"],
                                                       "data": "gaussian", **SHAPE})
     study.optimize(5)
@@ -102,7 +102,7 @@ def test_rank_ensemble_ranks_within_the_trials_seen_so_far():
 
 def test_learned_ensemble_fits_weights_from_teacher_scores():
     study = frugalnas.create_study(space="nb201", space_options=SMALL,
-                                   estimator="learned-ensemble", dataset=None, tracking=False,
+                                   estimator="learned-ensemble", dataset=None, disable_plugins=["mlflow"],
                                    seed=5, estimator_options={
                                        "proxies": ["synflow", "params", "l2_norm"],
                                        "teacher": "nb201-table", "teacher_every": 2,
@@ -117,7 +117,7 @@ def test_learned_ensemble_fits_weights_from_teacher_scores():
 
 @pytest.mark.slow
 def test_low_fidelity_is_cheaper_than_full_training():
-    common = dict(space="nb201", space_options=SMALL, dataset="digits", tracking=False, seed=0)
+    common = dict(space="nb201", space_options=SMALL, dataset="digits", disable_plugins=["mlflow"], seed=0)
     arch = NB201Space(**SMALL).parse(
         "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|")
     full = frugalnas.create_study(estimator="train", estimator_options={"max_steps": 8}, **common)
@@ -141,7 +141,7 @@ def test_low_fidelity_rejects_bad_options():
 def test_proxy_estimator_on_the_backend_device():
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="naswot",
                                    dataset="digits", dataset_options={"resize": 16},
-                                   estimator_options={"batch_size": 8}, tracking=False,
+                                   estimator_options={"batch_size": 8}, disable_plugins=["mlflow"],
                                    backend_options={"device": "cpu"})
     res = study.evaluate(study.space.from_index(1234))
     assert math.isfinite(res.value) and res.cost.params == sum(
@@ -153,7 +153,7 @@ def test_prescreen_survives_load_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     config = dict(space="nb201", space_options=SMALL, estimator="nb201-table", dataset=None,
                   prescreen={"proxy": "synflow", "k": 3, "data": "gaussian", **SHAPE},
-                  tracking=False)
+                  disable_plugins=["mlflow"])
     frugalnas.create_study(storage=storage, study_name="pre", **config).optimize(1)
     study = frugalnas.load_study(study_name="pre", storage=storage)
     assert isinstance(study.optuna_study.sampler, PrescreenSampler)

@@ -19,7 +19,14 @@ def _study(storage, name, tracking_uri=None, **strategy):
         space="dag", strategy="si-evolution", estimator="inherited", dataset="digits",
         storage=storage, study_name=name, space_options=SPACE,
         strategy_options={**STRATEGY, **strategy}, estimator_options=ESTIMATOR,
-        tracking=tracking_uri is not None, tracking_uri=tracking_uri)
+        **tracking(tracking_uri))
+
+
+def tracking(uri):
+    """Study options that log to ``uri``, or turn tracking off when it is None."""
+    if uri is None:
+        return {"disable_plugins": ["mlflow"]}
+    return {"plugin_options": {"mlflow": {"tracking_uri": uri}}}
 
 
 @pytest.mark.slow
@@ -41,7 +48,7 @@ def test_small_study_runs_end_to_end_with_mlflow(tmp_path, monkeypatch):
     assert set(plan["offspring"]).isdisjoint(str(t.architecture) for t in trials[:3])
     assert [str(t.architecture) for t in trials[3:5]] == plan["offspring"]
 
-    client = mlflow.MlflowClient(tracking_uri=uri)
+    client = mlflow.MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
     exp = client.get_experiment_by_name(study.name) or client.search_experiments()[-1]
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]

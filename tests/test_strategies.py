@@ -32,7 +32,7 @@ def _archs(study):
 def test_strategy_resumes_from_storage_like_an_uninterrupted_run(tmp_path, strategy):
     storage = f"sqlite:///{tmp_path}/optuna.db"
     common = dict(space="nb201", strategy=strategy, estimator="nb201-table", seed=7,
-                  strategy_options=FAST[strategy], tracking=False, storage=storage)
+                  strategy_options=FAST[strategy], disable_plugins=["mlflow"], storage=storage)
     whole = frugalnas.create_study(study_name="whole", **common)
     whole.optimize(10)
     part = frugalnas.create_study(study_name="part", **common)
@@ -74,7 +74,7 @@ def test_multi_objective_evolution_finds_a_front(tmp_path):
         space="nb201", strategy="regularized-evolution", estimator="nb201-table", seed=1,
         directions=["maximize", "maximize"],
         objectives=["test_accuracy_cifar10", "test_accuracy_imagenet16-120"],
-        strategy_options={"population_size": 8, "sample_size": 3}, tracking=False)
+        strategy_options={"population_size": 8, "sample_size": 3}, disable_plugins=["mlflow"])
     study.optimize(30)
     archs = _archs(study)
     assert len(set(archs)) == 30 and len(study.best_trials) >= 1
@@ -120,13 +120,13 @@ def test_surrogate_study_logs_trials_and_surrogate_quality_to_mlflow(tmp_path, s
     storage, uri = stores
     study = frugalnas.create_study(
         space="nb201", strategy="surrogate-evolution", estimator="nb201-table", seed=0,
-        storage=storage, study_name="surrogate-mlflow", tracking_uri=uri,
+        storage=storage, study_name="surrogate-mlflow", plugin_options={"mlflow": {"tracking_uri": uri}},
         strategy_options=FAST["surrogate-evolution"])
     study.optimize(9)
     quality = [t.system_attrs.get("frugalnas:surrogate_kendall_tau")
                for t in study.optuna_study.trials]
     assert any(q is not None for q in quality)
-    client = mlflow.MlflowClient(tracking_uri=uri)
+    client = mlflow.MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
     runs = client.search_runs([client.get_experiment_by_name("surrogate-mlflow").experiment_id])
     trial_runs = [r for r in runs if r.data.tags.get("frugalnas.role") != "study"]
     assert len(trial_runs) == 9

@@ -9,7 +9,7 @@ from frugalnas.spaces.nb201.space import NB201Space
 
 
 def test_random_study_on_the_table_records_architectures():
-    study = frugalnas.create_study(tracking=False, seed=3)
+    study = frugalnas.create_study(disable_plugins=["mlflow"], seed=3)
     study.optimize(n_trials=15)
     best = study.best_trial
     space = NB201Space()
@@ -21,15 +21,15 @@ def test_random_study_on_the_table_records_architectures():
 
 
 def test_same_seed_same_trials():
-    a = frugalnas.create_study(tracking=False, seed=7)
-    b = frugalnas.create_study(tracking=False, seed=7)
+    a = frugalnas.create_study(disable_plugins=["mlflow"], seed=7)
+    b = frugalnas.create_study(disable_plugins=["mlflow"], seed=7)
     a.optimize(10)
     b.optimize(10)
     assert [str(t.architecture) for t in a.trials] == [str(t.architecture) for t in b.trials]
 
 
 def test_ask_and_tell():
-    study = frugalnas.create_study(tracking=False)
+    study = frugalnas.create_study(disable_plugins=["mlflow"])
     cand = study.ask()
     result = study.evaluate(cand.architecture)
     assert isinstance(result, EstimateResult)
@@ -44,7 +44,7 @@ def test_ask_and_tell():
 def test_plain_optuna_sampler_and_storage_round_trip(stores):
     storage, _ = stores
     study = frugalnas.create_study(strategy=optuna.samplers.TPESampler(seed=0), storage=storage,
-                                   study_name="tpe", tracking=False)
+                                   study_name="tpe", disable_plugins=["mlflow"])
     study.optimize(5)
     with pytest.raises(ConfigError, match="pass strategy="):
         frugalnas.load_study(study_name="tpe", storage=storage)
@@ -57,7 +57,7 @@ def test_plain_optuna_sampler_and_storage_round_trip(stores):
 
 def test_load_study_continues_with_stored_config(stores):
     storage, _ = stores
-    study = frugalnas.create_study(storage=storage, study_name="s", tracking=False, seed=5,
+    study = frugalnas.create_study(storage=storage, study_name="s", disable_plugins=["mlflow"], seed=5,
                                    estimator_options={"dataset": "cifar100"})
     study.optimize(4)
     again = frugalnas.load_study(study_name="s", storage=storage)
@@ -67,12 +67,12 @@ def test_load_study_continues_with_stored_config(stores):
     with pytest.raises(ConfigError, match="no study named 'nope'.*studies there: s"):
         frugalnas.load_study(study_name="nope", storage=storage)
     with pytest.raises(ConfigError, match="different configuration"):
-        frugalnas.create_study(storage=storage, study_name="s", tracking=False, seed=6,
+        frugalnas.create_study(storage=storage, study_name="s", disable_plugins=["mlflow"], seed=6,
                                load_if_exists=True)
 
 
 def test_train_estimator_on_digits_reports_cost():
-    study = frugalnas.create_study(estimator="train", dataset="digits", tracking=False,
+    study = frugalnas.create_study(estimator="train", dataset="digits", disable_plugins=["mlflow"],
                                    space_options={"N": 1, "C": 4},
                                    estimator_options={"epochs": 1, "batch_size": 128})
     study.optimize(2)
@@ -85,13 +85,13 @@ def test_train_estimator_on_digits_reports_cost():
 
 def test_multi_objective_accuracy_vs_params():
     study = frugalnas.create_study(directions=["maximize", "minimize"],
-                                   objectives=["value", "test_accuracy_cifar100"], tracking=False)
+                                   objectives=["value", "test_accuracy_cifar100"], disable_plugins=["mlflow"])
     study.optimize(10)
     assert study.best_trials and all(len(t.values) == 2 for t in study.best_trials)
 
 
 def test_failing_candidate_becomes_a_fail_trial():
-    study = frugalnas.create_study(estimator="train", dataset="digits", tracking=False,
+    study = frugalnas.create_study(estimator="train", dataset="digits", disable_plugins=["mlflow"],
                                    space_options={"N": 1, "C": 2},
                                    estimator_options={"epochs": 1, "lr": 1e30, "batch_size": 256})
     study.optimize(2)
@@ -110,10 +110,10 @@ def test_tpe_is_at_least_as_good_as_random_on_nb201():
     """50 trials, 5 seeds: TPE's best >= the best of 50 random cells on average."""
     tpe, rnd = [], []
     for seed in range(5):
-        s = frugalnas.create_study(strategy=optuna.samplers.TPESampler(seed=seed), tracking=False)
+        s = frugalnas.create_study(strategy=optuna.samplers.TPESampler(seed=seed), disable_plugins=["mlflow"])
         s.optimize(50)
         tpe.append(_best_of(s, 50))
-        r = frugalnas.create_study(strategy="random", seed=seed, tracking=False)
+        r = frugalnas.create_study(strategy="random", seed=seed, disable_plugins=["mlflow"])
         r.optimize(50)
         rnd.append(_best_of(r, 50))
     assert np.mean(tpe) >= np.mean(rnd)

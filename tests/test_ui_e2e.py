@@ -88,11 +88,11 @@ def _dom(tmp_path: Path, url: str) -> str:
 def test_mlflow_ui_shows_study_trials_and_best_so_far(tmp_path):
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
     study = frugalnas.create_study(space="nb201", estimator="nb201-table", study_name="ui-study",
-                                   storage=f"sqlite:///{tmp_path / 'optuna.db'}", tracking_uri=uri)
+                                   storage=f"sqlite:///{tmp_path / 'optuna.db'}", plugin_options={"mlflow": {"tracking_uri": uri}})
     study.optimize(n_trials=5)
-    exp_id = study.tracking_state["experiment_id"]
-    parent = study.tracking_state["parent_run_id"]
-    client = MlflowClient(tracking_uri=uri)
+    exp_id = study.plugin_state["mlflow"]["experiment_id"]
+    parent = study.plugin_state["mlflow"]["parent_run_id"]
+    client = MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
     trial_runs = {r.info.run_name: r.info.run_id for r in client.search_runs([exp_id])
                   if r.data.tags.get("frugalnas.role") == "trial"}
     assert sorted(trial_runs) == [f"trial {i}" for i in range(5)]

@@ -226,7 +226,7 @@ def test_study_trial_end_to_end_on_digits():
             space="nb201", strategy="random", estimator="train", dataset="digits", seed=3,
             space_options={"N": 1, "C": 4}, estimator_options={"epochs": 1, "max_steps": 6},
             backend="virtual-node", backend_options={"virtual_nodes": 4, "nproc": nproc},
-            tracking=False)
+            disable_plugins=["mlflow"])
 
     two = study(2)
     two.optimize(1)

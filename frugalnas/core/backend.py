@@ -73,5 +73,15 @@ class Backend(ABC):
     def describe(self) -> dict[str, object]:
         return {"backend": self.name, "device": str(self.device)}
 
+    def trial_outputs(self) -> tuple[dict[str, float], dict[str, str | bytes]]:
+        """Metrics and artifacts (file name -> text or bytes) about the evaluation that just
+        ended, such as a memory plan; the study adds them to the trial's result. Called once
+        after every evaluation; a backend forgets them once returned. Default: none."""
+        return {}, {}
+
+    def release(self) -> None:
+        """Free what the backend holds between studies (worker processes); it must work again
+        afterwards. Called when a study's ``optimize`` ends. Default: nothing."""
+
     def close(self) -> None:
         """Release processes or memory the backend holds."""

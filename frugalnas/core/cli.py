@@ -1,4 +1,5 @@
-"""The ``frugalnas`` command: run a study, list plugins, open the MLflow UI."""
+"""The ``frugalnas`` command: run a study, join one as a worker, list plugins; plugins add
+flags to ``run``/``worker`` and commands of their own (the MLflow plugin adds ``ui``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from frugalnas.core.config import RUN_KEYS, StudyConfig, check_keys, load_run_file
 from frugalnas.core.errors import ConfigError, FrugalnasError
-from frugalnas.core.plugins import KINDS, PluginHost, get_host
+from frugalnas.core.plugins import KINDS, PluginHost
 
 OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset")
 
@@ -27,9 +28,22 @@ def _parse_value(raw: str) -> Any:
 
 
 def _plugin_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    add = [p for p in args.plugin if not p.startswith("no:")]
-    block = [p[3:] for p in args.plugin if p.startswith("no:")]
+    return _split(args.plugin)
+
+
+def _split(values: list[str]) -> tuple[list[str], list[str]]:
+    add = [p for p in values if not p.startswith("no:")]
+    block = [p[3:] for p in values if p.startswith("no:")]
     return add, block
+
+
+def _preparse_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The ``-p`` values of a command line, read before the full parser exists (plugins add
+    flags and commands to it, as in pytest)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("-p", dest="plugin", action="append", default=[])
+    known, _ = pre.parse_known_args(argv)
+    return _split(known.plugin)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +51,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="load plugin NAME (entry point or module); 'no:NAME' blocks it")
 
 
-def _study_args(parser: argparse.ArgumentParser) -> None:
+def _study_args(parser: argparse.ArgumentParser, host: PluginHost) -> None:
     parser.add_argument("config", nargs="?", help="TOML run file (flags override its values)")
     for name in ("space", "strategy", "estimator", "backend", "dataset"):
         parser.add_argument(f"--{name}")
@@ -48,21 +62,21 @@ def _study_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--storage", help="optuna storage URL (default: in memory)")
     parser.add_argument("--study-name")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db)")
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--direction", action="append", choices=("maximize", "minimize"))
     parser.add_argument("--objective", action="append", help="objective name (repeat for several)")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="GROUP.KEY=VALUE",
                         help=f"a component option, GROUP one of {', '.join(OPTION_GROUPS)} "
-                             "(e.g. -o estimator.epochs=2)")
+                             "(e.g. -o estimator.epochs=2), or a plugin's option with the "
+                             "plugin's name as GROUP")
     parser.add_argument("--virtual-nodes", type=int, help="shorthand for -o backend.virtual_nodes=N")
     parser.add_argument("--nproc", type=int, help="shorthand for -o backend.nproc=N")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the plan, run nothing")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(parser)
+    host.hook.frugalnas_run_arguments(parser=parser)
 
 
-def resolve_run(args: argparse.Namespace) -> tuple[StudyConfig, dict[str, Any]]:
+def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig, dict[str, Any]]:
     """Merge a run file and flags into a StudyConfig and the run keys."""
     if args.config:
         config, run = load_run_file(args.config)
@@ -74,10 +88,6 @@ def resolve_run(args: argparse.Namespace) -> tuple[StudyConfig, dict[str, Any]]:
             data[name] = getattr(args, name)
     if args.trial_timeout is not None:
         data["trial_timeout"] = args.trial_timeout
-    if args.tracking_uri:
-        data["tracking_uri"] = args.tracking_uri
-    if args.no_tracking:
-        data["tracking"] = False
     if args.direction:
         data["directions"] = args.direction
     if args.objective:
@@ -94,12 +104,18 @@ def resolve_run(args: argparse.Namespace) -> tuple[StudyConfig, dict[str, Any]]:
         group, dot, opt = key.partition(".")
         if not sep or not dot or not opt:
             raise ConfigError(f"malformed option {item!r}; expected GROUP.KEY=VALUE, e.g. estimator.epochs=2")
-        if group not in OPTION_GROUPS:
-            raise ConfigError(f"unknown option group {group!r} in {item!r}; valid: {', '.join(OPTION_GROUPS)}")
-        data.setdefault(f"{group}_options", {})[opt] = _parse_value(raw)
+        if group in OPTION_GROUPS:
+            data.setdefault(f"{group}_options", {})[opt] = _parse_value(raw)
+        elif host.has_plugin(group):
+            data.setdefault("plugin_options", {}).setdefault(group, {})[opt] = _parse_value(raw)
+        else:
+            raise ConfigError(f"unknown option group {group!r} in {item!r}; valid: "
+                              f"{', '.join(OPTION_GROUPS)} or a plugin name "
+                              f"({', '.join(sorted(host.infos))})")
     add, block = _plugin_args(args)
     data["plugins"] = sorted(set(data.get("plugins", [])) | set(add))
     data["disable_plugins"] = sorted(set(data.get("disable_plugins", [])) | set(block))
+    host.hook.frugalnas_run_settings(args=args, settings=data)
     for key in ("n_trials", "timeout", "n_jobs", "storage", "study_name"):
         if getattr(args, key) is not None:
             run[key] = getattr(args, key)
@@ -107,16 +123,15 @@ def resolve_run(args: argparse.Namespace) -> tuple[StudyConfig, dict[str, Any]]:
     return StudyConfig.from_mapping(data), run
 
 
-def plan(config: StudyConfig, run: dict[str, Any]) -> dict[str, Any]:
-    """Validate every component name and option by creating the cheap components; return the
-    resolved plan (names, source plugins, options with defaults)."""
-    from frugalnas.core.study import _make_sampler, resolve_estimator
+def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str, Any]:
+    """Run every check that can run before the first trial (``check_config``, plus creating
+    the cheap components); return the resolved plan (names, source plugins, options with
+    defaults)."""
+    from frugalnas.core.study import check_config, make_strategy
 
-    host = get_host(config.plugins, config.disable_plugins + ([] if config.tracking else ["mlflow"]))
+    check_config(host, config)
     space = host.create("search_spaces", config.space, **config.space_options)
-    resolve_estimator(host, config.estimator, config.estimator_options)
-    host.create("backends", config.backend, **config.backend_options).close()
-    _make_sampler(host, space, config)
+    make_strategy(host, space, config)
     out: dict[str, Any] = {"run": run}
     for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
                         ("backend", "backends"), ("dataset", "datasets")):
@@ -124,29 +139,47 @@ def plan(config: StudyConfig, run: dict[str, Any]) -> dict[str, Any]:
         if name is None:
             continue
         comp = host.registry(kind).get(name)
-        if group == "dataset":
-            comp.check_options(config.dataset_options)
         defaults = {k: v for k, v in comp.options().items()
                     if k not in ("space", "seed") and v is not inspect.Parameter.empty}
         out[group] = {"name": name, "plugin": comp.plugin,
                       "options": {**defaults, **getattr(config, f"{group}_options")}}
-    reg = host.registry("estimators")
-    est_plugin = reg.get(config.estimator).plugin if config.estimator in reg else \
-        host.registry("proxies").get(config.estimator).plugin
-    out["estimator"] = {"name": config.estimator, "plugin": est_plugin, "options": config.estimator_options}
+    out["estimator"] = {"name": config.estimator,
+                        "plugin": host.estimators().get(config.estimator).plugin,
+                        "options": config.estimator_options}
     out["objectives"] = dict(zip(config.objectives, config.directions))
     out["seed"] = config.seed
-    out["tracking"] = (config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-                       or "sqlite:///mlflow.db") if config.tracking else "off"
+    out["plugin_options"] = config.plugin_options
     out["plugins"] = sorted(host.infos)
     return out
+
+
+def host_for(config: StudyConfig) -> PluginHost:
+    """The plugin host a study with ``config`` runs with."""
+    return PluginHost(config.plugins, config.disable_plugins)
+
+
+def _check_run_settings(run: dict[str, Any]) -> None:
+    from frugalnas.core.errors import check_range
+
+    if "n_trials" in run:
+        check_range("n_trials", run["n_trials"], 1)
+        if not isinstance(run["n_trials"], int):
+            raise ConfigError(f"invalid n_trials {run['n_trials']!r}; expected an integer >= 1")
+    if run.get("n_jobs") is not None:
+        if not isinstance(run["n_jobs"], int) or run["n_jobs"] == 0 or run["n_jobs"] < -1:
+            raise ConfigError(f"invalid n_jobs {run['n_jobs']!r}; expected an integer >= 1 "
+                              "(or -1: one per CPU)")
+    if run.get("timeout") is not None:
+        check_range("timeout (seconds)", run["timeout"], 0)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from frugalnas.core.study import create_study
 
-    config, run = resolve_run(args)
-    resolved = plan(config, run)
+    config, run = resolve_run(args, args.host)
+    _check_run_settings(run)
+    host = host_for(config)
+    resolved = plan(config, run, host)
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
@@ -160,12 +193,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = asdict(config)
     study = create_study(storage=run.get("storage"), study_name=run.get("study_name"),
                          load_if_exists=run.get("load_if_exists", bool(run.get("storage"))),
-                         **{k: v for k, v in cfg.items() if k != "directions"},
+                         host=host, **{k: v for k, v in cfg.items() if k != "directions"},
                          directions=config.directions)
     n_trials = run.get("n_trials", 10)
     done = len(study.completed_trials())
     study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1))
-    print(f"study {study.name!r}: {len(study.completed_trials()) - done} trial(s) completed this run, "
+    completed = len(study.completed_trials()) - done
+    print(f"study {study.name!r}: {completed} trial(s) completed this run, "
           f"{len(study.trials)} in total")
     try:
         best = study.best_trials if len(config.directions) > 1 else [study.best_trial]
@@ -173,9 +207,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"best trial {t.number}: values={t.values} architecture={t.architecture}")
     except ValueError:
         print("no completed trial")
-    if study.tracking_state.get("errors"):
-        print("MLflow logging errors: " + "; ".join(study.tracking_state["errors"][:3]), file=sys.stderr)
+    if completed == 0 and n_trials > 0:
+        print(f"frugalnas: error: no trial completed{_failure_summary(study)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _failure_summary(study: Any) -> str:
+    from frugalnas.core.keys import FAIL_REASON_ATTR
+
+    reasons: dict[str, int] = {}
+    for t in study.trials:
+        reason = t.user_attrs.get(FAIL_REASON_ATTR)
+        if t.state.name == "FAIL" and reason:
+            reasons[reason] = reasons.get(reason, 0) + 1
+    if not reasons:
+        return ""
+    return "; failures: " + "; ".join(f"{n} x {r}" for r, n in
+                                      sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -185,7 +234,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ["FRUGALNAS_PROGRESS"] = "0" if args.quiet else os.environ.get("FRUGALNAS_PROGRESS", "1")
-    config, run = resolve_run(args)
+    config, run = resolve_run(args, args.host)
+    _check_run_settings(run)
     storage = run.get("storage")
     if not storage or not isinstance(storage, str):
         raise ConfigError("a worker needs a shared storage URL: --storage sqlite:///study.db "
@@ -193,15 +243,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     n_trials = run.get("n_trials")
     if n_trials is None:
         raise ConfigError("a worker needs the study's total number of trials: --n-trials N")
-    plan(config, run)
+    host = host_for(config)
+    plan(config, run, host)
+    if args.dry_run:
+        return 0
     study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
                        heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
-                       timeout=run.get("timeout"))
+                       timeout=run.get("timeout"), host=host)
     states = [t.state.name for t in study.trials]
     print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
           f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
-    if study.tracking_state.get("errors"):
-        print("MLflow logging errors: " + "; ".join(study.tracking_state["errors"][:3]), file=sys.stderr)
+    if states.count("COMPLETE") == 0:
+        print(f"frugalnas: error: no trial completed{_failure_summary(study)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -226,27 +280,15 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ui(args: argparse.Namespace) -> int:
-    from frugalnas.tracking.mlflow.tracker import resolve_tracking_uri
-
-    uri = resolve_tracking_uri(args.tracking_uri)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-           "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
-    if uri.startswith("sqlite:///"):
-        from frugalnas.tracking.mlflow.tracker import _artifact_root
-        cmd += ["--default-artifact-root", _artifact_root(uri)]
-    print(f"MLflow UI for {uri} on http://{args.host}:{args.port}", flush=True)
-    return subprocess.call(cmd)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(host: PluginHost) -> argparse.ArgumentParser:
+    """The full parser: the built-in commands plus those and the flags ``host``'s plugins add."""
     parser = argparse.ArgumentParser(prog="frugalnas", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run (or continue) a study")
-    _study_args(run)
+    _study_args(run, host)
     run.set_defaults(func=cmd_run)
     worker = sub.add_parser("worker", help="join a shared study as one of many worker processes")
-    _study_args(worker)
+    _study_args(worker, host)
     worker.add_argument("--heartbeat", type=int, help="seconds between heartbeats (enables stale-trial detection)")
     worker.add_argument("--grace", type=int, help="seconds without heartbeat before a trial is stale (default 2x heartbeat)")
     worker.add_argument("--retries", type=int, default=0, help="re-run a stale trial's architecture up to N times")
@@ -255,19 +297,19 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true")
     _common(plugins)
     plugins.set_defaults(func=cmd_plugins)
-    ui = sub.add_parser("ui", help="start the MLflow UI for the store in use")
-    ui.add_argument("--tracking-uri")
-    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    ui.add_argument("--port", type=int, default=5000)
-    ui.add_argument("--workers", type=int, default=1,
-                    help="server processes (default 1: starts fast; MLflow's own default is 4)")
-    ui.set_defaults(func=cmd_ui)
+    host.hook.frugalnas_commands(subparsers=sub, host=host)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        host = PluginHost(*_preparse_plugins(argv))
+    except FrugalnasError as exc:
+        print(f"frugalnas: error: {exc}", file=sys.stderr)
+        return 2
+    args = build_parser(host).parse_args(argv)
+    args.host = host
     try:
         return args.func(args)
     except FrugalnasError as exc:

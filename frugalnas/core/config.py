@@ -26,15 +26,15 @@ class StudyConfig:
     estimator_options: dict[str, Any] = field(default_factory=dict)
     backend_options: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)
-    prescreen: dict[str, Any] | None = None
     directions: list[str] = field(default_factory=lambda: ["maximize"])
     objectives: list[str] = field(default_factory=lambda: ["value"])
     seed: int = 0
-    tracking: bool = True
-    tracking_uri: str | None = None
     trial_timeout: float | None = None
     plugins: list[str] = field(default_factory=list)
     disable_plugins: list[str] = field(default_factory=list)
+    #: Options for plugins by plugin name (e.g. ``{"mlflow": {"tracking_uri": ...}}``); each
+    #: plugin checks its own in ``frugalnas_check_config`` before the first trial.
+    plugin_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("space", "strategy", "estimator", "backend"):
@@ -65,6 +65,10 @@ class StudyConfig:
                      "backend_options", "dataset_options"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"invalid {name} {getattr(self, name)!r}; expected a table/dict")
+        if not isinstance(self.plugin_options, dict) or not all(
+                isinstance(v, dict) for v in self.plugin_options.values()):
+            raise ConfigError(f"invalid plugin_options {self.plugin_options!r}; expected "
+                              "{plugin name: {option: value}}")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> "StudyConfig":
@@ -76,7 +80,30 @@ class StudyConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "StudyConfig":
-        return cls.from_mapping(json.loads(text))
+        return cls.from_mapping(upgrade_legacy(json.loads(text)))
+
+    def differences(self, other: "StudyConfig") -> list[str]:
+        """The fields in which ``other`` differs, as ``field: ours -> theirs`` lines."""
+        mine, theirs = asdict(self), asdict(other)
+        return [f"{k}: {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+
+def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored config of frugalnas 0.1 in today's fields: ``tracking``/``tracking_uri`` become
+    the ``mlflow`` plugin's options (or block it), ``prescreen`` a ``prescreen`` strategy."""
+    data = dict(data)
+    tracking, uri = data.pop("tracking", True), data.pop("tracking_uri", None)
+    if not tracking and "mlflow" not in data.get("disable_plugins", []):
+        data["disable_plugins"] = [*data.get("disable_plugins", []), "mlflow"]
+    if uri:
+        data.setdefault("plugin_options", {}).setdefault("mlflow", {})["tracking_uri"] = uri
+    prescreen = data.pop("prescreen", None)
+    if prescreen:
+        data["strategy_options"] = {"inner": data.get("strategy", "random"),
+                                    "inner_options": data.get("strategy_options", {}),
+                                    **prescreen}
+        data["strategy"] = "prescreen"
+    return data
 
 
 #: Keys of a run file (TOML) that are not part of StudyConfig.

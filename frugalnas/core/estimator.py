@@ -6,13 +6,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.cost import Cost
 from frugalnas.core.data import Dataset
 from frugalnas.core.space import SearchSpace
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -45,7 +47,8 @@ class EstimateResult:
 @dataclass
 class EvaluationContext:
     """What an estimator may use: the space, the data (loaded on first use), the backend,
-    the seed, and the study/trial it runs for (``None`` outside a study)."""
+    the seed, the study/trial it runs for (``None`` outside a study), and the objects the
+    study's strategy shares with estimators (``shared(Type)``)."""
 
     space: SearchSpace
     backend: Backend
@@ -53,6 +56,7 @@ class EvaluationContext:
     dataset_loader: Callable[[], Dataset] | None = None
     study: Any = None
     trial: Any = None
+    shared_states: dict[type, Any] = field(default_factory=dict)
 
     @cached_property
     def dataset(self) -> Dataset:
@@ -60,12 +64,27 @@ class EvaluationContext:
             raise ValueError("this estimator needs a dataset, but the study has none")
         return self.dataset_loader()
 
+    def shared(self, kind: type[T]) -> T:
+        """The object of type ``kind`` the study's strategy shares with estimators; a
+        ConfigError names the type when the strategy shares none."""
+        for state in self.shared_states.values():
+            if isinstance(state, kind):
+                return state
+        from frugalnas.core.errors import ConfigError
+
+        raise ConfigError(f"this estimator needs a strategy that shares a {kind.__name__} "
+                          "(see the estimator's documentation for the strategy to pair it with)")
+
     def report(self, value: float, step: int) -> None:
         """Report an intermediate value to the trial (for optuna pruners); raises
-        ``optuna.TrialPruned`` when the pruner says stop."""
+        ``optuna.TrialPruned`` when the pruner says stop. In a study with several objectives
+        optuna has no intermediate values, so nothing is reported."""
         if self.trial is None or not hasattr(self.trial, "report"):
             return
         import optuna
+
+        if len(self.trial.study.directions) > 1:
+            return
 
         self.trial.report(value, step)
         if self.trial.should_prune():
@@ -81,6 +100,16 @@ class Estimator(ABC):
 
     name: str = "estimator"
     needs_dataset: bool = True
+    #: Metrics ``evaluate`` puts in ``EstimateResult.metrics`` (objectives may name them).
+    provides: tuple[str, ...] = ()
+    #: ``Cost`` fields ``evaluate`` really measures (objectives may name them).
+    measures: tuple[str, ...] = ("seconds",)
+
+    def objective_names(self) -> tuple[str, ...]:
+        """Every name a study may use as an objective with this estimator: ``value``, the
+        declared metrics and the measured cost fields. A study naming anything else is refused
+        before its first trial."""
+        return ("value", *self.provides, *self.measures)
 
     @abstractmethod
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:

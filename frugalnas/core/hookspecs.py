@@ -1,87 +1,142 @@
 """Every hook a frugalnas plugin can implement.
 
-Registration hooks are called once, when the plugin host builds its registries; each returns
-a mapping from component name to a factory (a class or a function whose docstring's first
-line describes the component). Lifecycle hooks are called in order while a study runs.
-Built-in components are registered through these same hooks.
+Registration hooks are called once per host, when it builds a registry; each returns a
+mapping from component name to a factory (a class or a function whose docstring's first line
+describes the component). A factory that declares a ``host`` parameter receives the study's
+:class:`~frugalnas.core.plugins.PluginHost`, so it can create the other components it needs
+(a surrogate, a proxy, an inner strategy) from the same plugins as the study. Lifecycle hooks
+are called in order while a study runs; configuration and command hooks let a plugin own its
+options and its commands. Built-in components are registered through these same hooks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+if TYPE_CHECKING:
+    import optuna
+
+    from frugalnas.core.architecture import Architecture
+    from frugalnas.core.config import StudyConfig
+    from frugalnas.core.estimator import EstimateResult
+    from frugalnas.core.plugins import PluginHost
+    from frugalnas.core.study import Study
+
 hookspec = pluggy.HookspecMarker("frugalnas")
 
+Factory = Callable[..., Any]
 
+
+# -- registration ------------------------------------------------------------------------
 @hookspec
-def frugalnas_search_spaces() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory takes keyword options
-    and returns a :class:`frugalnas.core.space.SearchSpace`."""
-
-
-@hookspec
-def frugalnas_proxies() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory returns a
-    :class:`frugalnas.proxies.base.Proxy`, which scores an untrained network. Every proxy is
-    also usable as an estimator of the same name."""
+def frugalnas_search_spaces() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` returns a
+    :class:`frugalnas.core.space.SearchSpace`."""
 
 
 @hookspec
-def frugalnas_estimators() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory returns a
+def frugalnas_proxies() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` returns a
+    :class:`frugalnas.proxies.Proxy`, which scores an untrained network. The ``proxies``
+    plugin makes every proxy an estimator of the same name as well."""
+
+
+@hookspec
+def frugalnas_estimators() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` returns a
     :class:`frugalnas.core.estimator.Estimator`, which scores an architecture."""
 
 
 @hookspec
-def frugalnas_surrogates() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory returns a performance
-    predictor with ``fit(X, y)`` and ``predict(X) -> (mean, std)``."""
+def frugalnas_derived_estimators(host: PluginHost) -> dict[str, Factory]:
+    """Return estimators made from other components of ``host``, ``{name: factory}`` (the
+    ``proxies`` plugin returns one per registered proxy). Consulted for names that are not
+    registered estimators; a name registered by ``frugalnas_estimators`` wins."""
 
 
 @hookspec
-def frugalnas_strategies() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory is called as
-    ``factory(space=..., seed=..., **options)`` and returns an ``optuna.samplers.BaseSampler``."""
+def frugalnas_surrogates() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` returns a performance predictor with
+    ``fit(X, y)`` and ``predict(X) -> (mean, std)`` (:class:`frugalnas.surrogates.Surrogate`)."""
 
 
 @hookspec
-def frugalnas_backends() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory returns a
+def frugalnas_strategies() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(space=..., seed=..., **options)`` returns an
+    ``optuna.samplers.BaseSampler`` (optionally with the methods of
+    :mod:`frugalnas.core.strategy`)."""
+
+
+@hookspec
+def frugalnas_backends() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` returns a
     :class:`frugalnas.core.backend.Backend`, which runs training steps on hardware."""
 
 
 @hookspec
-def frugalnas_datasets() -> dict[str, Any]:
-    """Called once at start-up. Return ``{name: factory}``; a factory is called as
-    ``factory(seed=..., **options)`` and returns a :class:`frugalnas.core.data.Dataset`."""
+def frugalnas_datasets() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(seed=..., **options)`` returns a
+    :class:`frugalnas.core.data.Dataset`."""
+
+
+# -- configuration and commands ----------------------------------------------------------
+@hookspec
+def frugalnas_check_config(config: StudyConfig, host: PluginHost) -> None:
+    """Called before a study touches its storage (and by ``--dry-run``). Raise
+    :class:`~frugalnas.core.errors.ConfigError` for a setting this plugin cannot work with;
+    a plugin reads its own options from ``config.plugin_options[its name]``."""
 
 
 @hookspec
-def frugalnas_study_started(study: Any) -> None:
+def frugalnas_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add command-line flags to ``frugalnas run`` and ``frugalnas worker``."""
+
+
+@hookspec
+def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -> None:
+    """Turn the flags added in :func:`frugalnas_run_arguments` into study settings: update
+    ``settings`` (``StudyConfig`` fields as a dict, e.g. ``plugin_options`` or
+    ``disable_plugins``) in place."""
+
+
+@hookspec
+def frugalnas_commands(subparsers: argparse._SubParsersAction, host: PluginHost) -> None:
+    """Add ``frugalnas`` subcommands: ``parser = subparsers.add_parser(NAME)``, then
+    ``parser.set_defaults(func=f)`` where ``f(args) -> int`` is the exit status."""
+
+
+# -- lifecycle ---------------------------------------------------------------------------
+@hookspec
+def frugalnas_study_started(study: Study) -> None:
     """Called when ``Study.optimize`` (or the first ``ask``) starts, before any trial."""
 
 
 @hookspec
-def frugalnas_trial_started(study: Any, trial: Any, architecture: Any) -> None:
+def frugalnas_trial_started(study: Study, trial: optuna.Trial, architecture: Architecture) -> None:
     """Called when a trial has its architecture and before it is evaluated."""
 
 
 @hookspec
-def frugalnas_trial_finished(study: Any, trial: Any, architecture: Any, state: str,
-                             values: list[float] | None, result: Any, error: str | None) -> None:
+def frugalnas_trial_finished(study: Study, trial: optuna.Trial | optuna.trial.FrozenTrial,
+                             architecture: Architecture, state: str, values: list[float] | None,
+                             result: EstimateResult | None, error: str | None) -> None:
     """Called when a trial ends, with its state (``COMPLETE``, ``PRUNED`` or ``FAIL``), its
-    objective values, the :class:`EstimateResult` (``None`` if evaluation failed) and the
-    error message of a failed trial."""
+    objective values, the :class:`EstimateResult` (``None`` if evaluation failed; its
+    ``artifacts`` include those a backend added) and the error message of a failed trial.
+    ``trial`` is a ``FrozenTrial`` for a stale trial of a dead worker."""
 
 
 @hookspec
-def frugalnas_study_metrics(study: Any, metrics: dict[str, float], step: int) -> None:
+def frugalnas_study_metrics(study: Study, metrics: dict[str, float], step: int) -> None:
     """Called by strategies and estimators to report study-level metrics (a generation's
     fitness, surrogate quality, ...) at ``step``."""
 
 
 @hookspec
-def frugalnas_study_finished(study: Any) -> None:
+def frugalnas_study_finished(study: Study) -> None:
     """Called when ``Study.optimize`` returns (also after an interrupt or error)."""
+

@@ -18,6 +18,7 @@ from typing import Any
 
 import pluggy
 
+from frugalnas.builtins import BUILTIN_PLUGINS
 from frugalnas.core import hookspecs
 from frugalnas.core.errors import DuplicateComponentError, PluginError
 from frugalnas.core.registry import Component, Registry
@@ -28,23 +29,6 @@ ALLOW_ENV = "FRUGALNAS_PLUGINS_ALLOW"
 
 hookimpl = pluggy.HookimplMarker("frugalnas")
 
-#: Built-in plugins: name -> module. They register exactly like third-party plugins.
-BUILTIN_PLUGINS: dict[str, str] = {
-    "nb201": "frugalnas.spaces.nb201",
-    "dag": "frugalnas.spaces.dag",
-    "datasets": "frugalnas.datasets",
-    "estimators": "frugalnas.estimators",
-    "single-device": "frugalnas.backends.single_device",
-    "random": "frugalnas.strategies.random",
-    "strategies": "frugalnas.strategies",
-    "proxies": "frugalnas.proxies",
-    "surrogates": "frugalnas.surrogates",
-    "sievo": "frugalnas.sievo",
-    "virtual-node": "frugalnas.backends.virtual_node.backend",
-    "out-of-core": "frugalnas.backends.out_of_core.backend",
-    "mlflow": "frugalnas.tracking.mlflow.tracker",
-    "progress": "frugalnas.progress",
-}
 
 KINDS: dict[str, str] = {
     "search_spaces": "search space",
@@ -94,6 +78,9 @@ class PluginHost:
         named = [p for p in plugins if isinstance(p, str)]
         add, block = _split_plugin_args(named)
         self.blocked = set(block) | set(disable_plugins)
+        #: The plugins asked for by name, to build the same host in another process (a
+        #: virtual-node worker); plugins given as objects cannot travel and are left out.
+        self.named_plugins: list[str] = list(add)
         self.pm = pluggy.PluginManager("frugalnas")
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
@@ -181,16 +168,7 @@ class PluginHost:
         caller = getattr(self.pm.hook, f"frugalnas_{kind}")
         found: dict[str, Component] = {}
         for impl in reversed(caller.get_hookimpls()):
-            try:
-                provided = impl.function() or {}
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {impl.plugin_name!r} failed in frugalnas_{kind}: "
-                    f"{type(exc).__name__}: {exc}") from exc
-            if not isinstance(provided, dict):
-                raise PluginError(
-                    f"plugin {impl.plugin_name!r}: frugalnas_{kind} must return a dict of "
-                    f"name -> factory, got {type(provided).__name__}")
+            provided = self._call_registration(impl, kind)
             info = self.infos.get(impl.plugin_name)
             for name, factory in provided.items():
                 if name in found:
@@ -203,12 +181,53 @@ class PluginHost:
                                         info.version if info else None)
         return Registry(label, found)
 
+    @staticmethod
+    def _call_registration(impl: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            provided = impl.function(**{k: v for k, v in kwargs.items() if k in impl.argnames})
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {impl.plugin_name!r} failed in frugalnas_{kind}: "
+                f"{type(exc).__name__}: {exc}") from exc
+        provided = provided or {}
+        if not isinstance(provided, dict):
+            raise PluginError(
+                f"plugin {impl.plugin_name!r}: frugalnas_{kind} must return a dict of "
+                f"name -> factory, got {type(provided).__name__}")
+        return provided
+
     def create(self, kind: str, name: str, **options: Any) -> Any:
-        return self.registry(kind).create(name, **options)
+        """Create component ``name`` of ``kind``; its factory gets this host if it asks for it."""
+        return self.registry(kind).create(name, self, **options)
+
+    def estimators(self) -> Registry:
+        """Registered estimators plus those derived from other components
+        (``frugalnas_derived_estimators``, e.g. one per proxy); registered names win."""
+        if "_all_estimators" not in self._registries:
+            found = {}
+            for impl in reversed(self.pm.hook.frugalnas_derived_estimators.get_hookimpls()):
+                info = self.infos.get(impl.plugin_name)
+                for name, factory in self._call_registration(impl, "derived_estimators",
+                                                             host=self).items():
+                    found.setdefault(name, Component(
+                        "estimator", name, factory, impl.plugin_name,
+                        info.distribution if info else None, info.version if info else None))
+            found.update({n: self.registry("estimators").get(n)
+                          for n in self.registry("estimators")})
+            self._registries["_all_estimators"] = Registry("estimator", found)
+        return self._registries["_all_estimators"]
+
+    def create_estimator(self, name: str, options: dict[str, Any]) -> Any:
+        """The estimator ``name`` (registered or derived) with ``options``."""
+        return self.estimators().create(name, self, **options)
 
     @property
     def hook(self) -> Any:
         return self.pm.hook
+
+    def spec(self) -> dict[str, Any]:
+        """What rebuilds this host elsewhere: ``PluginHost(**host.spec())``."""
+        return {"plugins": list(self.named_plugins), "disable_plugins": sorted(self.blocked)}
 
     def has_plugin(self, name: str) -> bool:
         return self.pm.has_plugin(name)

@@ -27,10 +27,20 @@ class Component:
         doc = (inspect.getdoc(self.factory) or "").strip()
         return " ".join(doc.split("\n\n")[0].split())
 
-    def create(self, **options: Any) -> Any:
-        """Call the factory, turning an unknown keyword option into a ConfigError."""
+    def create(self, host: Any = None, **options: Any) -> Any:
+        """Call the factory, turning an unknown keyword option into a ConfigError. A factory
+        that declares a ``host`` parameter receives ``host`` (the study's plugin host)."""
         self.check_options(options)
+        if host is not None and self.accepts_host:
+            options["host"] = host
         return self.factory(**options)
+
+    @property
+    def accepts_host(self) -> bool:
+        try:
+            return "host" in inspect.signature(self.factory).parameters
+        except (TypeError, ValueError):
+            return False
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ConfigError for an option the factory does not accept, listing the valid ones."""
@@ -42,7 +52,7 @@ class Component:
             return
         valid = self.options()
         for key in options:
-            if key not in valid:
+            if key not in valid or key == "host":
                 raise ConfigError(
                     f"unknown option {key!r} for {self.kind} {self.name!r}; "
                     f"valid options: {', '.join(sorted(valid)) or '(none)'}")
@@ -57,7 +67,7 @@ class Component:
         return {
             n: p.default
             for n, p in sig.parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in ("self", "host")
         }
 
 
@@ -86,8 +96,8 @@ class Registry:
         except KeyError:
             raise UnknownComponentError(self.kind, name, self._components) from None
 
-    def create(self, name: str, **options: Any) -> Any:
-        return self.get(name).create(**options)
+    def create(self, name: str, host: Any = None, **options: Any) -> Any:
+        return self.get(name).create(host, **options)
 
     def describe(self) -> list[dict[str, str]]:
         return [

@@ -14,17 +14,17 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from frugalnas.core import strategy as strategy_protocol
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.config import StudyConfig
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, TrialFailure
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, COST_ATTR, FAIL_REASON_ATTR,
+                                 METRICS_ATTR)
 from frugalnas.core.plugins import PluginHost, get_host
 from frugalnas.core.space import SearchSpace
-
-CONFIG_ATTR = "frugalnas_config"
-ARCH_ATTR = "architecture"
 
 
 class TrialRecord:
@@ -32,7 +32,7 @@ class TrialRecord:
 
     def __init__(self, frozen: FrozenTrial, space: SearchSpace):
         self.frozen = frozen
-        text = frozen.user_attrs.get(ARCH_ATTR)
+        text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
         self.architecture = space.parse(text) if text else space.from_params(frozen.params)
 
     def __getattr__(self, name: str) -> Any:
@@ -57,18 +57,24 @@ class Study:
     """A NAS study. Create it with :func:`create_study` or :func:`load_study`."""
 
     def __init__(self, optuna_study: optuna.Study, config: StudyConfig,
-                 host: PluginHost | None = None):
+                 host: PluginHost | None = None, space: SearchSpace | None = None,
+                 estimator: Estimator | None = None):
         self.optuna_study = optuna_study
         self.config = config
-        self.host = host or get_host(config.plugins, config.disable_plugins)
-        self.space: SearchSpace = self.host.create("search_spaces", config.space, **config.space_options)
-        self._estimator: Estimator | None = None
+        self.host = host if host is not None else get_host(config.plugins, config.disable_plugins)
+        #: The one space object of the study: the strategy that proposes and the estimator
+        #: that scores see this same object.
+        self.space: SearchSpace = space if space is not None else self.host.create(
+            "search_spaces", config.space, **config.space_options)
+        self._estimator: Estimator | None = estimator
         self._backend: Backend | None = None
         self._dataset: Dataset | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # n_jobs > 1: components are created once
         self._started = False
         self.planned_trials: int | None = None
-        self.tracking_state: dict[str, Any] = {}  # owned by the tracking plugin
+        #: Per-study state of lifecycle plugins, by plugin name (the MLflow plugin keeps its
+        #: run ids and write errors under "mlflow").
+        self.plugin_state: dict[str, Any] = {}
 
     # -- components (created on first use) ----------------------------------------------
     @property
@@ -80,17 +86,25 @@ class Study:
         return [d.name.lower() for d in self.optuna_study.directions]
 
     @property
+    def strategy(self) -> optuna.samplers.BaseSampler:
+        """The sampler that proposes architectures (the outermost of a wrapper chain)."""
+        return self.optuna_study.sampler
+
+    @property
     def estimator(self) -> Estimator:
-        if self._estimator is None:
-            self._estimator = resolve_estimator(self.host, self.config.estimator,
-                                                self.config.estimator_options)
-        return self._estimator
+        with self._lock:
+            if self._estimator is None:
+                self._estimator = self.host.create_estimator(self.config.estimator,
+                                                             self.config.estimator_options)
+            return self._estimator
 
     @property
     def backend(self) -> Backend:
-        if self._backend is None:
-            self._backend = self.host.create("backends", self.config.backend, **self.config.backend_options)
-        return self._backend
+        with self._lock:
+            if self._backend is None:
+                self._backend = self.host.create("backends", self.config.backend,
+                                                 **self.config.backend_options)
+            return self._backend
 
     def load_dataset(self) -> Dataset:
         with self._lock:
@@ -103,7 +117,8 @@ class Study:
 
     def context(self, trial: Any = None) -> EvaluationContext:
         return EvaluationContext(space=self.space, backend=self.backend, seed=self.config.seed,
-                                 dataset_loader=self.load_dataset, study=self, trial=trial)
+                                 dataset_loader=self.load_dataset, study=self, trial=trial,
+                                 shared_states=strategy_protocol.shared_states(self.strategy))
 
     # -- running -------------------------------------------------------------------------
     def evaluate(self, arch: Architecture | str, trial: Any = None) -> EstimateResult:
@@ -111,10 +126,21 @@ class Study:
         if isinstance(arch, str):
             arch = self.space.parse(arch)
         self.space.validate(arch)
-        return self.estimator.evaluate(arch, self.context(trial))
+        backend = self.backend
+        try:
+            result = self.estimator.evaluate(arch, self.context(trial))
+        finally:
+            metrics, artifacts = backend.trial_outputs()
+        result.metrics.update(metrics)
+        result.artifacts.update(artifacts)
+        return result
 
     def objective_values(self, result: EstimateResult) -> list[float]:
-        values = [result.objective(name) for name in self.config.objectives]
+        try:
+            values = [result.objective(name) for name in self.config.objectives]
+        except KeyError as exc:
+            raise TrialFailure(f"estimator {self.config.estimator!r} did not produce "
+                               f"{exc.args[0]}") from None
         for name, v in zip(self.config.objectives, values):
             if not math.isfinite(v):
                 raise TrialFailure(f"objective {name!r} is not finite: {v}")
@@ -122,7 +148,7 @@ class Study:
 
     def _run_trial(self, trial: optuna.Trial) -> float | Sequence[float]:
         arch = self.space.suggest(trial)
-        trial.set_user_attr(ARCH_ATTR, str(arch))
+        trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
         self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
         try:
             with trial_timeout(self.config.trial_timeout):
@@ -133,7 +159,7 @@ class Study:
             raise
         except Exception as exc:
             reason = failure_reason(exc)
-            trial.set_user_attr("fail_reason", reason)
+            trial.set_user_attr(FAIL_REASON_ATTR, reason)
             self._finished(trial, arch, "FAIL", None, None, reason)
             raise
         self._record(trial, result)
@@ -141,8 +167,8 @@ class Study:
         return values if len(values) > 1 else values[0]
 
     def _record(self, trial: optuna.Trial, result: EstimateResult) -> None:
-        trial.set_user_attr("metrics", {k: float(v) for k, v in result.metrics.items()})
-        trial.set_user_attr("cost", asdict(result.cost))
+        trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in result.metrics.items()})
+        trial.set_user_attr(COST_ATTR, asdict(result.cost))
 
     def _finished(self, trial: Any, arch: Architecture, state: str, values: list[float] | None,
                   result: EstimateResult | None, error: str | None) -> None:
@@ -152,7 +178,7 @@ class Study:
 
     def report_stale_trial(self, frozen: FrozenTrial) -> None:
         """Tell the plugins that a trial of a dead worker was failed by the heartbeat check."""
-        text = frozen.user_attrs.get(ARCH_ATTR)
+        text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
         arch = self.space.parse(text) if text else self.space.from_params(frozen.params)
         self._finished(frozen, arch, "FAIL", None, None,
                        "stale trial: its worker stopped sending heartbeats (killed or hung)")
@@ -160,7 +186,12 @@ class Study:
     def _start(self) -> None:
         if not self._started:
             self._started = True
+            strategy_protocol.bind(self.strategy, self)
             self.host.hook.frugalnas_study_started(study=self)
+
+    def _stop_when_strategy_is_done(self, ostudy: optuna.Study, frozen: FrozenTrial) -> None:
+        if strategy_protocol.should_stop(self.strategy, self):
+            ostudy.stop()
 
     def optimize(self, n_trials: int | None = None, timeout: float | None = None, n_jobs: int = 1,
                  catch: Iterable[type[Exception]] = (Exception,),
@@ -171,11 +202,16 @@ class Study:
             raise ConfigError(f"invalid n_trials {n_trials!r}; expected an integer >= 0")
         if timeout is not None and timeout <= 0:
             raise ConfigError(f"invalid timeout {timeout!r}; expected seconds > 0")
+        if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0 or n_jobs < -1:
+            raise ConfigError(f"invalid n_jobs {n_jobs!r}; expected an integer >= 1 (or -1: "
+                              "one per CPU)")
         self.planned_trials = n_trials
         self._start()
         try:
             self.optuna_study.optimize(self._run_trial, n_trials=n_trials, timeout=timeout,
-                                       n_jobs=n_jobs, catch=tuple(catch), callbacks=callbacks,
+                                       n_jobs=n_jobs, catch=tuple(catch),
+                                       callbacks=[self._stop_when_strategy_is_done,
+                                                  *(callbacks or [])],
                                        gc_after_trial=False)
         finally:
             self.finish()
@@ -184,14 +220,18 @@ class Study:
         """Tell the plugins the study (or this worker's part of it) is over."""
         if self._started:
             self._started = False
-            self.host.hook.frugalnas_study_finished(study=self)
+            try:
+                self.host.hook.frugalnas_study_finished(study=self)
+            finally:
+                if self._backend is not None:
+                    self._backend.release()
 
     def ask(self) -> Candidate:
         """A new trial and its architecture, chosen by the study's strategy."""
         self._start()
         trial = self.optuna_study.ask()
         arch = self.space.suggest(trial)
-        trial.set_user_attr(ARCH_ATTR, str(arch))
+        trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
         self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
         return Candidate(trial, arch)
 
@@ -285,30 +325,33 @@ def trial_timeout(seconds: float | None) -> Iterator[None]:
             raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
 
 
-def resolve_estimator(host: PluginHost, name: str, options: dict[str, Any]) -> Estimator:
-    """An estimator by name; every registered proxy is also an estimator of its name."""
-    estimators = host.registry("estimators")
-    if name in estimators:
-        return estimators.create(name, **options)
-    proxies = host.registry("proxies")
-    if name in proxies:
-        from frugalnas.proxies.base import ProxyEstimator
-
-        return ProxyEstimator(name, host=host, **options)
-    from frugalnas.core.errors import UnknownComponentError
-
-    raise UnknownComponentError("estimator", name, list(estimators) + list(proxies))
+def make_strategy(host: PluginHost, space: SearchSpace,
+                  config: StudyConfig) -> optuna.samplers.BaseSampler:
+    """The study's strategy, created by name with the study's space, seed and host."""
+    return host.create("strategies", config.strategy, space=space, seed=config.seed,
+                       **config.strategy_options)
 
 
-def _make_sampler(host: PluginHost, space: SearchSpace, config: StudyConfig) -> optuna.samplers.BaseSampler:
-    sampler = host.create("strategies", config.strategy, space=space, seed=config.seed,
-                          **config.strategy_options)
-    if config.prescreen:
-        from frugalnas.strategies.prescreen import PrescreenSampler
-
-        sampler = PrescreenSampler(sampler, space=space, host=host, seed=config.seed, **config.prescreen)
-    return sampler
-
+def check_config(host: PluginHost, config: StudyConfig,
+                 estimator: Estimator | None = None) -> Estimator:
+    """Everything that can be checked before the first trial: every component name and option,
+    the objectives against the metrics the estimator declares, and each plugin's own settings
+    (``frugalnas_check_config``). Returns the estimator it created."""
+    host.registry("search_spaces").get(config.space).check_options(config.space_options)
+    host.registry("backends").get(config.backend).check_options(config.backend_options)
+    if config.dataset is not None:
+        host.registry("datasets").get(config.dataset).check_options(config.dataset_options)
+    estimator = estimator or host.create_estimator(config.estimator, config.estimator_options)
+    declared = list(estimator.objective_names())
+    for name in config.objectives:
+        if name not in declared:
+            raise ConfigError(f"objective {name!r} is not a metric of estimator "
+                              f"{config.estimator!r}; it produces: {', '.join(declared)}")
+    if config.dataset is None and estimator.needs_dataset:
+        raise ConfigError(f"estimator {config.estimator!r} needs a dataset; set dataset= "
+                          f"(registered: {', '.join(host.registry('datasets').names())})")
+    host.hook.frugalnas_check_config(config=config, host=host)
+    return estimator
 
 
 def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSampler = "random",
@@ -319,14 +362,16 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
                  study_name: str | None = None, load_if_exists: bool = False,
                  pruner: optuna.pruners.BasePruner | None = None,
                  plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
-                 **options: Any) -> Study:
+                 host: PluginHost | None = None, **options: Any) -> Study:
     """Create (or with ``load_if_exists`` reopen) a study.
 
-    ``strategy`` is a registered strategy name or any optuna sampler. Further keyword options
-    are :class:`StudyConfig` fields (``seed``, ``space_options``, ``estimator_options``,
-    ``backend_options``, ``dataset_options``, ``strategy_options``, ``prescreen``,
-    ``tracking``, ``tracking_uri``, ``trial_timeout``). Unlike plain optuna, no pruner is used
-    unless ``pruner`` is given (training estimators report validation accuracy per epoch)."""
+    ``strategy`` is a registered strategy name or any optuna sampler. ``plugins`` adds plugins
+    (names or objects) and ``disable_plugins`` blocks some; ``host`` gives a ready plugin host
+    instead. Further keyword options are :class:`StudyConfig` fields (``seed``,
+    ``space_options``, ``estimator_options``, ``backend_options``, ``dataset_options``,
+    ``strategy_options``, ``plugin_options``, ``trial_timeout``). Unlike plain optuna, no
+    pruner is used unless ``pruner`` is given (training estimators report validation accuracy
+    per epoch)."""
     if direction is not None and directions is not None:
         raise ConfigError("give either direction= or directions=, not both")
     dirs = directions if directions is not None else [direction or "maximize"]
@@ -342,17 +387,11 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
         raise ConfigError(f"{len(dirs)} directions {list(dirs)} need as many objectives, "
                           "e.g. objectives=['value', 'params']")
     config = StudyConfig.from_mapping(cfg)
-    if not config.tracking and "mlflow" not in config.disable_plugins:
-        config.disable_plugins.append("mlflow")
-    host = get_host(plugins, config.disable_plugins)
-    # Validate every component name before anything is created in the storage.
-    for kind, name in (("search_spaces", config.space), ("backends", config.backend)):
-        host.registry(kind).get(name)
-    if config.dataset is not None:
-        host.registry("datasets").get(config.dataset).check_options(config.dataset_options)
-    resolve_estimator(host, config.estimator, config.estimator_options)
+    host = host if host is not None else get_host(plugins, config.disable_plugins)
+    # Validate everything before anything is created in the storage.
+    estimator_obj = check_config(host, config)
     space_obj = host.create("search_spaces", config.space, **config.space_options)
-    sampler = sampler_obj or _make_sampler(host, space_obj, config)
+    sampler = sampler_obj or make_strategy(host, space_obj, config)
     ostudy = optuna.create_study(storage=storage, sampler=sampler,
                                  pruner=pruner or optuna.pruners.NopPruner(),
                                  study_name=study_name, directions=config.directions,
@@ -360,20 +399,22 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
     if stored is None:
         ostudy.set_user_attr(CONFIG_ATTR, config.to_json())
-    elif StudyConfig.from_json(stored) != config:
+    elif (previous := StudyConfig.from_json(stored)) != config:
         raise ConfigError(
-            f"study {ostudy.study_name!r} exists with a different configuration; use "
-            "load_study() to continue it, or choose another study_name")
-    return Study(ostudy, config, host)
+            f"study {ostudy.study_name!r} exists with a different configuration ("
+            + "; ".join(previous.differences(config)) + "); continue it with the stored "
+            "settings (frugalnas run/worker with the same options, or load_study()), or choose "
+            "another study name")
+    return Study(ostudy, config, host, space_obj, estimator_obj)
 
 
 def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
                strategy: optuna.samplers.BaseSampler | None = None,
                pruner: optuna.pruners.BasePruner | None = None,
                plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
-               **overrides: Any) -> Study:
+               host: PluginHost | None = None, **overrides: Any) -> Study:
     """Reopen a study from its storage with the configuration it was created with.
-    ``overrides`` replace run-time settings such as ``tracking_uri`` or ``backend_options``."""
+    ``overrides`` replace run-time settings such as ``plugin_options`` or ``backend_options``."""
     try:
         ostudy = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
@@ -388,16 +429,16 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
         config = replace(config, **StudyConfig.from_mapping({**asdict(config), **overrides}).__dict__)
     if disable_plugins:
         config.disable_plugins = sorted(set(config.disable_plugins) | set(disable_plugins))
-    if not config.tracking and "mlflow" not in config.disable_plugins:
-        config.disable_plugins.append("mlflow")
-    host = get_host(list(config.plugins) + [p for p in plugins if p not in config.plugins],
-                    config.disable_plugins)
+    if host is None:
+        host = get_host(list(config.plugins) + [p for p in plugins if p not in config.plugins],
+                        config.disable_plugins)
+    estimator_obj = check_config(host, config)
     space_obj = host.create("search_spaces", config.space, **config.space_options)
     if strategy is None:
         if config.strategy not in host.registry("strategies"):
             raise ConfigError(f"study {study_name!r} was created with the sampler object "
                               f"{config.strategy!r}; pass strategy= to load_study")
-        strategy = _make_sampler(host, space_obj, config)
+        strategy = make_strategy(host, space_obj, config)
     ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy,
                                pruner=pruner or optuna.pruners.NopPruner())
-    return Study(ostudy, config, host)
+    return Study(ostudy, config, host, space_obj, estimator_obj)

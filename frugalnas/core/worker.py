@@ -21,10 +21,10 @@ from typing import Any
 
 import optuna
 from optuna.storages import BaseStorage
-from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.config import StudyConfig
+from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
 from frugalnas.core.errors import ConfigError, check_range
 
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
@@ -37,10 +37,10 @@ class QuotaReached(Exception):
 def _lock_for(url: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):]).resolve()
-        return lambda: _file_lock(path.with_name(path.name + ".frugalnas.lock"))
+        return lambda: file_lock(path.with_name(path.name + ".frugalnas.lock"))
     if url.startswith("journal:"):
         path = Path(url[len("journal:"):]).resolve()
-        return lambda: _file_lock(path.with_name(path.name + ".frugalnas.lock"))
+        return lambda: file_lock(path.with_name(path.name + ".frugalnas.lock"))
     if url.startswith(("postgresql", "mysql")):
         return lambda: _database_lock(url)
     raise ConfigError(f"unsupported storage URL {url!r} for workers; valid: sqlite:///PATH, "
@@ -48,7 +48,8 @@ def _lock_for(url: str) -> Callable[[], contextlib.AbstractContextManager[None]]
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (created if missing) across processes of this machine."""
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -100,7 +101,7 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
             return self.inner.create_new_trial(study_id, template_trial)
 
     def get_heartbeat_interval(self) -> int | None:
-        return self.inner.get_heartbeat_interval() if isinstance(self.inner, BaseHeartbeat) else None
+        return heartbeat_interval(self.inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -135,18 +136,6 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
 
 
-def prepare_tracking_store(uri: str) -> None:
-    """Create the tables of a new sqlite MLflow store once, under a file lock: MLflow's own
-    schema migration fails when several processes open a new sqlite store at the same time."""
-    if not uri.startswith("sqlite:///"):
-        return
-    from mlflow import MlflowClient
-
-    path = Path(uri[len("sqlite:///"):]).resolve()
-    with _file_lock(path.with_name(path.name + ".frugalnas.lock")):
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
-
-
 def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int) -> None:
     """Raise ConfigError for heartbeat/grace/retries values that cannot work."""
     if heartbeat is not None:
@@ -165,7 +154,7 @@ def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int
 
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
-               timeout: float | None = None) -> Any:
+               timeout: float | None = None, host: Any = None) -> Any:
     """Join (or create) the study and run trials until it has ``n_trials``; returns the Study."""
     from dataclasses import asdict
 
@@ -184,14 +173,10 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
         if retry is not None:
             retry(ostudy, frozen)
 
-    if config.tracking:
-        from frugalnas.tracking.mlflow.tracker import resolve_tracking_uri
-
-        prepare_tracking_store(resolve_tracking_uri(config.tracking_uri))
     inner = make_storage(storage, heartbeat=heartbeat, grace=grace, on_stale=on_stale)
     quota = QuotaStorage(inner, storage, n_trials)
     cfg = asdict(config)
-    study = create_study(storage=quota, study_name=study_name, load_if_exists=True,
+    study = create_study(storage=quota, study_name=study_name, load_if_exists=True, host=host,
                          **{k: v for k, v in cfg.items() if k != "directions"},
                          directions=config.directions)
     holder["study"] = study

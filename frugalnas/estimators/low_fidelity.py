@@ -16,6 +16,8 @@ from frugalnas.estimators.train import TrainEstimator
 class LowFidelityEstimator(TrainEstimator):
     """Short training on reduced data, resolution or width; scores validation accuracy (%)."""
 
+    provides = (*TrainEstimator.provides, "fidelity_subset", "fidelity_epochs")
+
     name = "low-fidelity"
 
     def __init__(self, epochs: float = 1.0, subset: float = 0.25, resize: int | None = None,

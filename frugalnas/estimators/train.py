@@ -16,6 +16,8 @@ class TrainEstimator(Estimator):
     """Trains the candidate from scratch for a budget of epochs; scores validation accuracy (%)."""
 
     name = "train"
+    provides: tuple[str, ...] = ("valid_accuracy", "train_loss")
+    measures = ("seconds", "flops", "params", "epochs", "peak_memory")
 
     def __init__(self, epochs: float = 1.0, batch_size: int = 64, lr: float = 0.05,
                  momentum: float = 0.9, weight_decay: float = 5e-4, optimizer: str = "sgd",

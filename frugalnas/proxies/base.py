@@ -168,6 +168,9 @@ class ProxyEstimator(Estimator):
         self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
         self.needs_dataset = data == "dataset" and proxy.needs_data
+        self.provides = (f"proxy_{proxy.name}",)
+
+    measures = ("seconds", "flops", "params")
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         values, cost = score_network(

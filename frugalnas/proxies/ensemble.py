@@ -110,6 +110,9 @@ class RankEnsembleEstimator(Estimator):
         self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
         self.needs_dataset = data == "dataset" and any(p.needs_data for p in self.members)
+        self.provides = (*(f"proxy_{n}" for n in self.proxies), "population")
+
+    measures = ("seconds", "flops", "params")
 
     def measure(self, arch: Architecture, context: EvaluationContext) -> tuple[dict[str, float], Cost]:
         """Every member proxy's value on ``arch`` (one network, one batch) and the cost."""
@@ -159,6 +162,8 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
         self.teacher_every, self.min_labelled = int(teacher_every), int(min_labelled)
         self.teacher_estimator = resolve_estimator(host, teacher, self.teacher_options)
         self.needs_dataset = self.needs_dataset or self.teacher_estimator.needs_dataset
+        self.provides = (*self.provides, TEACHER_METRIC,
+                         *(f"weight_{n}" for n in self.proxies))
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         values, cost = self.measure(arch, context)

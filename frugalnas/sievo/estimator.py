@@ -35,6 +35,8 @@ class InheritedEstimator(Estimator):
     statistics)."""
 
     name = "inherited"
+    provides = ("inherited_accuracy", "generation")
+    measures = ("seconds", "flops", "params")
 
     def __init__(self, checkpoint_dir: str | None = None, valid_limit: int | None = None,
                  bn_recalibration_batches: int = 2, bn_recalibration_batch_size: int = 64):

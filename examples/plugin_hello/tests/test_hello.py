@@ -16,7 +16,7 @@ def test_proxy_passes_the_conformance_check():
 
 def test_a_study_runs(frugalnas_study_factory):
     study = frugalnas_study_factory(space="hello-mlp", estimator="train", dataset="digits",
-                                    estimator_options={"epochs": 1}, tracking=False)
+                                    estimator_options={"epochs": 1}, disable_plugins=["mlflow"])
     study.optimize(n_trials=2)
     assert len(study.completed_trials()) == 2
     assert study.best_trial.architecture.space == "hello-mlp"

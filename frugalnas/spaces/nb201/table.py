@@ -31,6 +31,8 @@ class NB201TableEstimator(Estimator):
 
     name = "nb201-table"
     needs_dataset = False
+    provides = tuple(f"test_accuracy_{name}" for name in TABLE_DATASETS)
+    measures = ("seconds", "epochs")
 
     def __init__(self, dataset: str = "cifar10", simulated_epochs: float = 200.0):
         check_choice("nb201-table dataset", dataset, TABLE_DATASETS)

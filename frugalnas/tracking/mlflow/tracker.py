@@ -6,14 +6,23 @@ the estimator's metrics and cost as metrics, strategy/estimator/backend/state as
 artifacts (``architecture.json`` and ``cell.png``). A trial's run is written when the trial
 ends (three store writes), with the trial's start time. All MLflow calls run on one background
 writer thread per study, so logging does not sit on the trial's critical path; the writer is
-drained when the study finishes and at interpreter exit. Block it with ``-p no:mlflow`` or
-``tracking=False``.
+drained when the study finishes and at interpreter exit. Block it with ``-p no:mlflow``
+(``--no-tracking``, ``disable_plugins=["mlflow"]``).
+
+Options (``plugin_options={"mlflow": {...}}``, ``-o mlflow.KEY=VALUE``): ``tracking_uri``
+(default: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``). The plugin also adds the
+``--tracking-uri``/``--no-tracking`` flags to ``run`` and ``worker``, and the ``frugalnas ui``
+command.
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import json
+import subprocess
+import sys
+import weakref
 import os
 import queue
 import tempfile
@@ -22,9 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_cell, draw_pareto
+from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import hookimpl
+from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_cell, draw_pareto
 
+PLUGIN = "mlflow"
+OPTIONS = ("tracking_uri",)
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 TAG_STUDY = "frugalnas.study"
 TAG_ROLE = "frugalnas.role"
@@ -36,7 +48,26 @@ def resolve_tracking_uri(option: str | None) -> str:
     return option or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
-def _artifact_root(uri: str) -> str | None:
+def tracking_uri_of(config: Any) -> str:
+    """The tracking URI a study with ``config`` logs to."""
+    return resolve_tracking_uri(config.plugin_options.get(PLUGIN, {}).get("tracking_uri"))
+
+
+def prepare_tracking_store(uri: str) -> None:
+    """Create the tables of a new sqlite MLflow store once, under a file lock: MLflow's own
+    schema migration fails when several processes open a new sqlite store at the same time."""
+    if not uri.startswith("sqlite:///"):
+        return
+    from mlflow import MlflowClient
+
+    from frugalnas.core.worker import file_lock
+
+    path = Path(uri[len("sqlite:///"):]).resolve()
+    with file_lock(path.with_name(path.name + ".frugalnas.lock")):
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+
+
+def artifact_root(uri: str) -> str | None:
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):]).resolve()
         return (db.parent / "mlartifacts").as_uri()
@@ -82,7 +113,8 @@ class StudyTracker:
         from mlflow import MlflowClient
 
         self.study = study
-        self.uri = resolve_tracking_uri(study.config.tracking_uri)
+        self.uri = tracking_uri_of(study.config)
+        prepare_tracking_store(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.writer = _Writer()
         self.started_ms: dict[int, int] = {}
@@ -99,7 +131,7 @@ class StudyTracker:
         if exp is None:
             try:
                 self.experiment_id = self.client.create_experiment(
-                    name, artifact_location=_artifact_root(self.uri),
+                    name, artifact_location=artifact_root(self.uri),
                     # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
                     tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
             except Exception:  # another worker created it first
@@ -285,21 +317,75 @@ class StudyTracker:
         self.writer.close()
 
 
-_TRACKERS: dict[int, StudyTracker] = {}
+# Trackers still open, so that interpreter exit drains their writes (a study used through
+# ask/tell may never call finish()). Only for that: hooks find a study's tracker in the study.
+_OPEN: weakref.WeakSet[StudyTracker] = weakref.WeakSet()
 _LOCK = threading.Lock()
 
 
 def tracker_for(study: Any) -> StudyTracker | None:
-    return _TRACKERS.get(id(study))
+    return study.plugin_state.get(PLUGIN, {}).get("tracker")
+
+
+@hookimpl
+def frugalnas_check_config(config: Any, host: Any) -> None:
+    options = config.plugin_options.get(PLUGIN, {})
+    for key in options:
+        if key not in OPTIONS:
+            raise ConfigError(f"unknown option {key!r} for plugin {PLUGIN!r}; valid options: "
+                              f"{', '.join(OPTIONS)}")
+    uri = options.get("tracking_uri")
+    if uri is not None and not isinstance(uri, str):
+        raise ConfigError(f"invalid mlflow tracking_uri {uri!r}; expected a URI such as "
+                          "sqlite:///mlflow.db or http://127.0.0.1:5000")
+
+
+@hookimpl
+def frugalnas_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: "
+                        "MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    parser.add_argument("--no-tracking", action="store_true",
+                        help="do not log to MLflow (same as -p no:mlflow)")
+
+
+@hookimpl
+def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -> None:
+    if getattr(args, "tracking_uri", None):
+        settings.setdefault("plugin_options", {}).setdefault(PLUGIN, {})["tracking_uri"] = \
+            args.tracking_uri
+    if getattr(args, "no_tracking", False):
+        settings["disable_plugins"] = sorted({*settings.get("disable_plugins", []), PLUGIN})
+
+
+@hookimpl
+def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> None:
+    ui = subparsers.add_parser("ui", help="start the MLflow UI for the store in use")
+    ui.add_argument("--tracking-uri")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--workers", type=int, default=1,
+                    help="server processes (default 1: starts fast; MLflow's own default is 4)")
+    ui.set_defaults(func=cmd_ui)
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    uri = resolve_tracking_uri(args.tracking_uri)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+           "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
+    root = artifact_root(uri)
+    if root is not None:
+        cmd += ["--default-artifact-root", root]
+    print(f"MLflow UI for {uri} on http://{args.host}:{args.port}", flush=True)
+    return subprocess.call(cmd)
 
 
 @hookimpl
 def frugalnas_study_started(study: Any) -> None:
     with _LOCK:
-        if id(study) not in _TRACKERS:
-            _TRACKERS[id(study)] = StudyTracker(study)
-
-
+        state = study.plugin_state.setdefault(PLUGIN, {})
+        if state.get("tracker") is None:
+            state["tracker"] = StudyTracker(study)
+            _OPEN.add(state["tracker"])
 @hookimpl
 def frugalnas_trial_started(study: Any, trial: Any, architecture: Any) -> None:
     tracker = tracker_for(study)
@@ -325,17 +411,19 @@ def frugalnas_study_metrics(study: Any, metrics: dict[str, float], step: int) ->
 @hookimpl
 def frugalnas_study_finished(study: Any) -> None:
     with _LOCK:
-        tracker = _TRACKERS.pop(id(study), None)
+        state = study.plugin_state.get(PLUGIN, {})
+        tracker = state.pop("tracker", None)
     if tracker is not None:
         tracker.close()
-        study.tracking_state["errors"] = list(tracker.writer.errors)
-        study.tracking_state["parent_run_id"] = tracker.parent_run_id
-        study.tracking_state["experiment_id"] = tracker.experiment_id
+        _OPEN.discard(tracker)
+        state.update(errors=list(tracker.writer.errors), parent_run_id=tracker.parent_run_id,
+                     experiment_id=tracker.experiment_id)
+        if tracker.writer.errors:
+            print("frugalnas: MLflow logging errors: " + "; ".join(tracker.writer.errors[:3]),
+                  file=sys.stderr)
 
 
 @atexit.register
 def _close_all() -> None:
-    for key in list(_TRACKERS):
-        tracker = _TRACKERS.pop(key, None)
-        if tracker is not None:
-            tracker.close()
+    for tracker in list(_OPEN):
+        tracker.close()

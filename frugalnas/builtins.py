@@ -1,0 +1,21 @@
+"""The plugins that ship with frugalnas: plugin name -> module. The host loads them first, by
+name, exactly as it loads third-party plugins; ``-p no:NAME`` blocks any of them."""
+
+from __future__ import annotations
+
+BUILTIN_PLUGINS: dict[str, str] = {
+    "nb201": "frugalnas.spaces.nb201",
+    "dag": "frugalnas.spaces.dag",
+    "datasets": "frugalnas.datasets",
+    "estimators": "frugalnas.estimators",
+    "single-device": "frugalnas.backends.single_device",
+    "random": "frugalnas.strategies.random",
+    "strategies": "frugalnas.strategies",
+    "proxies": "frugalnas.proxies",
+    "surrogates": "frugalnas.surrogates",
+    "sievo": "frugalnas.sievo",
+    "virtual-node": "frugalnas.backends.virtual_node.backend",
+    "out-of-core": "frugalnas.backends.out_of_core.backend",
+    "mlflow": "frugalnas.tracking.mlflow.tracker",
+    "progress": "frugalnas.progress",
+}

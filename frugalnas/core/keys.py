@@ -1,0 +1,19 @@
+"""Names under which frugalnas stores things in optuna's storage, shared by every module that
+reads or writes them (the study, strategies, estimators, tracking)."""
+
+from __future__ import annotations
+
+#: Study user attribute: the study's :class:`StudyConfig` as JSON.
+CONFIG_ATTR = "frugalnas_config"
+#: Trial user attribute: the architecture string (``str(Architecture)``).
+ARCHITECTURE_ATTR = "architecture"
+#: Trial user attribute: the estimator's metrics, ``{name: float}``.
+METRICS_ATTR = "metrics"
+#: Trial user attribute: the evaluation's cost (``Cost`` as a dict).
+COST_ATTR = "cost"
+#: Trial user attribute: the one-line reason a trial failed.
+FAIL_REASON_ATTR = "fail_reason"
+#: Trial system attribute: a pre-screen's proxy scores of the chosen candidate.
+PRESCREEN_ATTR = "frugalnas_prescreen"
+#: Prefix of trial system attributes a strategy records (``frugalnas:<metric>``).
+STRATEGY_METRIC_PREFIX = "frugalnas:"
