@@ -9,7 +9,7 @@ from frugalnas.testing import fresh_mlflow_uri
 
 
 def runs_of(uri, name):
-    client = MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
+    client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(name)
     return client, client.search_runs([exp.experiment_id], max_results=1000)
 

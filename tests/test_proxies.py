@@ -6,14 +6,15 @@ import torch
 
 import frugalnas
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import get_host
+from frugalnas.core.plugins import PluginHost
 from frugalnas.proxies import Proxy, ProxyCheckError, check_proxy
 from frugalnas.proxies.ensemble import fit_weights, percentile_ranks, rank_average
 from frugalnas.spaces.nb201.space import NB201Space
 
 SMALL = {"N": 1, "C": 8}
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
-PROXY_NAMES = get_host().registry("proxies").names()
+HOST = PluginHost()
+PROXY_NAMES = HOST.registry("proxies").names()
 
 
 def small_net(cell: str = CELL, seed: int = 0) -> torch.nn.Module:
@@ -31,8 +32,9 @@ def test_every_builtin_proxy_is_registered():
     expected = {"synflow", "snip", "grasp", "grad_norm", "fisher", "jacob_cov", "naswot", "zen",
                 "params", "flops", "l2_norm", "plain"}
     assert expected <= set(PROXY_NAMES)
-    est = get_host().registry("estimators")
+    est = HOST.estimators()
     assert {"rank-ensemble", "learned-ensemble", "low-fidelity"} <= set(est)
+    assert set(PROXY_NAMES) <= set(est)  # every proxy is an estimator of its own name
 
 
 @pytest.mark.parametrize("name", PROXY_NAMES)
@@ -43,10 +45,10 @@ def test_registered_proxy_passes_conformance_check(name):
 
 @pytest.mark.parametrize("name", PROXY_NAMES)
 def test_proxy_scores_are_seeded_and_deterministic(name):
-    proxy = get_host().create("proxies", name)
+    proxy = HOST.create("proxies", name)
     x, y = batch()
     first = proxy.score(small_net(seed=3), x, y)
-    again = get_host().create("proxies", name).score(small_net(seed=3), x.clone(), y.clone())
+    again = HOST.create("proxies", name).score(small_net(seed=3), x.clone(), y.clone())
     assert math.isfinite(first) and first == pytest.approx(again, rel=1e-9, abs=1e-12)
 
 
@@ -55,14 +57,14 @@ def test_proxies_separate_architectures():
     wide = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|nor_conv_3x3~0|nor_conv_3x3~1|nor_conv_3x3~2|"
     thin = "|avg_pool_3x3~0|+|none~0|skip_connect~1|+|none~0|none~1|avg_pool_3x3~2|"
     for name in ("synflow", "params", "flops", "snip", "naswot"):
-        proxy = get_host().create("proxies", name)
+        proxy = HOST.create("proxies", name)
         assert proxy.score(small_net(wide), x, y) > proxy.score(small_net(thin), x, y), name
 
 
 def test_synflow_matches_its_definition_and_ignores_data():
     net = small_net()
     x, y = batch()
-    got = get_host().create("proxies", "synflow").score(net, x, y)
+    got = HOST.create("proxies", "synflow").score(net, x, y)
     # by hand: |w|, float64, BN in evaluation mode, all-ones input, R = sum of outputs
     import copy
 
@@ -86,7 +88,7 @@ def test_naswot_is_log_det_of_activation_code_kernel():
     for h in hooks:
         h.remove()
     k = sum(c @ c.T + (1 - c) @ (1 - c).T for c in codes)
-    assert get_host().create("proxies", "naswot").score(net, x) == pytest.approx(
+    assert HOST.create("proxies", "naswot").score(net, x) == pytest.approx(
         torch.linalg.slogdet(k)[1].item(), rel=1e-9)
 
 

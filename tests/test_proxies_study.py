@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.plugins import get_host
+from frugalnas.core.plugins import PluginHost
 from frugalnas.strategies.prescreen import PRESCREEN_ATTR, PrescreenSampler
 from frugalnas.spaces.nb201.space import NB201Space
 
@@ -21,7 +21,7 @@ def test_study_with_synflow_estimator_logs_trials_to_mlflow(stores):
                                    study_name="synflow-study", plugin_options={"mlflow": {"tracking_uri": uri}}, seed=4)
     study.optimize(3)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
-    client = mlflow.MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
+    client = mlflow.MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("synflow-study")
     trial_runs = [r for r in client.search_runs([exp.experiment_id])
                   if r.data.tags.get("frugalnas.role") == "trial"]
@@ -38,24 +38,22 @@ class RecordingPrescreen(PrescreenSampler):
         super().__init__(*args, **kwargs)
         self.scored: list[list[tuple[str, float]]] = []
 
-    def _candidates(self, study, trial):
-        found = super()._candidates(study, trial)
+    def sample_relative(self, study, trial, search_space):
         self.scored.append([])
-        return found
+        return super().sample_relative(study, trial, search_space)
 
-    def _score(self, arch, study):
-        values = super()._score(arch, study)
+    def _score(self, arch):
+        values = super()._score(arch)
         self.scored[-1].append((str(arch), values[0]))
         return values
 
 
 def test_prescreen_hands_the_best_of_k_candidates_to_the_trial():
-    import optuna
-
+    host = PluginHost()
     space = NB201Space(**SMALL)
-    sampler = RecordingPrescreen(optuna.samplers.RandomSampler(seed=0), space=space,
-                                 host=get_host(), seed=0, proxy="synflow", k=6, data="gaussian",
-                                 **SHAPE)
+    inner = host.create("strategies", "random", space=space, seed=0)
+    sampler = RecordingPrescreen(inner, space=space, host=host, seed=0, proxy="synflow", k=6,
+                                 data="gaussian", **SHAPE)
     study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
                                    estimator="nb201-table", disable_plugins=["mlflow"])
     study.optimize(4)
@@ -69,8 +67,9 @@ def test_prescreen_hands_the_best_of_k_candidates_to_the_trial():
 def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="nb201-table",
                                    dataset="digits", dataset_options={"resize": 16},
-                                   prescreen={"proxy": ["synflow", "naswot"], "k": 3,
-                                              "batch_size": 8},
+                                   strategy="prescreen",
+                                   strategy_options={"proxy": ["synflow", "naswot"], "k": 3,
+                                                     "batch_size": 8},
                                    disable_plugins=["mlflow"], seed=1)
     study.optimize(2)
     for t in study.trials:
@@ -133,9 +132,9 @@ def test_low_fidelity_is_cheaper_than_full_training():
 
 def test_low_fidelity_rejects_bad_options():
     with pytest.raises(frugalnas.ConfigError, match="subset"):
-        get_host().create("estimators", "low-fidelity", subset=1.5)
+        PluginHost().create("estimators", "low-fidelity", subset=1.5)
     with pytest.raises(frugalnas.ConfigError, match="resize"):
-        get_host().create("estimators", "low-fidelity", resize=0)
+        PluginHost().create("estimators", "low-fidelity", resize=0)
 
 
 def test_proxy_estimator_on_the_backend_device():
@@ -152,7 +151,8 @@ def test_proxy_estimator_on_the_backend_device():
 def test_prescreen_survives_load_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     config = dict(space="nb201", space_options=SMALL, estimator="nb201-table", dataset=None,
-                  prescreen={"proxy": "synflow", "k": 3, "data": "gaussian", **SHAPE},
+                  strategy="prescreen",
+                  strategy_options={"proxy": "synflow", "k": 3, "data": "gaussian", **SHAPE},
                   disable_plugins=["mlflow"])
     frugalnas.create_study(storage=storage, study_name="pre", **config).optimize(1)
     study = frugalnas.load_study(study_name="pre", storage=storage)

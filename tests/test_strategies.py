@@ -126,7 +126,7 @@ def test_surrogate_study_logs_trials_and_surrogate_quality_to_mlflow(tmp_path, s
     quality = [t.system_attrs.get("frugalnas:surrogate_kendall_tau")
                for t in study.optuna_study.trials]
     assert any(q is not None for q in quality)
-    client = mlflow.MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
+    client = mlflow.MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("surrogate-mlflow").experiment_id])
     trial_runs = [r for r in runs if r.data.tags.get("frugalnas.role") != "study"]
     assert len(trial_runs) == 9

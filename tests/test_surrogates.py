@@ -148,7 +148,7 @@ def test_proxy_encoding_falls_back_to_params_and_flops_without_proxy_plugins():
 
 def test_proxy_encoding_uses_registered_data_free_proxies_by_default():
     registered = set(frugalnas.list_components("proxies"))
-    scorer = ProxyScorer(NB201Space(N=1, C=4), input_shape=(3, 8, 8))
+    scorer = ProxyScorer(NB201Space(N=1, C=4), host=frugalnas.PluginHost(), input_shape=(3, 8, 8))
     expected = [p for p in ("synflow", "params", "flops") if p in registered] or ["params", "flops"]
     assert scorer.names == expected
     arch = NB201Space().parse("|nor_conv_3x3~0|+|nor_conv_1x1~0|skip_connect~1|+"
@@ -158,7 +158,7 @@ def test_proxy_encoding_uses_registered_data_free_proxies_by_default():
 
 def test_unknown_proxy_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown proxy 'telepathy'"):
-        ProxyScorer(NB201Space(), ["telepathy"])
+        ProxyScorer(NB201Space(), ["telepathy"], host=frugalnas.PluginHost())
 
 
 def test_acquisitions_rank_as_expected():

@@ -25,6 +25,7 @@ from mlflow import MlflowClient
 
 import frugalnas
 from frugalnas.core.cli import build_parser
+from frugalnas.core.plugins import PluginHost
 from frugalnas.testing import fresh_mlflow_uri
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,9 +36,12 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 
 def test_ui_binds_localhost_by_default():
-    args = build_parser().parse_args(["ui"])
-    assert args.host == "127.0.0.1"
-    assert build_parser().parse_args(["ui", "--host", "0.0.0.0"]).host == "0.0.0.0"
+    parser = build_parser(PluginHost())
+    assert parser.parse_args(["ui"]).host == "127.0.0.1"
+    assert parser.parse_args(["ui", "--host", "0.0.0.0"]).host == "0.0.0.0"
+    blocked = build_parser(PluginHost(disable_plugins=["mlflow"]))
+    with pytest.raises(SystemExit):  # the command belongs to the mlflow plugin
+        blocked.parse_args(["ui"])
 
 
 def _free_port() -> int:
@@ -92,7 +96,7 @@ def test_mlflow_ui_shows_study_trials_and_best_so_far(tmp_path):
     study.optimize(n_trials=5)
     exp_id = study.plugin_state["mlflow"]["experiment_id"]
     parent = study.plugin_state["mlflow"]["parent_run_id"]
-    client = MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
+    client = MlflowClient(tracking_uri=uri)
     trial_runs = {r.info.run_name: r.info.run_id for r in client.search_runs([exp_id])
                   if r.data.tags.get("frugalnas.role") == "trial"}
     assert sorted(trial_runs) == [f"trial {i}" for i in range(5)]

@@ -161,10 +161,9 @@ def host_for(config: StudyConfig) -> PluginHost:
 def _check_run_settings(run: dict[str, Any]) -> None:
     from frugalnas.core.errors import check_range
 
-    if "n_trials" in run:
-        check_range("n_trials", run["n_trials"], 1)
-        if not isinstance(run["n_trials"], int):
-            raise ConfigError(f"invalid n_trials {run['n_trials']!r}; expected an integer >= 1")
+    n = run.get("n_trials")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise ConfigError(f"invalid n_trials {n!r}; expected an integer >= 1")
     if run.get("n_jobs") is not None:
         if not isinstance(run["n_jobs"], int) or run["n_jobs"] == 0 or run["n_jobs"] < -1:
             raise ConfigError(f"invalid n_jobs {run['n_jobs']!r}; expected an integer >= 1 "

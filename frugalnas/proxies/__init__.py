@@ -3,9 +3,10 @@ untrained network, and every proxy is also an estimator of its own name."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from frugalnas.core.plugins import hookimpl
+from frugalnas.core.plugins import PluginHost, hookimpl
 from frugalnas.proxies.activation import JacobCov, Naswot, Zen
 from frugalnas.proxies.base import Proxy, ProxyEstimator, proxy_batch
 from frugalnas.proxies.checks import ProxyCheckError, check_proxy
@@ -22,6 +23,17 @@ PROXIES = (Synflow, Snip, Grasp, GradNorm, Fisher, Plain, JacobCov, Naswot, Zen,
 @hookimpl
 def frugalnas_proxies() -> dict[str, Any]:
     return {cls.name: cls for cls in PROXIES}
+
+
+@hookimpl
+def frugalnas_derived_estimators(host: PluginHost) -> dict[str, Any]:
+    """Every proxy of ``host`` as an estimator of its own name."""
+    found = {}
+    for component in host.registry("proxies").describe():
+        factory = functools.partial(ProxyEstimator, component["name"])
+        factory.__doc__ = f"The {component['name']} proxy as an estimator: {component['summary']}"
+        found[component["name"]] = factory
+    return found
 
 
 @hookimpl

@@ -159,9 +159,8 @@ class ProxyEstimator(Estimator):
         check_choice("proxy data", data, DATA_SOURCES)
         if isinstance(proxy, str):
             if host is None:
-                from frugalnas.core.plugins import get_host
-
-                host = get_host()
+                raise ConfigError(f"proxy {proxy!r} is a component name: pass the plugin host "
+                                  "that registers it (host=), or a Proxy object")
             proxy = host.create("proxies", proxy, **(proxy_options or {}))
         self.proxy = proxy
         self.name = proxy.name

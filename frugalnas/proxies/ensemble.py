@@ -70,12 +70,12 @@ def stored_population(study: Any, names: Sequence[str],
         return []
     from optuna.trial import TrialState
 
-    from frugalnas.strategies.prescreen import PRESCREEN_ATTR
+    from frugalnas.core.keys import METRICS_ATTR, PRESCREEN_ATTR
 
     keys = [f"proxy_{n}" for n in names]
     out = []
     for t in study.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        found = {**t.system_attrs.get(PRESCREEN_ATTR, {}), **t.user_attrs.get("metrics", {})}
+        found = {**t.system_attrs.get(PRESCREEN_ATTR, {}), **t.user_attrs.get(METRICS_ATTR, {})}
         if all(k in found for k in keys):
             out.append({k: float(found[k]) for k in (*keys, *extra) if k in found})
     return out
@@ -101,9 +101,8 @@ class RankEnsembleEstimator(Estimator):
         if data not in DATA_SOURCES:
             raise ConfigError(f"invalid proxy data {data!r}; valid: {', '.join(DATA_SOURCES)}")
         if host is None:
-            from frugalnas.core.plugins import get_host
-
-            host = get_host()
+            raise ConfigError(f"{self.name} needs the plugin host that registers its proxies "
+                              "(host=); a study passes its own")
         self.proxies = list(proxies)
         self.members: list[Proxy] = [host.create("proxies", n) for n in self.proxies]
         self.weights = None if weights is None else [float(w) for w in weights]
@@ -151,16 +150,10 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
                          host)
         check_range("teacher_every", teacher_every, 1)
         check_range("min_labelled", min_labelled, 2)
-        from frugalnas.core.study import resolve_estimator
-
-        if host is None:
-            from frugalnas.core.plugins import get_host
-
-            host = get_host()
         self.teacher = teacher
         self.teacher_options = dict(teacher_options or {})
         self.teacher_every, self.min_labelled = int(teacher_every), int(min_labelled)
-        self.teacher_estimator = resolve_estimator(host, teacher, self.teacher_options)
+        self.teacher_estimator = host.create_estimator(teacher, self.teacher_options)
         self.needs_dataset = self.needs_dataset or self.teacher_estimator.needs_dataset
         self.provides = (*self.provides, TEACHER_METRIC,
                          *(f"weight_{n}" for n in self.proxies))

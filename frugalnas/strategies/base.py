@@ -1,14 +1,15 @@
 """ArchSampler: an optuna sampler that proposes whole architectures of a frugalnas space.
 
 Each call rebuilds what it needs from the study's storage (completed trials in trial-number
-order, plus every architecture already proposed), and draws its randomness from a generator
-seeded by ``(seed, trial number)``. A proposal is therefore a function of the seed and the
+order, plus every architecture already proposed or running), and draws its randomness from a
+generator seeded by ``(seed, trial number)``. A proposal is therefore a function of the seed and the
 storage contents: a study reloaded from its storage continues exactly where it stopped, and
 workers sharing a storage share one population (the pattern of optuna's NSGA-II sampler).
 """
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,11 +21,11 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX
 from frugalnas.core.space import SearchSpace
-
-ARCH_ATTR = "architecture"
 
 
 @dataclass
@@ -41,7 +42,7 @@ class History:
 
 
 def _arch_of(trial: FrozenTrial, space: SearchSpace) -> Architecture | None:
-    text = trial.user_attrs.get(ARCH_ATTR)
+    text = trial.user_attrs.get(ARCHITECTURE_ATTR)
     try:
         if text:
             return space.parse(text)
@@ -55,7 +56,7 @@ def _arch_of(trial: FrozenTrial, space: SearchSpace) -> Architecture | None:
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int) -> History:
     """The study's history as seen by the trial numbered ``exclude``."""
     hist = History()
-    for t in sorted(study._get_trials(deepcopy=False, use_cache=False), key=lambda t: t.number):
+    for t in sorted(optuna_compat.fresh_trials(study), key=lambda t: t.number):
         if t.number == exclude:
             continue
         arch = _arch_of(t, space)
@@ -121,17 +122,22 @@ def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirecti
 
 
 class ArchSampler(optuna.samplers.BaseSampler):
-    """Base of frugalnas's search strategies: subclasses implement :meth:`propose`.
+    """Base of frugalnas's search strategies: subclasses implement :meth:`choose`.
 
     Options common to all: ``n_init`` architectures are drawn at random before the strategy
     starts (or, with ``warm_start_proxy``, the ``n_init`` best of ``warm_start_pool`` random
-    architectures by that zero-cost proxy). ``report`` (set by the ``evolution`` plugin when
-    a frugalnas study starts) receives study-level metrics as ``report(metrics, step)``.
+    architectures by that zero-cost proxy). When a study binds the sampler
+    (:mod:`frugalnas.core.strategy`), study-level metrics go to ``study.log_metrics``.
+    Every ArchSampler can :meth:`propose` ``k`` distinct candidates for one trial, so any of
+    them can sit inside a pre-screen.
     """
+
+    #: Options of the base class a subclass sets itself (not user options).
+    fixed_options: tuple[str, ...] = ()
 
     def __init__(self, space: SearchSpace, seed: int = 0, n_init: int = 10,
                  warm_start_proxy: str | None = None, warm_start_pool: int = 100,
-                 warm_start_options: dict[str, Any] | None = None):
+                 warm_start_options: dict[str, Any] | None = None, host: Any = None):
         if space is None:
             raise ConfigError(f"strategy {type(self).__name__} needs a search space (space=...)")
         check_range("n_init", n_init, 1)
@@ -140,15 +146,50 @@ class ArchSampler(optuna.samplers.BaseSampler):
         self.warm_start_proxy = warm_start_proxy
         self.warm_start_pool = int(warm_start_pool)
         self.warm_start_options = dict(warm_start_options or {})
+        self.host = host
         self.report: Callable[[dict[str, float], int], None] | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._warm: list[Architecture] | None = None
         if warm_start_proxy is not None:
             from frugalnas.surrogates.proxy_features import ProxyScorer
 
+            if host is None:
+                raise ConfigError(f"warm_start_proxy {warm_start_proxy!r} needs the study's "
+                                  "plugin host (host=) to create the proxy")
             # Validates the proxy name now; scoring waits for the first proposal.
-            self._scorer = ProxyScorer(space, [warm_start_proxy], seed=self.seed,
+            self._scorer = ProxyScorer(space, [warm_start_proxy], host=host, seed=self.seed,
                                        **self.warm_start_options)
+
+    # -- frugalnas's strategy protocol ---------------------------------------------------
+    def bind(self, study: Any) -> None:
+        """Report study-level metrics (surrogate quality, ...) to ``study``."""
+        self.report = study.log_metrics
+
+    def propose(self, study: optuna.Study, trial: FrozenTrial, k: int) -> list[Architecture]:
+        """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
+        it would choose them; none already evaluated or running (while the space has room)."""
+        check_range("k", k, 1)
+        hist = read_history(study, self.space, exclude=trial.number)
+        rng = self._rng(trial)
+        out: list[Architecture] = []
+        for _ in range(k):
+            arch = self._next(study, trial, hist, rng)
+            if arch.key in hist.seen:  # the strategy repeated itself: any unseen one
+                arch = self.fresh_random(hist, rng)
+            if arch.key in hist.seen:  # the space is exhausted
+                break
+            hist.seen.add(arch.key)
+            out.append(arch)
+        return out
+
+    def _rng(self, trial: FrozenTrial) -> random.Random:
+        return random.Random(f"{type(self).__name__}:{self.seed}:{trial.number}")
+
+    def _next(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+              rng: random.Random) -> Architecture:
+        if len(hist) < self.n_init:
+            return self.initial(hist, rng)
+        return self.choose(study, trial, hist, rng)
 
     # -- optuna's sampler API ------------------------------------------------------------
     def infer_relative_search_space(self, study: optuna.Study,
@@ -160,11 +201,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
         if not search_space:
             return {}
         hist = read_history(study, self.space, exclude=trial.number)
-        rng = random.Random(f"{type(self).__name__}:{self.seed}:{trial.number}")
-        if len(hist) < self.n_init:
-            arch = self.initial(hist, rng)
-        else:
-            arch = self.propose(study, trial, hist, rng)
+        arch = self._next(study, trial, hist, self._rng(trial))
         return {k: v for k, v in arch.decisions.items() if k in search_space}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
@@ -172,8 +209,10 @@ class ArchSampler(optuna.samplers.BaseSampler):
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
     # -- strategy ------------------------------------------------------------------------
-    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
-                rng: random.Random) -> Architecture:
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> Architecture:
+        """The strategy's next architecture given the history (after the initial design);
+        prefer ones not in ``hist.seen``."""
         raise NotImplementedError
 
     def initial(self, hist: History, rng: random.Random) -> Architecture:
@@ -230,6 +269,45 @@ class ArchSampler(optuna.samplers.BaseSampler):
              step: int) -> None:
         """Record metrics on the trial (system attribute ``frugalnas:<name>``) and report them."""
         for k, v in metrics.items():
-            study._storage.set_trial_system_attr(trial._trial_id, f"frugalnas:{k}", float(v))
+            optuna_compat.set_trial_system_attr(study, trial, f"{STRATEGY_METRIC_PREFIX}{k}",
+                                                float(v))
         if self.report is not None:
             self.report(metrics, step)
+
+
+def _options(cls: type) -> dict[str, Any]:
+    """The options of ``cls`` and its ArchSampler bases, with their defaults."""
+    names: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and issubclass(klass, ArchSampler):
+            for p in inspect.signature(klass.__init__).parameters.values():
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and \
+                        p.name not in ("self", "space", "seed", "host", *cls.fixed_options) \
+                        and p.name not in names:
+                    names[p.name] = p.default
+    return names
+
+
+def strategy_factory(cls: type[ArchSampler]) -> Callable[..., optuna.samplers.BaseSampler]:
+    """A ``factory(space=..., seed=..., **options)`` for ``cls`` that rejects unknown options
+    with a :class:`ConfigError` listing the valid ones."""
+    valid = _options(cls)
+
+    def factory(space: SearchSpace | None = None, seed: int = 0, host: Any = None,
+                **options: Any) -> ArchSampler:
+        for key in options:
+            if key not in valid:
+                raise ConfigError(f"unknown option {key!r} for strategy {cls.__name__}; "
+                                  f"valid options: {', '.join(sorted(valid))}")
+        return cls(space, seed, host=host, **options)
+
+    # The registry reads option names and defaults from the signature (plans, option checks).
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
+              for n, d in (("space", None), ("seed", 0), ("host", None))]
+    params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
+               for n, d in valid.items()]
+    factory.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    factory.__doc__ = cls.__doc__
+    factory.__name__ = factory.__qualname__ = f"{cls.__name__}_factory"
+    factory.valid_options = valid  # type: ignore[attr-defined]
+    return factory

@@ -21,8 +21,8 @@ class LocalSearchSampler(ArchSampler):
     def __init__(self, space, seed: int = 0, n_init: int = 5, **options):
         super().__init__(space, seed, n_init, **options)
 
-    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
-                rng: random.Random) -> Architecture:
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> Architecture:
         fit = self.fitness(study, hist.values)
         order = sorted(range(len(hist)), key=lambda i: (-fit[i], hist.numbers[i]))
         for i in order:

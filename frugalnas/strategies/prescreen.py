@@ -1,17 +1,16 @@
-"""PrescreenSampler: put a zero-cost proxy in front of any strategy.
+"""The ``prescreen`` strategy: a zero-cost proxy in front of any frugalnas strategy.
 
-For each trial the wrapped sampler proposes ``k`` candidates, a proxy (or a rank ensemble of
-proxies) scores their untrained networks, and the best one becomes the trial's architecture,
-so the study's (expensive) estimator only sees pre-screened candidates (Abdelfattah et al.,
-ICLR 2021, section 5 "warm-up / move proposal"). The chosen candidate's proxy values are
-kept on the trial (system attribute ``frugalnas_prescreen``), where rank ensembles find them.
+For each trial the wrapped (``inner``) strategy proposes ``k`` distinct candidates
+(:func:`frugalnas.core.strategy.propose`), a proxy (or a rank ensemble of proxies) scores their
+untrained networks, and the best one becomes the trial's architecture, so the study's
+(expensive) estimator only sees pre-screened candidates (Abdelfattah et al., ICLR 2021,
+section 5 "warm-up / move proposal"). The chosen candidate's proxy values are kept on the trial
+(system attribute :data:`~frugalnas.core.keys.PRESCREEN_ATTR`), where rank ensembles find them.
 """
 
 from __future__ import annotations
 
-import json
-import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,33 +19,39 @@ import torch
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial
 
+from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
+from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.strategy import Proposer, propose
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch
 from frugalnas.proxies.ensemble import rank_average
 
-PRESCREEN_ATTR = "frugalnas_prescreen"
+__all__ = ["PRESCREEN_ATTR", "PrescreenSampler", "prescreen_strategy"]
 
 
 class _DatasetContext:
     """The little of an EvaluationContext that :func:`proxy_batch` reads."""
 
-    def __init__(self, loader: Any):
+    def __init__(self, loader: Callable[[], Dataset]):
         self.dataset_loader = loader
-        self._data = None
+        self._data: Dataset | None = None
 
     @property
-    def dataset(self):
+    def dataset(self) -> Dataset:
         if self._data is None:
             self._data = self.dataset_loader()
         return self._data
 
 
 class PrescreenSampler(optuna.samplers.BaseSampler):
-    """Draws ``k`` candidates from ``sampler`` and keeps the one a zero-cost proxy ranks best."""
+    """Draws ``k`` distinct candidates from ``inner`` and keeps the one a zero-cost proxy
+    ranks best. The proxy's batch comes from ``dataset`` when given, else from the dataset of
+    the frugalnas study that binds the sampler, else (``data="gaussian"``) random inputs."""
 
-    def __init__(self, sampler: optuna.samplers.BaseSampler, space: SearchSpace, host: Any = None,
+    def __init__(self, inner: optuna.samplers.BaseSampler, space: SearchSpace, host: Any,
                  seed: int = 0, proxy: str | Sequence[str] = "synflow", k: int = 10,
                  batch_size: int = 64, data: str = "dataset", resize: int | None = None,
                  dataset: str | None = None, dataset_options: dict[str, Any] | None = None,
@@ -56,20 +61,28 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
         check_range("prescreen batch_size", batch_size, 1)
         if data not in DATA_SOURCES:
             raise ConfigError(f"invalid prescreen data {data!r}; valid: {', '.join(DATA_SOURCES)}")
-        if host is None:
-            from frugalnas.core.plugins import get_host
-
-            host = get_host()
+        if not isinstance(inner, Proposer):
+            propose(inner, None, None, k)  # raises the ConfigError that names the problem
         names = [proxy] if isinstance(proxy, str) else list(proxy)
         if not names:
             raise ConfigError("prescreen proxy list is empty; give a proxy name or a list")
-        self.sampler, self.space, self.host, self.seed = sampler, space, host, seed
+        self.inner, self.space, self.host, self.seed = inner, space, host, seed
         self.proxy, self.k, self.batch_size, self.data, self.resize = proxy, int(k), batch_size, data, resize
-        self.dataset, self.dataset_options = dataset, dict(dataset_options or {})
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
         self.members: list[Proxy] = [host.create("proxies", n, **(proxy_options or {}))
                                      for n in names]
+        self._loader: Callable[[], Dataset] | None = None
+        if dataset is not None:
+            options = dict(dataset_options or {})
+            host.registry("datasets").get(dataset).check_options(options)
+            self._loader = lambda: host.create("datasets", dataset, seed=seed, **options)
         self._batch: tuple[torch.Tensor, torch.Tensor, int] | None = None
+
+    # -- frugalnas's strategy protocol ---------------------------------------------------
+    def bind(self, study: Any) -> None:
+        """Score on the study's dataset unless a dataset was given."""
+        if self._loader is None and study.config.dataset is not None:
+            self._loader = study.load_dataset
 
     # -- optuna sampler API --------------------------------------------------------------
     def infer_relative_search_space(self, study: optuna.Study,
@@ -80,79 +93,71 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
             return {}
-        candidates = self._candidates(study, trial)
-        scores = np.array([self._score(arch, study) for arch in candidates])
+        candidates = propose(self.inner, study, trial, self.k)
+        if not candidates:  # the space is exhausted: let the inner strategy decide
+            return {}
+        scores = np.array([self._score(arch) for arch in candidates])
         if len(self.members) == 1:
             best = int(np.argmax(scores[:, 0]))
         else:
             best = int(np.argmax(rank_average(scores)))
         record = {f"proxy_{p.name}": float(v) for p, v in zip(self.members, scores[best])}
         record["prescreen_candidates"] = len(candidates)
-        study._storage.set_trial_system_attr(trial._trial_id, PRESCREEN_ATTR, record)
+        optuna_compat.set_trial_system_attr(study, trial, PRESCREEN_ATTR, record)
         return {k: v for k, v in self.space.to_params(candidates[best]).items() if k in search_space}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        return self.sampler.sample_independent(study, trial, param_name, param_distribution)
+        return self.inner.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.sampler.before_trial(study, trial)
+        self.inner.before_trial(study, trial)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: Any,
                     values: Sequence[float] | None) -> None:
-        self.sampler.after_trial(study, trial, state, values)
+        self.inner.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
-        self.sampler.reseed_rng()
+        self.inner.reseed_rng()
 
     # -- internals -----------------------------------------------------------------------
-    def _propose(self, study: optuna.Study, trial: FrozenTrial) -> Architecture:
-        """One proposal of the wrapped sampler for this trial."""
-        dists = self.space.distributions()
-        rel_space = self.sampler.infer_relative_search_space(study, trial)
-        rel = self.sampler.sample_relative(study, trial, rel_space) if rel_space else {}
-        params = {name: rel[name] if name in rel else
-                  self.sampler.sample_independent(study, trial, name, dist)
-                  for name, dist in dists.items()}
-        return self.space.from_params(params)
-
-    def _candidates(self, study: optuna.Study, trial: FrozenTrial) -> list[Architecture]:
-        """``k`` distinct candidates: the wrapped sampler's proposals, topped up with seeded
-        uniform samples when it repeats itself (deterministic samplers do)."""
-        rng = random.Random(self.seed * 1_000_003 + trial.number)
-        seen: dict[str, Architecture] = {}
-        for _ in range(self.k):
-            arch = self._propose(study, trial)
-            for _ in range(20):
-                if arch.key not in seen:
-                    break
-                arch = self.space.sample(rng)
-            seen.setdefault(arch.key, arch)
-        return list(seen.values())
-
-    def _score(self, arch: Architecture, study: optuna.Study) -> list[float]:
-        x, y, num_classes = self._fixed_batch(study)
+    def _score(self, arch: Architecture) -> list[float]:
+        x, y, num_classes = self._fixed_batch()
         with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG untouched
             torch.manual_seed(self.seed)
             model = self.space.build(arch, num_classes, tuple(x.shape[1:]))
         return [p.score(model, x, y) for p in self.members]
 
-    def _fixed_batch(self, study: optuna.Study) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _fixed_batch(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         if self._batch is None:
             need = self.data == "dataset" and any(p.needs_data for p in self.members)
-            name, options = self.dataset, self.dataset_options
-            if name is None:
-                stored = study.user_attrs.get("frugalnas_config")
-                cfg = json.loads(stored) if stored else {}
-                name = cfg.get("dataset")
-                options = {**cfg.get("dataset_options", {}), **options}
-            loader = None
-            if name is not None:
-                def loader():
-                    return self.host.create("datasets", name, seed=self.seed, **options)
-            self._batch = proxy_batch(_DatasetContext(loader) if loader else None,
+            self._batch = proxy_batch(_DatasetContext(self._loader) if self._loader else None,
                                       batch_size=self.batch_size, data=self.data,
                                       resize=self.resize, seed=self.seed,
                                       input_shape=self.input_shape, num_classes=self.num_classes,
                                       need_dataset=need)
         return self._batch
+
+
+def prescreen_strategy(space: SearchSpace | None = None, seed: int = 0, host: Any = None,
+                       inner: str = "random", inner_options: dict[str, Any] | None = None,
+                       proxy: str | Sequence[str] = "synflow", k: int = 10,
+                       batch_size: int = 64, data: str = "dataset", resize: int | None = None,
+                       dataset: str | None = None,
+                       dataset_options: dict[str, Any] | None = None,
+                       input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                       proxy_options: dict[str, Any] | None = None) -> PrescreenSampler:
+    """Pre-screen: the inner strategy proposes k candidates, a zero-cost proxy (or a rank
+    ensemble of several) keeps the best for the estimator."""
+    if host is None:
+        raise ConfigError("strategy 'prescreen' needs the study's plugin host (host=) to "
+                          "create its inner strategy and proxies")
+    if inner == "prescreen":
+        raise ConfigError("invalid prescreen inner 'prescreen'; wrap a search strategy such as "
+                          "'random' or 'regularized-evolution'")
+    inner_sampler = host.create("strategies", inner, space=space, seed=seed,
+                                **dict(inner_options or {}))
+    return PrescreenSampler(inner_sampler, space, host, seed=seed, proxy=proxy, k=k,
+                            batch_size=batch_size, data=data, resize=resize, dataset=dataset,
+                            dataset_options=dataset_options, input_shape=input_shape,
+                            num_classes=num_classes, proxy_options=proxy_options)

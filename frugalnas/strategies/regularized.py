@@ -35,7 +35,7 @@ class RegularizedEvolutionSampler(ArchSampler):
         idx = rng.sample(range(len(archs)), min(self.sample_size, len(archs)))
         return archs[max(idx, key=lambda i: (fit[i], -i))]
 
-    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
-                rng: random.Random) -> Architecture:
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> Architecture:
         archs, fit = self.population(study, hist)
         return self.fresh_mutation(self.tournament(archs, fit, rng), hist, rng)

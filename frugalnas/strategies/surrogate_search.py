@@ -19,7 +19,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_choice, check_range
+from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
 from frugalnas.surrogates.encodings import make_encoding
 from frugalnas.surrogates.quality import rank_quality
@@ -34,8 +34,6 @@ class SurrogateMixin:
                         encoding: str, encoding_options: dict[str, Any] | None,
                         acquisition: str, kappa: float, quality_every: int,
                         quality_holdout: int) -> None:
-        from frugalnas.core.plugins import get_host
-
         check_choice("acquisition", acquisition, ACQUISITIONS)
         check_range("quality_every", quality_every, 0)
         check_range("quality_holdout", quality_holdout, 2)
@@ -44,22 +42,27 @@ class SurrogateMixin:
         self.acquisition, self.kappa = acquisition, float(kappa)
         self.quality_every, self.quality_holdout = int(quality_every), int(quality_holdout)
         if isinstance(surrogate, str):
-            get_host().registry("surrogates").get(surrogate)  # fail early on a bad name
-        self._encoder = make_encoding(encoding, self.space, **self.encoding_options)
+            if self.host is None:
+                raise ConfigError(f"surrogate {surrogate!r} is a component name: the strategy "
+                                  "needs the study's plugin host (host=) to create it")
+            self.host.registry("surrogates").get(surrogate).check_options(self.surrogate_options)
+        options = dict(self.encoding_options)
+        if encoding == "proxy":
+            options.setdefault("host", self.host)
+        self._encoder = make_encoding(encoding, self.space, **options)
         self._features: dict[str, np.ndarray] = {}
+        self._fitted: tuple[tuple[int, int], Any] | None = None
 
     def _new_surrogate(self) -> Any:
         from sklearn.base import clone
 
-        from frugalnas.core.plugins import get_host
-
         if not isinstance(self.surrogate, str):
             return clone(self.surrogate)
-        comp = get_host().registry("surrogates").get(self.surrogate)
+        comp = self.host.registry("surrogates").get(self.surrogate)
         opts = dict(self.surrogate_options)
         if "seed" in comp.options():
             opts.setdefault("seed", self.seed)
-        return comp.create(**opts)
+        return comp.create(self.host, **opts)
 
     def _encode(self, archs: list[Architecture]) -> np.ndarray:
         missing = [a for a in archs if a.key not in self._features]
@@ -72,9 +75,12 @@ class SurrogateMixin:
               candidates: list[Architecture], rng: random.Random) -> np.ndarray:
         """Acquisition values of ``candidates`` under a surrogate fitted on ``hist``."""
         y = self.fitness(study, hist.values)
-        X = self._encode(hist.archs)
-        self._maybe_quality(study, trial, X, y)
-        mean, std = self._new_surrogate().fit(X, y).predict(self._encode(candidates))
+        key = (trial.number, len(hist))
+        if self._fitted is None or self._fitted[0] != key:  # once per trial, even for k proposals
+            X = self._encode(hist.archs)
+            self._maybe_quality(study, trial, X, y)
+            self._fitted = (key, self._new_surrogate().fit(X, y))
+        mean, std = self._fitted[1].predict(self._encode(candidates))
         return acquisition(self.acquisition, mean, std, best=float(np.max(y)), kappa=self.kappa,
                            rng=np.random.default_rng(rng.getrandbits(63)))
 
@@ -113,8 +119,8 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
         self._init_surrogate(surrogate, surrogate_options, encoding, encoding_options,
                              acquisition, kappa, quality_every, quality_holdout)
 
-    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
-                rng: random.Random) -> Architecture:
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> Architecture:
         archs, fit = self.population(study, hist)
         chosen: dict[str, Architecture] = {}
         for _ in range(self.n_candidates):
@@ -141,8 +147,8 @@ class BananasSampler(SurrogateMixin, ArchSampler):
         self._init_surrogate(surrogate, surrogate_options, encoding, encoding_options,
                              acquisition, kappa, quality_every, quality_holdout)
 
-    def propose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
-                rng: random.Random) -> Architecture:
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> Architecture:
         fit = self.fitness(study, hist.values)
         top = [hist.archs[i] for i in sorted(range(len(hist)),
                                              key=lambda i: (-fit[i], hist.numbers[i]))[:self.top_k]]

@@ -1,7 +1,7 @@
 """Zero-cost proxy scores as surrogate features, and proxy ranking for warm starts.
 
 Proxies come from the host's ``proxies`` registry (each is also an estimator of the same name,
-resolved with :func:`frugalnas.core.study.resolve_estimator`) and are computed on the network
+created with ``host.create_estimator``) and are computed on the network
 the space builds. ``params`` and ``flops`` fall back to :mod:`frugalnas.core.cost` when no
 plugin registers them, so the encoding works with no proxy plugin at all.
 """
@@ -33,9 +33,10 @@ class ProxyScorer:
     def __init__(self, space: SearchSpace, proxies: Sequence[str] | None = None, host: Any = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  seed: int = 0):
-        from frugalnas.core.plugins import get_host
-
-        self.space, self.host = space, host or get_host()
+        if host is None:
+            raise ConfigError("proxy features need the plugin host that registers the proxies "
+                              "(host=); a study's strategy passes its own")
+        self.space, self.host = space, host
         self.input_shape, self.num_classes, self.seed = tuple(input_shape), num_classes, seed
         registered = set(self.host.registry("proxies").names())
         if proxies is None:
@@ -73,13 +74,11 @@ class ProxyScorer:
     def score(self, arch: Architecture) -> np.ndarray:
         """The proxy values of ``arch``, in the order of :attr:`names`."""
         if arch.key not in self._cache:
-            from frugalnas.core.study import resolve_estimator
-
             values = []
             for name in self.names:
                 if name in self._registered:
                     if name not in self._estimators:
-                        self._estimators[name] = resolve_estimator(self.host, name, {})
+                        self._estimators[name] = self.host.create_estimator(name, {})
                     values.append(float(self._estimators[name].evaluate(arch, self._ctx()).value))
                 else:
                     values.append(self._fallback(name, arch))
