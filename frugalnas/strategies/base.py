@@ -41,25 +41,33 @@ class History:
         return len(self.archs)
 
 
-def _arch_of(trial: FrozenTrial, space: SearchSpace) -> Architecture | None:
+def _arch_of(trial: FrozenTrial, space: SearchSpace,
+             parsed: dict[str, Architecture | None]) -> Architecture | None:
     text = trial.user_attrs.get(ARCHITECTURE_ATTR)
     try:
         if text:
-            return space.parse(text)
+            if text not in parsed:
+                parsed[text] = space.parse(text)
+            return parsed[text]
         if all(k in trial.params for k in space.distributions()):
             return space.from_params(trial.params)
     except Exception:  # a trial of another space or a partial one: not ours to reuse
+        if text:
+            parsed[text] = None
         return None
     return None
 
 
-def read_history(study: optuna.Study, space: SearchSpace, exclude: int) -> History:
-    """The study's history as seen by the trial numbered ``exclude``."""
+def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
+                 parsed: dict[str, Architecture | None] | None = None) -> History:
+    """The study's history as seen by the trial numbered ``exclude``. ``parsed`` caches
+    architecture strings already parsed (a sampler keeps one across calls)."""
+    parsed = {} if parsed is None else parsed
     hist = History()
     for t in sorted(optuna_compat.fresh_trials(study), key=lambda t: t.number):
         if t.number == exclude:
             continue
-        arch = _arch_of(t, space)
+        arch = _arch_of(t, space, parsed)
         if arch is None:
             continue
         hist.seen.add(arch.key)
@@ -147,6 +155,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
         self.warm_start_pool = int(warm_start_pool)
         self.warm_start_options = dict(warm_start_options or {})
         self.host = host
+        self._parsed: dict[str, Architecture | None] = {}
         self.report: Callable[[dict[str, float], int], None] | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._warm: list[Architecture] | None = None
@@ -169,7 +178,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
         it would choose them; none already evaluated or running (while the space has room)."""
         check_range("k", k, 1)
-        hist = read_history(study, self.space, exclude=trial.number)
+        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed)
         rng = self._rng(trial)
         out: list[Architecture] = []
         for _ in range(k):
@@ -200,7 +209,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
             return {}
-        hist = read_history(study, self.space, exclude=trial.number)
+        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed)
         arch = self._next(study, trial, hist, self._rng(trial))
         return {k: v for k, v in arch.decisions.items() if k in search_space}
 
