@@ -127,6 +127,7 @@ def load_run_file(path: str | Path) -> tuple[StudyConfig, dict[str, Any]]:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+    data = upgrade_legacy(data)
     valid = [f.name for f in fields(StudyConfig)] + list(RUN_KEYS)
     check_keys(f"config file {str(path)!r}", data, valid)
     run = {k: data.pop(k) for k in RUN_KEYS if k in data}
