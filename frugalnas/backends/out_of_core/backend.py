@@ -4,13 +4,15 @@ Wahib et al., SC20).
 Under a memory budget for saved activations, a plan decides per block of the model whether
 its activations stay on the device, are swapped to host memory, or are recomputed in
 backward. The plan is the cheapest under a cost model fed by a one-off profile of the model
-(per architecture and input shape, cached); see ``docs/out_of_core.md``.
+(per architecture and input shape, cached); see ``docs/out_of_core.md``. After each evaluation
+the plans it used come back through ``trial_outputs`` (metrics and ``out_of_core_plan.json``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
+import json
+import threading
 import warnings
 import weakref
 from typing import Any
@@ -22,6 +24,7 @@ from frugalnas.core.backend import Backend, LossFn
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.plugins import hookimpl
 from frugalnas.backends.out_of_core.hooks import ModelRuntime, StepContext
+from frugalnas.backends.out_of_core.cost import RECOMPUTE, RESIDENT, SWAP
 from frugalnas.backends.out_of_core.planner import FORCED, PLANNERS, Plan, make_plan
 from frugalnas.backends.out_of_core.profile import param_storages, profile_model, run_step
 from frugalnas.backends.single_device import resolve_device
@@ -87,6 +90,7 @@ class OutOfCoreBackend(Backend):
         self.last_step_peak = 0       # saved bytes held on the device, last step
         self.max_step_peak = 0        # ... since the last reset_peak_memory()
         self.profiles_run = 0
+        self._usage = threading.local()  # per evaluating thread: plans used since trial_outputs
 
     @property
     def device(self) -> torch.device:
@@ -127,18 +131,29 @@ class OutOfCoreBackend(Backend):
         runtime = self._runtime(model)
         key = f"{runtime.key}|{tuple(inputs.shape)}|{inputs.dtype}|{self.device}"
         plan = self._plans.get(key)
+        usage = self._thread_usage()
         if plan is None:
             profile = profile_model(model, runtime, self.device, loss_fn, inputs, targets,
                                     self.profile_repeats, self.host_bandwidth)
             self.profiles_run += 1
+            usage["profiles"] += 1
             plan = make_plan(profile, self.resolve_budget(profile.incore_peak), self.planner, self.policy)
             if not plan.feasible:
                 warnings.warn(f"out-of-core: no plan meets the budget of {plan.budget} bytes; "
                               f"using the least-memory plan (est. peak {plan.peak} bytes)", stacklevel=2)
             self._plans[key] = plan
-            _log_to_mlflow(plan, key)
+        entry = usage["plans"].setdefault(key, [plan, 0, {
+            "architecture_key": runtime.key, "input_shape": list(inputs.shape),
+            "dtype": str(inputs.dtype), "device": str(self.device)}])
+        entry[1] += 1
         self.last_plan = plan
         return plan
+
+    def _thread_usage(self) -> dict[str, Any]:
+        usage = getattr(self._usage, "record", None)
+        if usage is None:
+            usage = self._usage.record = {"plans": {}, "profiles": 0, "peak": 0}
+        return usage
 
     # -- steps -----------------------------------------------------------------------
     def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
@@ -152,6 +167,8 @@ class OutOfCoreBackend(Backend):
         loss, _, _ = run_step(model, runtime, ctx, loss_fn, x, y, loss_scale)
         self.last_step_peak = ctx.tracker.peak
         self.max_step_peak = max(self.max_step_peak, ctx.tracker.peak)
+        usage = self._thread_usage()
+        usage["peak"] = max(usage["peak"], ctx.tracker.peak)
         return loss
 
     def reset_peak_memory(self) -> None:
@@ -183,22 +200,42 @@ class OutOfCoreBackend(Backend):
                          "plan_table": plan.table()})
         return info
 
+    def trial_outputs(self) -> tuple[dict[str, float], dict[str, str | bytes]]:
+        """The plans used by the evaluation that just ran in this thread (nothing if it ran no
+        step): ``out_of_core_plan.json`` (every plan with its per-block choices, measured
+        figures and estimates, and how many micro-batches used it), ``out_of_core_plan.txt``
+        (the tables) and metrics. Counts and the step estimate describe the plan used most;
+        ``ooc_predicted_peak_bytes`` is the highest estimate of all plans used."""
+        usage = getattr(self._usage, "record", None)
+        self._usage.record = None
+        if not usage or not usage["plans"]:
+            return {}, {}
+        used = list(usage["plans"].values())          # [plan, micro-batches, where]
+        main = max(used, key=lambda entry: entry[1])[0]
+        counts = main.counts()
+        metrics = {"ooc_predicted_peak_bytes": float(max(entry[0].peak for entry in used)),
+                   "ooc_predicted_step_seconds": float(main.time),
+                   "ooc_swapped_layers": float(counts[SWAP]),
+                   "ooc_recomputed_layers": float(counts[RECOMPUTE]),
+                   "ooc_resident_layers": float(counts[RESIDENT]),
+                   "ooc_plan_feasible": float(all(entry[0].feasible for entry in used)),
+                   "ooc_plans": float(len(used)), "ooc_profiles": float(usage["profiles"]),
+                   "ooc_measured_peak_bytes": float(usage["peak"])}
+        if main.budget is not None:
+            metrics["ooc_budget_bytes"] = float(main.budget)
+        doc = {"backend": self.name, "policy": self.policy, "planner": self.planner,
+               "measured_peak_bytes": usage["peak"],
+               "plans": [{**where, "micro_batches": uses, **plan.to_dict()}
+                         for plan, uses, where in used]}
+        tables = "\n\n".join(f"input {tuple(where['input_shape'])}, {uses} micro-batch(es)\n"
+                              f"{plan.table()}" for plan, uses, where in used)
+        return metrics, {"out_of_core_plan.json": json.dumps(doc, indent=2),
+                         "out_of_core_plan.txt": tables + "\n"}
+
     def close(self) -> None:
         for runtime in list(self._runtimes.values()):
             runtime.unwrap()
         self._runtimes = weakref.WeakKeyDictionary()
-
-
-def _log_to_mlflow(plan: Plan, key: str) -> None:
-    """Attach the plan table to the active MLflow run, if MLflow is in use (best effort)."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None:
-        return
-    try:
-        if mlflow.active_run() is not None:
-            mlflow.log_text(plan.table(), f"out_of_core/plan_{key.split('|')[0]}.txt")
-    except Exception:  # tracking must never break training
-        pass
 
 
 @hookimpl

@@ -1,7 +1,7 @@
 """Planner of the out-of-core backend: the cheapest per-block policy that meets a budget.
 
 Small models are planned exactly (every assignment of resident/swap/recompute is simulated
-with :mod:`.ooc_cost`); larger ones greedily: starting from all-resident, take the move with
+with :mod:`.cost`); larger ones greedily: starting from all-resident, take the move with
 the best bytes saved per second added until the budget holds, then improve by single-block
 changes while any lowers the step time.
 """
@@ -34,6 +34,25 @@ class Plan:
 
     def counts(self) -> dict[str, int]:
         return {p: self.policies.count(p) for p in POLICIES}
+
+    def to_dict(self) -> dict[str, object]:
+        """The plan as plain data (JSON): the choice per block with its measured figures, and
+        the estimates (seconds, bytes)."""
+        prof = self.profile
+        blocks = []
+        for i, (b, p) in enumerate(zip(prof.blocks, self.policies)):
+            swap, rec = isolated_costs(prof, i)
+            blocks.append({"name": b.name, "policy": p, "forward_seconds": b.fwd,
+                           "backward_seconds": b.bwd, "saved_bytes": b.saved,
+                           "input_bytes": b.input, "swap_added_seconds": swap,
+                           "recompute_added_seconds": rec})
+        return {"method": self.method, "budget_bytes": self.budget, "feasible": self.feasible,
+                "predicted_step_seconds": self.time, "predicted_peak_bytes": self.peak,
+                "incore_step_seconds": prof.incore_time(), "incore_peak_bytes": prof.incore_peak,
+                "outside_blocks": {"forward_seconds": prof.head_fwd,
+                                   "backward_seconds": prof.head_bwd, "saved_bytes": prof.fixed},
+                "host_bandwidth": prof.bandwidth, "transfers_overlap": prof.overlap,
+                "counts": self.counts(), "blocks": blocks}
 
     def table(self) -> str:
         """The plan explained: one row per block with its measured figures and choice."""

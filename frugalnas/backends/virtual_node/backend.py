@@ -7,6 +7,7 @@ ran it."""
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -16,10 +17,10 @@ from torch import nn
 
 from frugalnas.core.backend import Backend, LossFn
 from frugalnas.core.errors import ConfigError, TrialFailure, check_choice, check_range
-from frugalnas.core.plugins import hookimpl
+from frugalnas.core.plugins import PluginHost, hookimpl
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
-from frugalnas.backends.virtual_node.plan import check_shares, split_sizes
+from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes
 from frugalnas.backends.virtual_node.worker import make_inner
 from frugalnas.backends.virtual_node.world import ProcessWorld
 
@@ -30,8 +31,36 @@ def _positive_int(what: str, value: object) -> int:
     return value
 
 
+def check_inner_travels(host: PluginHost, inner: str, workers: int) -> None:
+    """Raise ConfigError unless worker processes can create backend ``inner``: they rebuild
+    the plugin host from ``host.spec()``, which names plugins; a plugin given as an object
+    cannot travel."""
+    component = host.registry("backends").get(inner)
+    info = host.infos.get(component.plugin)
+    if info is not None and info.source == "explicit" and component.plugin not in host.named_plugins:
+        raise ConfigError(
+            f"invalid inner {inner!r} with {workers} worker process(es): backend {inner!r} comes "
+            f"from plugin {component.plugin!r}, which was passed as an object; worker processes "
+            "rebuild the plugin host from plugin names and cannot load it. Pass the plugin by "
+            "module name or entry point name (plugins=['my_package.my_plugin']), or use nproc=1")
+
+
 class VirtualNodeBackend(Backend):
-    """Splits each batch into V virtual nodes run over 1..N processes; results independent of N."""
+    """Splits each batch into V virtual nodes run over 1..N processes; results independent of N.
+
+    ``inner`` names the backend that runs each node (with ``inner_options``). It is created
+    from ``host``, the study's plugin host (a study passes it), so a plugin's backend works as
+    ``inner``; worker processes rebuild the same host from ``host.spec()`` (plugins by name,
+    blocked names), and an inner backend from a plugin passed as an object is refused when
+    other processes need it. Built directly without ``host``, a non-default ``inner`` is looked
+    up in a fresh ``PluginHost()`` made for this backend (built-in and installed plugins; the
+    shared default host is never used), and the workers build the same. ``"single-device"`` is
+    always created directly.
+
+    Concurrent trials of one study (``n_jobs > 1``) share the backend: their training steps
+    take turns (one process group, one set of workers). After every evaluation
+    :meth:`trial_outputs` gives ``vnode_*`` metrics (virtual nodes, processes, nodes per rank,
+    steps) and whatever the inner backend reports."""
 
     name = "virtual-node"
 
@@ -40,7 +69,8 @@ class VirtualNodeBackend(Backend):
                  throughput: str | None = None, inner: str = "single-device",
                  inner_options: dict[str, Any] | None = None, device: str = "auto", seed: int = 0,
                  threads: int | None = 1, world_size: int | None = None,
-                 master_addr: str = "127.0.0.1", master_port: int = 0, timeout: float = 300.0):
+                 master_addr: str = "127.0.0.1", master_port: int = 0, timeout: float = 300.0,
+                 host: PluginHost | None = None):
         self.virtual_nodes = _positive_int("virtual_nodes", virtual_nodes)
         self.nproc = _positive_int("nproc", nproc)
         self.world_size = _positive_int("world_size", nproc if world_size is None else world_size)
@@ -53,7 +83,15 @@ class VirtualNodeBackend(Backend):
             _positive_int("threads", threads)
         check_range("timeout", timeout, 1)
         self.inner_name, self.inner_options = inner, dict(inner_options or {})
-        self.inner = make_inner(inner, device, self.inner_options)
+        if "device" in self.inner_options:
+            raise ConfigError("invalid inner_options key 'device'; set device on the virtual-node "
+                              "backend (each worker process picks its own)")
+        if host is None and inner != "single-device":
+            host = PluginHost()  # local to this backend, not the shared default host
+        self.host = host
+        if host is not None and inner != "single-device" and self.world_size > 1:
+            check_inner_travels(host, inner, self.world_size - 1)
+        self.inner = make_inner(inner, device, self.inner_options, host)
         if self.inner.device.type == "cuda" and self.nproc > torch.cuda.device_count():
             raise ConfigError(f"invalid nproc {nproc!r}: NCCL needs one GPU per process and "
                               f"{torch.cuda.device_count()} GPU(s) are visible")
@@ -74,6 +112,8 @@ class VirtualNodeBackend(Backend):
         self.engine = self._make_engine(distributed=False) if self.world_size == 1 else None
         self._world: ProcessWorld | None = None
         self._sent: weakref.ref | None = None  # the model the workers hold
+        self._lock = threading.RLock()         # one step at a time (n_jobs > 1 share a backend)
+        self._usage = threading.local()        # per evaluating thread: steps since trial_outputs
 
     def _make_engine(self, distributed: bool) -> VirtualNodeEngine:
         return VirtualNodeEngine(self.virtual_nodes, self.inner, seed=self.seed, shares=self.shares,
@@ -84,11 +124,16 @@ class VirtualNodeBackend(Backend):
     def device(self) -> torch.device:
         return self.inner.device
 
+    def _used(self, steps: int = 0) -> None:
+        self._usage.steps = getattr(self._usage, "steps", 0) + steps
+
     def prepare(self, model: nn.Module) -> nn.Module:
-        model = self.inner.prepare(model)
-        self._sent = None
-        if self.engine is not None:
-            self.engine.reset()
+        self._used()
+        with self._lock:
+            model = self.inner.prepare(model)
+            self._sent = None
+            if self.engine is not None:
+                self.engine.reset()
         return model
 
     def _config(self) -> dict[str, Any]:
@@ -96,6 +141,7 @@ class VirtualNodeBackend(Backend):
         return {"dist_backend": "nccl" if dev.type == "cuda" else "gloo",
                 "first_gpu": dev.index or 0,
                 "inner": self.inner_name, "inner_options": self.inner_options,
+                "host": self.host.spec() if self.host is not None else None,
                 "virtual_nodes": self.virtual_nodes, "shares": self.shares,
                 "throughput": self.throughput, "seed": self.seed, "threads": self.threads,
                 "timeout": self.timeout}
@@ -123,18 +169,21 @@ class VirtualNodeBackend(Backend):
                    inputs: torch.Tensor, targets: torch.Tensor, step: int) -> float:
         """One step on the global batch: every process runs its virtual nodes, rank 0 sums the
         per-node gradients in node order, updates batch-norm estimates and steps ``optimizer``."""
-        if self.world_size > 1:
-            self._ensure_world(model)
-            self._world.post("step", step, model.training, loss_fn, inputs, targets)
-            broadcast_state(model, self.engine.comm_device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = self.engine.compute(model, loss_fn, inputs, targets, step)
-        optimizer.step()
+        self._used(1)
+        with self._lock:
+            if self.world_size > 1:
+                self._ensure_world(model)
+                self._world.post("step", step, model.training, loss_fn, inputs, targets)
+                broadcast_state(model, self.engine.comm_device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = self.engine.compute(model, loss_fn, inputs, targets, step)
+            optimizer.step()
         return loss
 
     def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
                          targets: torch.Tensor, loss_scale: float = 1.0) -> float:
         """Gradient accumulation over the virtual nodes in this process (no communication)."""
+        self._used()
         total, batch, start = 0.0, len(inputs), 0
         for n in split_sizes(batch, self.virtual_nodes):
             if n:
@@ -158,11 +207,33 @@ class VirtualNodeBackend(Backend):
         return {"backend": self.name, "device": str(self.device), "virtual_nodes": self.virtual_nodes,
                 "world_size": self.world_size, "shares": shares, "inner": self.inner_name}
 
+    def trial_outputs(self) -> tuple[dict[str, float], dict[str, str | bytes]]:
+        """``vnode_*`` metrics of the evaluation that just ran in this thread (none if it did
+        not use the backend) plus the inner backend's outputs: ``vnode_virtual_nodes``,
+        ``vnode_world_size``, ``vnode_nproc``, ``vnode_steps`` (training steps), and
+        ``vnode_share_rank<r>``, the virtual nodes rank ``r`` ran per step (once known)."""
+        metrics, artifacts = self.inner.trial_outputs()
+        steps = getattr(self._usage, "steps", None)
+        if steps is None:
+            return metrics, artifacts
+        del self._usage.steps
+        ours: dict[str, float] = {"vnode_virtual_nodes": float(self.virtual_nodes),
+                                  "vnode_world_size": float(self.world_size),
+                                  "vnode_nproc": float(self.nproc), "vnode_steps": float(steps)}
+        with self._lock:
+            shares = self.engine.shares() if self.engine is not None else self.shares
+        if shares is None and self.throughput != "measure":
+            shares = even_shares(self.virtual_nodes, self.world_size)
+        for rank, share in enumerate(shares or ()):
+            ours[f"vnode_share_rank{rank}"] = float(share)
+        return {**metrics, **ours}, artifacts
+
     def release(self) -> None:
         """Stop the worker processes; they are started again if the backend is used again."""
-        if self._world is not None:
-            self._world.close()
-        self._sent = None
+        with self._lock:
+            if self._world is not None:
+                self._world.close()
+            self._sent = None
 
     def close(self) -> None:
         self.release()
@@ -175,8 +246,20 @@ def frugalnas_backends() -> dict[str, Any]:
 
 
 @hookimpl
-def frugalnas_study_finished(study: Any) -> None:
-    """Free the worker processes when a study stops (a later optimize starts them again)."""
-    backend = getattr(study, "_backend", None)
-    if isinstance(backend, VirtualNodeBackend):
-        backend.release()
+def frugalnas_check_config(config: Any, host: Any) -> None:
+    """Before a study starts: the inner backend exists, takes its ``inner_options``, and can be
+    created by the worker processes (its plugin travels by name)."""
+    if config.backend != VirtualNodeBackend.name:
+        return
+    options = config.backend_options
+    inner = options.get("inner", "single-device")
+    if not isinstance(inner, str) or inner == VirtualNodeBackend.name:
+        return  # the constructor says what is wrong
+    component = host.registry("backends").get(inner)
+    inner_options = options.get("inner_options") or {}
+    if isinstance(inner_options, dict):
+        component.check_options(dict(inner_options))
+    nproc = options.get("nproc", 1)
+    world = options.get("world_size") or nproc
+    if inner != "single-device" and isinstance(world, int) and world > 1:
+        check_inner_travels(host, inner, world - 1)

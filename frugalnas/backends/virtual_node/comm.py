@@ -29,6 +29,11 @@ def ready_key(rank: int) -> str:
     return f"{PREFIX}ready/{rank}"
 
 
+def error_key(rank: int) -> str:
+    """Where a worker that cannot start leaves its reason for the main process."""
+    return f"{PREFIX}error/{rank}"
+
+
 def dumps(obj: Any) -> bytes:
     """Serialise ``obj`` for the workers. cloudpickle (when installed) sends classes defined in
     ``__main__`` or inside functions by value, so such models work too."""

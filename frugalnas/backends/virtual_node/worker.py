@@ -4,7 +4,9 @@ The virtual-node backend starts local workers itself. To add processes on other 
 start this module there with the usual ``env://`` variables: ``MASTER_ADDR`` and
 ``MASTER_PORT`` (the main process's ``master_addr``/``master_port``), ``RANK`` (``nproc`` ..
 ``world_size - 1``), ``WORLD_SIZE`` and optionally ``LOCAL_RANK`` (the GPU index on that
-machine). Everything else (inner backend, seed, threads, shares) comes from the main process."""
+machine). Everything else (inner backend, seed, threads, shares, and the plugin host's spec,
+from which the worker rebuilds the main process's plugin host to create a plugin's inner
+backend) comes from the main process."""
 
 from __future__ import annotations
 
@@ -20,22 +22,33 @@ import torch.distributed as dist
 
 from frugalnas.core.backend import Backend
 from frugalnas.core.errors import TrialFailure
-from frugalnas.backends.virtual_node.comm import CONFIG_KEY, all_ok, broadcast_state, loads, ready_key, wait_command
+from frugalnas.core.plugins import PluginHost
+from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, all_ok, broadcast_state, error_key,
+                                                  loads, ready_key, wait_command)
 from frugalnas.backends.virtual_node.engine import VirtualNodeEngine
 
 PARENT_ENV = "FRUGALNAS_VNODE_PARENT"
 
 
-def make_inner(name: str, device: str, options: dict[str, Any]) -> Backend:
-    """The backend that runs each virtual node (created without loading every plugin when
-    it is the single-device one)."""
+def make_inner(name: str, device: str, options: dict[str, Any],
+               host: PluginHost | None = None) -> Backend:
+    """The backend that runs each virtual node, created from ``host``. The single-device
+    backend is built directly (no plugin host needed, so workers start fast); any other is
+    looked up in ``host``, or in a fresh local ``PluginHost()`` (built-in and installed
+    plugins, never the shared default host) when none is given."""
     if name == "single-device":
         from frugalnas.backends.single_device import SingleDeviceBackend
 
         return SingleDeviceBackend(device=device, **options)
-    from frugalnas.core.plugins import get_host
+    if host is None:
+        host = PluginHost()
+    return host.create("backends", name, device=device, **options)
 
-    return get_host().create("backends", name, device=device, **options)
+
+def host_from_spec(spec: dict[str, Any] | None) -> PluginHost:
+    """The main process's plugin host, rebuilt from ``PluginHost.spec()`` (same plugins by
+    name, same blocked names)."""
+    return PluginHost(**(spec or {}))
 
 
 def worker_device(config: dict[str, Any], local_rank: int) -> str:
@@ -59,11 +72,17 @@ def run_worker(env: dict[str, str] | None = None) -> int:
         torch.set_num_threads(config["threads"])
     device = worker_device(config, local_rank)
     timeout = timedelta(seconds=config["timeout"])
+    try:  # before joining, so that a failure ends start-up at once, with its reason
+        host = None if config["inner"] == "single-device" else host_from_spec(config.get("host"))
+        inner = make_inner(config["inner"], device, config["inner_options"], host)
+    except Exception as exc:
+        traceback.print_exc()
+        store.set(error_key(rank), f"{type(exc).__name__}: {exc}".encode())
+        return 1
     store.set(ready_key(rank), b"1")
     dist.init_process_group(config["dist_backend"], store=store, rank=rank, world_size=world,
                             timeout=timeout)
     try:
-        inner = make_inner(config["inner"], device, config["inner_options"])
         engine = VirtualNodeEngine(config["virtual_nodes"], inner, seed=config["seed"],
                                    shares=config["shares"], throughput=config["throughput"],
                                    threads=config["threads"])
@@ -88,6 +107,7 @@ def serve(store: dist.Store, engine: VirtualNodeEngine, inner: Backend, parent: 
             try:
                 model = inner.prepare(loads(args[0], map_location=inner.device))
                 engine.reset()
+                inner.trial_outputs()  # nobody collects them here: drop the last model's
             except Exception:
                 traceback.print_exc()
                 ok, model = False, None

@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 
 from frugalnas.core.errors import ConfigError
-from frugalnas.backends.virtual_node.comm import CONFIG_KEY, dumps, post_command, ready_key
+from frugalnas.backends.virtual_node.comm import CONFIG_KEY, dumps, error_key, post_command, ready_key
 from frugalnas.backends.virtual_node.worker import PARENT_ENV
 
 _ACTIVE: "ProcessWorld | None" = None  # torch.distributed allows one default group per process
@@ -24,6 +24,9 @@ class ProcessWorld:
     """Rank 0 of a ``torch.distributed`` world of ``world_size`` processes, ``nproc - 1`` of
     them started here as ``python -m frugalnas.backends.virtual_node.worker``; the others
     (ranks ``nproc`` and up) join from other machines."""
+
+    #: Worlds started in this process so far (tests check that a study starts one).
+    started = 0
 
     def __init__(self, nproc: int, world_size: int, config: dict[str, Any], *,
                  master_addr: str = "127.0.0.1", master_port: int = 0, timeout: float = 300.0):
@@ -51,6 +54,7 @@ class ProcessWorld:
         store.set(CONFIG_KEY, dumps(self.config))
         self.store, self.seq = store, 0
         _ACTIVE = self
+        ProcessWorld.started += 1
         atexit.register(self.close)
         try:
             self._spawn(store.port)
@@ -79,6 +83,11 @@ class ProcessWorld:
             pending = {r for r in pending if not self.store.check([ready_key(r)])}
             dead = [(r, p.returncode) for r, p in enumerate(self.procs, 1) if p.poll() is not None]
             if dead:
+                reasons = [f"rank {r}: {self.store.get(error_key(r)).decode()}"
+                           for r, _ in dead if self.store.check([error_key(r)])]
+                if reasons:  # the worker could not create its inner backend
+                    raise ConfigError("virtual-node worker(s) could not start: "
+                                      + "; ".join(reasons))
                 raise RuntimeError(f"virtual-node worker(s) exited during start-up: {dead}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"virtual-node workers {sorted(pending)} did not start within "
