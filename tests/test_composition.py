@@ -324,3 +324,40 @@ def test_composition_matrix_with_training_on_each_backend(backend, options, obje
         objectives=objectives, directions=["maximize", "minimize"][:len(objectives)], **OFF)
     study.optimize(3)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+
+
+def test_the_strategy_and_the_estimator_see_the_study_s_one_space_object():
+    study = frugalnas.create_study(strategy="regularized-evolution", space_options=SMALL, **OFF)
+    assert study.strategy.space is study.space
+    assert study.context().space is study.space
+    pre = frugalnas.create_study(strategy="prescreen", space_options=SMALL, dataset=None,
+                                 strategy_options={"data": "gaussian"}, **OFF)
+    assert pre.strategy.space is pre.space and pre.strategy.inner.space is pre.space
+
+
+def test_a_study_stored_by_frugalnas_0_1_loads_with_its_tracking_and_prescreen(tmp_path):
+    import json
+
+    storage = f"sqlite:///{tmp_path / 'old.db'}"
+    old = {"space": "nb201", "strategy": "random", "estimator": "nb201-table",
+           "backend": "single-device", "dataset": None, "space_options": SMALL,
+           "strategy_options": {}, "estimator_options": {}, "backend_options": {},
+           "dataset_options": {}, "directions": ["maximize"], "objectives": ["value"],
+           "seed": 0, "trial_timeout": None, "plugins": [], "disable_plugins": ["progress"],
+           "tracking": False, "tracking_uri": None,
+           "prescreen": {"proxy": "synflow", "k": 2, "data": "gaussian"}}
+    optuna.create_study(storage=storage, study_name="old").set_user_attr(
+        "frugalnas_config", json.dumps(old))
+    study = frugalnas.load_study(study_name="old", storage=storage)
+    assert "mlflow" in study.config.disable_plugins and not study.host.has_plugin("mlflow")
+    assert study.config.strategy == "prescreen" and study.strategy.k == 2
+    study.optimize(2)
+    assert [t.system_attrs[PRESCREEN_ATTR]["prescreen_candidates"] for t in study.trials] == [2, 2]
+
+
+def test_reopening_with_other_settings_names_the_fields_that_differ(tmp_path):
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    frugalnas.create_study(storage=storage, study_name="s", seed=1, **OFF)
+    with pytest.raises(ConfigError, match=r"seed: 1 -> 2"):
+        frugalnas.create_study(storage=storage, study_name="s", seed=2, load_if_exists=True,
+                               **OFF)
