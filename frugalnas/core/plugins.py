@@ -92,6 +92,7 @@ class PluginHost:
 
         eps = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
         autoload = (not _autoload_disabled()) if autoload is None else autoload
+        self.autoload = autoload
         allow = _allow_list()
         if autoload:
             for name, ep in eps.items():
@@ -227,7 +228,8 @@ class PluginHost:
 
     def spec(self) -> dict[str, Any]:
         """What rebuilds this host elsewhere: ``PluginHost(**host.spec())``."""
-        return {"plugins": list(self.named_plugins), "disable_plugins": sorted(self.blocked)}
+        return {"plugins": list(self.named_plugins), "disable_plugins": sorted(self.blocked),
+                "autoload": self.autoload}
 
     def has_plugin(self, name: str) -> bool:
         return self.pm.has_plugin(name)
