@@ -34,7 +34,7 @@ def test_small_study_runs_end_to_end_with_mlflow(tmp_path, monkeypatch):
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")  # a copy of an empty sqlite store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     study = _study(f"sqlite:///{tmp_path}/optuna.db", "sievo-e2e", uri, generations=2)
-    study.optimize(50)  # the strategy stops the study after its generations
+    study.optimize(50)  # the study stops when the strategy's generations are done
     trials = study.completed_trials()
     assert len(trials) == 3 + 2 * 2
     gens = [t.user_attrs["metrics"]["generation"] for t in trials]
@@ -43,12 +43,15 @@ def test_small_study_runs_end_to_end_with_mlflow(tmp_path, monkeypatch):
     flops = [t.user_attrs["cost"]["flops"] for t in trials]
     assert flops[0] > flops[1] and flops[3] > flops[4] and flops[5] > flops[6]
     # offspring are children of the selected population and new
-    plan = study.optuna_study.user_attrs["sievo:gen:1"]
-    assert len(plan["population"]) == 3 and len(plan["offspring"]) == 2
-    assert set(plan["offspring"]).isdisjoint(str(t.architecture) for t in trials[:3])
-    assert [str(t.architecture) for t in trials[3:5]] == plan["offspring"]
+    plan = study.strategy.shared_state().plan(study.optuna_study, 1)
+    assert len(plan.population) == 3 and len(plan.offspring) == 2
+    assert set(plan.offspring).isdisjoint(str(t.architecture) for t in trials[:3])
+    assert [str(t.architecture) for t in trials[3:5]] == list(plan.offspring)
+    # each trial's metrics are the estimator's declared ones
+    for t in trials:
+        assert set(t.user_attrs["metrics"]) == set(study.estimator.provides)
 
-    client = mlflow.MlflowClient(plugin_options={"mlflow": {"tracking_uri": uri}})
+    client = mlflow.MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(study.name) or client.search_experiments()[-1]
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
@@ -104,7 +107,7 @@ def test_inherited_scores_follow_training(tmp_path):
     a population member's inherited accuracy rises well above chance."""
     study = _study(None, "sievo-learn", batches_per_generation=25, generations=1)
     study.optimize(10)
-    rescored = study.optuna_study.user_attrs["sievo:gen:1:fitness"]
+    rescored = study.strategy.shared_state().rescores(study.optuna_study, 1)
     assert max(rescored) > 30.0  # 10 classes: chance is 10%
 
 

@@ -9,18 +9,30 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.estimator import EstimateResult
 from frugalnas.core.plugins import hookimpl
 from frugalnas.core.space import SearchSpace
-from frugalnas.sievo.estimator import InheritedEstimator, weight_store_of
+from frugalnas.sievo.estimator import InheritedEstimator, shared_plans, weight_store_of
+from frugalnas.sievo.plan import GenerationPlan, GenerationPlans, SampledTraining
 from frugalnas.sievo.sampler import SIEvolutionSampler
 
-__all__ = ["InheritedEstimator", "SIEvolutionSampler", "retrain", "si_evolution",
-           "weight_store_of"]
+__all__ = ["GenerationPlan", "GenerationPlans", "InheritedEstimator", "SIEvolutionSampler",
+           "SampledTraining", "retrain", "shared_plans", "si_evolution", "weight_store_of"]
 
 
-def si_evolution(space: SearchSpace | None = None, seed: int = 0,
-                 **options: Any) -> SIEvolutionSampler:
+def si_evolution(space: SearchSpace | None = None, seed: int = 0, population_size: int = 10,
+                 offspring: int | None = None, generations: int | None = None,
+                 batches_per_generation: int = 50, batch_size: int = 64, lr: float = 0.05,
+                 momentum: float = 0.9, weight_decay: float = 3e-4, crossover_prob: float = 0.9,
+                 mutation_prob: float = 1.0, tournament_size: int = 2,
+                 checkpoint_dir: str | None = None,
+                 warmup_batches: int = 0) -> SIEvolutionSampler:
     """Evolution with sampled training of the population on shared weights and node
     inheritance for offspring (SI-EvoNAS); use with the 'inherited' estimator."""
-    return SIEvolutionSampler(space=space, seed=seed, **options)
+    return SIEvolutionSampler(
+        space=space, seed=seed, population_size=population_size, offspring=offspring,
+        generations=generations, batches_per_generation=batches_per_generation,
+        batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay,
+        crossover_prob=crossover_prob, mutation_prob=mutation_prob,
+        tournament_size=tournament_size, checkpoint_dir=checkpoint_dir,
+        warmup_batches=warmup_batches)
 
 
 def retrain(study: Any, arch: Architecture | str | None = None, epochs: float = 10.0,
@@ -33,7 +45,6 @@ def retrain(study: Any, arch: Architecture | str | None = None, epochs: float = 
         arch = study.space.parse(arch)
     estimator = study.host.create("estimators", "train", epochs=epochs, **train_options)
     return estimator.evaluate(arch, study.context())
-
 
 
 @hookimpl

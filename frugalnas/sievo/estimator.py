@@ -1,10 +1,12 @@
 """The ``inherited`` estimator: scores a DAG candidate with weights from the shared store.
 
-With the ``si-evolution`` strategy it also runs the strategy's plan: the first trial of a
-generation trains the generation's population on the shared weights (sampled training,
-through the study's backend), re-scores that population for the next selection, saves the
-store and logs the generation's figures with ``study.log_metrics``. The cost of that training
-is charged to that trial, so the sum of the trials' costs is the search's compute.
+When the study's strategy shares :class:`GenerationPlans` (the ``si-evolution`` strategy), the
+estimator also carries out the plans: the first trial of a generation trains the generation's
+population on the shared weights (sampled training, through the study's backend), records the
+population's re-scores for the next selection, saves the store and logs the generation's
+figures with ``context.log_study_metrics``. The cost of that training is charged to that
+trial, so the sum of the trials' costs is the search's compute. With any other strategy it
+only scores with the current store.
 """
 
 from __future__ import annotations
@@ -20,8 +22,16 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_params
 from frugalnas.core.errors import check_range
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
-from frugalnas.sievo.sampler import FITNESS_ATTR, SIEvolutionSampler, find_sievo_sampler
+from frugalnas.sievo.plan import GenerationPlans
 from frugalnas.sievo.session import SievoSession, checkpoint_path
+
+
+def shared_plans(context: EvaluationContext) -> GenerationPlans | None:
+    """The :class:`GenerationPlans` the study's strategy shares, ``None`` when it shares none
+    (a strategy other than ``si-evolution``, or an evaluation outside a study)."""
+    if not any(isinstance(s, GenerationPlans) for s in context.shared_states.values()):
+        return None
+    return context.shared(GenerationPlans)
 
 
 class InheritedEstimator(Estimator):
@@ -32,11 +42,18 @@ class InheritedEstimator(Estimator):
     ``bn_recalibration_batches`` (before scoring, recalibrate the candidate's batch-norm
     statistics on that many fixed training batches of ``bn_recalibration_batch_size``, in
     training mode without gradients; 0: normalise with the validation batch's own
-    statistics)."""
+    statistics).
+
+    Metrics: ``inherited_accuracy`` (always, equal to ``value``) and ``generation`` (the
+    trial's generation: in every trial of a study whose strategy is ``si-evolution``, not
+    otherwise). Costs: ``seconds``, ``flops`` (scoring, plus the generation's sampled training
+    in a generation's first trial), ``params`` (the candidate network) and ``epochs`` (the
+    sampled training charged to the trial, in epochs of the training split; 0 in every other
+    trial and with any other strategy)."""
 
     name = "inherited"
     provides = ("inherited_accuracy", "generation")
-    measures = ("seconds", "flops", "params")
+    measures = ("seconds", "flops", "params", "epochs")
 
     def __init__(self, checkpoint_dir: str | None = None, valid_limit: int | None = None,
                  bn_recalibration_batches: int = 2, bn_recalibration_batch_size: int = 64):
@@ -55,8 +72,8 @@ class InheritedEstimator(Estimator):
         study = context.study
         path = None
         if study is not None:
-            sampler = find_sievo_sampler(study.optuna_study.sampler)
-            folder = self.checkpoint_dir or (sampler.checkpoint_dir if sampler else None)
+            plans = shared_plans(context)
+            folder = self.checkpoint_dir or (plans.checkpoint_dir if plans else None)
             path = checkpoint_path(study.optuna_study, folder)
         with self._lock:
             key = str(path)
@@ -80,46 +97,46 @@ class InheritedEstimator(Estimator):
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         start = time.perf_counter()
         session = self.session(context)
-        study, trial = context.study, context.trial
-        sampler = find_sievo_sampler(study.optuna_study.sampler) if study is not None else None
+        # Outside a trial (study.evaluate) there is no generation to run: plain scoring.
+        in_trial = context.study is not None and context.trial is not None
+        plans = shared_plans(context) if in_trial else None
         metrics: dict[str, float] = {}
         spent = Cost()
-        if sampler is not None and trial is not None:
-            metrics["generation"] = float(sampler.generation_of(trial.number))
-            spent = self._run_plan(session, sampler, context)
+        if plans is not None:
+            metrics["generation"] = float(plans.generation_of(context.trial.number))
+            spent = self._run_plan(session, plans, context)
         x, y = self._valid(context)
         with session.lock:
             acc, flops = session.score(arch, context.backend, x, y,
                                        self._calibration(session, context))
             params = count_params(session.network(arch))
         metrics["inherited_accuracy"] = acc
-        if sampler is not None and trial is not None:
-            self._generation_summary(sampler, context, acc)
+        if plans is not None:
+            self._generation_summary(plans, context, acc)
         cost = Cost(seconds=time.perf_counter() - start, flops=flops + spent.flops, params=params,
                     epochs=spent.epochs)
         return EstimateResult(value=acc, metrics=metrics, cost=cost)
 
-    def _run_plan(self, session: SievoSession, sampler: SIEvolutionSampler,
+    def _run_plan(self, session: SievoSession, plans: GenerationPlans,
                   context: EvaluationContext) -> Cost:
         """Train the population of this trial's generation unless that was done already."""
         ostudy: optuna.Study = context.study.optuna_study
-        generation = sampler.generation_of(context.trial.number)
+        generation = plans.generation_of(context.trial.number)
+        training = plans.training
         with session.lock:
             if session.trained_generation >= generation:
                 return Cost()
-            plan = sampler.plan(ostudy, generation)
-            population = [context.space.parse(a) for a in plan["population"]]
+            population = plans.population(ostudy, generation)
             data = context.dataset
-            options = dict(batch_size=sampler.batch_size, lr=sampler.lr,
-                           momentum=sampler.momentum, weight_decay=sampler.weight_decay)
+            options = training.optimizer_options()
             flops, seconds, steps = 0.0, 0.0, 0
-            if generation == 0 and sampler.warmup_batches:
+            if generation == 0 and training.warmup_batches:
                 space = context.space
                 warm = session.train(lambda rng: space.sample(rng), data, context.backend,
-                                     generation=-1, batches=sampler.warmup_batches, **options)
+                                     generation=-1, batches=training.warmup_batches, **options)
                 flops, seconds, steps = warm["flops"], warm["seconds"], warm["steps"]
             info = session.train(population, data, context.backend, generation=generation,
-                                 batches=sampler.batches_per_generation, **options)
+                                 batches=training.batches, **options)
             flops += info["flops"]
             seconds += info["seconds"]
             steps += info["steps"]
@@ -134,37 +151,35 @@ class InheritedEstimator(Estimator):
                     acc, f = session.score(arch, context.backend, x, y, calibration)
                     accs.append(acc)
                     flops += f
-                sign = _sign(ostudy)
-                ostudy.set_user_attr(FITNESS_ATTR.format(generation), [sign * a for a in accs])
+                plans.record_rescores(ostudy, generation, accs)
                 metrics["sievo_parents_mean"] = sum(accs) / len(accs)
                 metrics["sievo_parents_max"] = max(accs)
             session.save(study=ostudy.study_name)
         context.log_study_metrics(metrics, step=generation)
-        samples = steps * sampler.batch_size
+        samples = steps * training.batch_size
         return Cost(flops=flops, epochs=samples / max(1, len(context.dataset.train_x)))
 
-    def _generation_summary(self, sampler: SIEvolutionSampler, context: EvaluationContext,
+    def _generation_summary(self, plans: GenerationPlans, context: EvaluationContext,
                             acc: float) -> None:
         """After the last trial of a generation, log the fitness of the population that
         survives selection, the offspring's mean, the best so far and the store's size."""
         ostudy: optuna.Study = context.study.optuna_study
         number = context.trial.number
-        generation = sampler.generation_of(number)
-        first = sampler.first_trial(generation)
-        if number != first + sampler.generation_size(generation) - 1:
+        if not plans.is_last_trial(number):
             return
-        sign = _sign(ostudy)
+        generation = plans.generation_of(number)
+        first = plans.first_trial(generation)
+        sign = plans.sign(ostudy)
         done = {t.number: sign * t.values[0] for t in
                 ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values}
         done[number] = sign * acc
         offspring = [v for n, v in done.items() if first <= n <= number]
-        plan = sampler.plan(ostudy, generation)
-        attrs = ostudy.user_attrs  # one storage read for every generation's re-scores
-        parents = attrs.get(FITNESS_ATTR.format(generation)) if generation else None
+        plan = plans.plan(ostudy, generation)
+        rescores = plans.all_rescores(ostudy, range(1, generation + 1))  # one storage read
+        parents = rescores.get(generation) if generation else None
         pool = sorted(offspring + [f for f in (parents or []) if f is not None], reverse=True)
-        survivors = [sign * f for f in pool[:sampler.population_size]]
-        rescored = [f for g in range(1, generation + 1)
-                    for f in attrs.get(FITNESS_ATTR.format(g)) or [] if f is not None]
+        survivors = [sign * f for f in pool[:plans.population_size]]
+        rescored = [f for fits in rescores.values() for f in fits if f is not None]
         best = max(list(done.values()) + rescored)
         session = self.session(context)
         context.log_study_metrics({
@@ -173,12 +188,8 @@ class InheritedEstimator(Estimator):
             "sievo_offspring_mean": sign * sum(offspring) / len(offspring),
             "sievo_best_so_far": sign * best,
             "sievo_store_params": float(session.store.num_parameters()),
-            "sievo_population_size": float(len(plan["population"])),
+            "sievo_population_size": float(len(plan.population)),
         }, step=generation)
-
-
-def _sign(study: optuna.Study) -> float:
-    return 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
 
 
 def weight_store_of(study: Any):

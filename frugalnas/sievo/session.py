@@ -18,6 +18,7 @@ import optuna
 import torch
 from torch import nn
 
+from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.cost import count_flops
@@ -36,8 +37,7 @@ def checkpoint_path(study: optuna.Study, checkpoint_dir: str | None = None) -> P
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", study.study_name)
     if checkpoint_dir is not None:
         return Path(checkpoint_dir) / f"{safe}{CHECKPOINT_SUFFIX}"
-    storage = study._storage
-    url = getattr(getattr(storage, "_backend", storage), "url", None)
+    url = optuna_compat.storage_url(study)
     if isinstance(url, str) and url.startswith("sqlite:///") and ":memory:" not in url:
         db = Path(url[len("sqlite:///"):])
         return db.parent / f"{db.stem}-sievo" / f"{safe}{CHECKPOINT_SUFFIX}"
