@@ -6,9 +6,17 @@ from typing import Any
 
 from frugalnas.core.plugins import hookimpl
 from frugalnas.spaces.nb201.space import NB201Space
-from frugalnas.spaces.nb201.table import TABLE_DATASETS, NB201TableEstimator, nb201_table
+from frugalnas.spaces.nb201.table import (
+    LATENCY_DEVICES,
+    TABLE_DATASETS,
+    NB201Data,
+    NB201TableEstimator,
+    nb201_data,
+    nb201_table,
+)
 
-__all__ = ["NB201Space", "NB201TableEstimator", "TABLE_DATASETS", "nb201_table"]
+__all__ = ["LATENCY_DEVICES", "NB201Data", "NB201Space", "NB201TableEstimator", "TABLE_DATASETS",
+           "nb201_data", "nb201_table"]
 
 
 @hookimpl

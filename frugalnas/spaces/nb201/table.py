@@ -1,52 +1,129 @@
-"""Built-in plugin: the NAS-Bench-201 space and its tabular estimator."""
+"""The NAS-Bench-201 table and its estimator ``nb201-table`` (built-in plugin ``nb201``).
+
+The table (``frugalnas/data/nb201_accuracy.npz``, built by ``tools/make_nb201_table.py``)
+holds for each of the 15,625 cells, indexed by :meth:`NB201Space.index`: test accuracy after
+200 epochs on CIFAR-10, CIFAR-100 and ImageNet16-120 (NAS-Bench-201 / NATS-Bench), CIFAR-10
+validation accuracy (NAS-Bench-201, as tabulated by NASWOT), inference latency on 27
+devices (HELP, partly from HW-NAS-Bench), and the parameters and forward FLOPs of the
+benchmark network for each dataset. See docs/nb201.md for the protocol and the credits.
+"""
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
 
 import numpy as np
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
-from frugalnas.core.errors import check_choice
+from frugalnas.core.errors import ConfigError, check_choice
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.spaces.nb201.space import NB201Space
 
 TABLE_DATASETS = ("cifar10", "cifar100", "imagenet16-120")
+#: Datasets with a validation column in the shipped table.
+VALID_DATASETS = ("cifar10",)
+SELECT_ON = ("valid", "test")
+#: The 27 devices/settings of the latency table (``latency_ms_<device>``); GPUs at batch 1,
+#: 32 and 256, server CPUs, phones, Raspberry Pi 4, an ASIC (eyeriss) and an FPGA.
+LATENCY_DEVICES = (
+    "1080ti_1", "1080ti_32", "1080ti_256", "2080ti_1", "2080ti_32", "2080ti_256",
+    "titan_rtx_1", "titan_rtx_32", "titan_rtx_256", "titanx_1", "titanx_32", "titanx_256",
+    "titanxp_1", "titanxp_32", "titanxp_256",
+    "gold_6226", "gold_6240", "silver_4114", "silver_4210r",
+    "essential_ph_1", "pixel2", "pixel3", "samsung_a50", "samsung_s7",
+    "raspi4", "eyeriss", "fpga",
+)
+ACCURACY_METRICS = ("valid_accuracy_cifar10",
+                    *(f"test_accuracy_{name}" for name in TABLE_DATASETS))
+LATENCY_METRICS = tuple(f"latency_ms_{d}" for d in LATENCY_DEVICES)
+
+
+@dataclass(frozen=True, eq=False)
+class NB201Data:
+    """The whole table; every array's first axis is :meth:`NB201Space.index`."""
+
+    test_accuracy: np.ndarray          # float32 (15625, 3), %, columns TABLE_DATASETS
+    valid_accuracy_cifar10: np.ndarray  # float32 (15625,), %
+    latency_ms: np.ndarray             # float16 (15625, 27), ms, columns latency_devices
+    latency_devices: tuple[str, ...]
+    params: np.ndarray                 # int32 (15625, 3), columns TABLE_DATASETS
+    flops: np.ndarray                  # int64 (15625, 3), forward FLOPs of one sample
+    provenance: dict
+
+    def latency(self, device: str) -> np.ndarray:
+        """Latency (ms, float32) of every cell on ``device``."""
+        check_choice("NB201 latency device", device, self.latency_devices)
+        return self.latency_ms[:, self.latency_devices.index(device)].astype(np.float32)
+
+    def metrics(self, index: int) -> dict[str, float]:
+        """Every metric of one cell, named as the estimator names them."""
+        out = {"valid_accuracy_cifar10": float(self.valid_accuracy_cifar10[index])}
+        out.update({f"test_accuracy_{name}": float(self.test_accuracy[index, i])
+                    for i, name in enumerate(TABLE_DATASETS)})
+        out.update({f"latency_ms_{d}": float(self.latency_ms[index, i])
+                    for i, d in enumerate(self.latency_devices)})
+        return out
 
 
 @lru_cache(maxsize=1)
+def nb201_data() -> NB201Data:
+    """The shipped NAS-Bench-201 table (loaded once)."""
+    with resources.files("frugalnas.data").joinpath("nb201_accuracy.npz").open("rb") as fh:
+        z = np.load(fh)
+        data = NB201Data(
+            test_accuracy=z["test_accuracy"], valid_accuracy_cifar10=z["valid_accuracy_cifar10"],
+            latency_ms=z["latency_ms"], latency_devices=tuple(str(d) for d in z["latency_devices"]),
+            params=z["params"], flops=z["flops"], provenance=json.loads(str(z["provenance"])))
+    for array in (data.test_accuracy, data.valid_accuracy_cifar10, data.latency_ms,
+                  data.params, data.flops):
+        array.setflags(write=False)
+    return data
+
+
 def nb201_table() -> np.ndarray:
     """Test accuracy (%) after 200 epochs, shape (15625, 3): CIFAR-10, CIFAR-100,
-    ImageNet16-120, indexed by :meth:`NB201Space.index`. Source: NAS-Bench-201 / NATS-Bench."""
-    with resources.files("frugalnas.data").joinpath("nb201_accuracy.npz").open("rb") as fh:
-        return np.load(fh)["test_accuracy"]
+    ImageNet16-120, indexed by :meth:`NB201Space.index`. Source: NAS-Bench-201 / NATS-Bench.
+    The rest of the table (validation accuracy, latency, size) is in :func:`nb201_data`."""
+    return nb201_data().test_accuracy
 
 
 class NB201TableEstimator(Estimator):
-    """Looks an NB201 cell up in the benchmark table (test accuracy after 200 epochs)."""
+    """Looks an NB201 cell up in the benchmark table: ``value`` is the accuracy selected on
+    (CIFAR-10 validation by default), every accuracy and the 27 device latencies are metrics,
+    and the cost carries the benchmark network's params and forward FLOPs."""
 
     name = "nb201-table"
     needs_dataset = False
-    provides = tuple(f"test_accuracy_{name}" for name in TABLE_DATASETS)
-    measures = ("seconds", "epochs")
+    provides = (*ACCURACY_METRICS, *LATENCY_METRICS)
+    measures = ("seconds", "epochs", "params", "flops")
 
-    def __init__(self, dataset: str = "cifar10", simulated_epochs: float = 200.0):
+    def __init__(self, dataset: str = "cifar10", select_on: str = "valid",
+                 simulated_epochs: float = 200.0):
         check_choice("nb201-table dataset", dataset, TABLE_DATASETS)
-        self.dataset = dataset
+        check_choice("nb201-table select_on", select_on, SELECT_ON)
+        if select_on == "valid" and dataset not in VALID_DATASETS:
+            raise ConfigError(
+                f"nb201-table has no validation accuracy for dataset {dataset!r} (only for "
+                f"{', '.join(VALID_DATASETS)}); pass select_on='test' to select on its test "
+                "accuracy (the search then selects on the test set), or use dataset='cifar10'")
+        self.dataset, self.select_on = dataset, select_on
         self.simulated_epochs = simulated_epochs
+        self.value_metric = f"{select_on}_accuracy_{dataset}"
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         start = time.perf_counter()
         space = context.space
         if not isinstance(space, NB201Space):
             space = NB201Space()
-        row = nb201_table()[space.index(arch)]
+        data = nb201_data()
+        index = space.index(arch)
+        metrics = data.metrics(index)
         col = TABLE_DATASETS.index(self.dataset)
-        metrics = {f"test_accuracy_{name}": float(row[i]) for i, name in enumerate(TABLE_DATASETS)}
-        return EstimateResult(value=float(row[col]), metrics=metrics,
-                              cost=Cost(seconds=time.perf_counter() - start,
-                                        epochs=self.simulated_epochs))
+        cost = Cost(seconds=time.perf_counter() - start, epochs=self.simulated_epochs,
+                    params=int(data.params[index, col]), flops=float(data.flops[index, col]))
+        return EstimateResult(value=metrics[self.value_metric], metrics=metrics, cost=cost)
