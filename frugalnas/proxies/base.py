@@ -18,6 +18,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_flops, count_params
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.latency import LATENCY_METRICS, check_latency_options, measure_latency
 from frugalnas.core.training import seed_everything
 
 DATA_SOURCES = ("dataset", "gaussian")
@@ -146,15 +147,21 @@ def proxy_batch(context: EvaluationContext | None, *, batch_size: int = 64, data
 
 
 class ProxyEstimator(Estimator):
-    """Scores an architecture with a registered zero-cost proxy on its untrained network."""
+    """Scores an architecture with a registered zero-cost proxy on its untrained network.
+
+    ``latency=True`` also measures the network's inference latency on the backend's device
+    (batches of ``latency_batch_size`` at the proxy batch's input shape) and adds the metrics
+    ``latency_ms`` (median) and ``latency_ms_iqr`` (spread)."""
 
     needs_dataset = False
 
     def __init__(self, proxy: str | Proxy, host: Any = None, batch_size: int = 64,
                  data: str = "dataset", resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
-                 proxy_options: dict[str, Any] | None = None):
+                 proxy_options: dict[str, Any] | None = None, latency: bool = False,
+                 latency_batch_size: int = 1, latency_min_run_time: float = 0.2):
         check_range("batch_size", batch_size, 1)
+        check_latency_options(latency, latency_batch_size, latency_min_run_time)
         check_range("num_classes", num_classes, 2)
         check_choice("proxy data", data, DATA_SOURCES)
         if isinstance(proxy, str):
@@ -167,7 +174,9 @@ class ProxyEstimator(Estimator):
         self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
         self.needs_dataset = data == "dataset" and proxy.needs_data
-        self.provides = (f"proxy_{proxy.name}",)
+        self.latency_batch_size = int(latency_batch_size) if latency else None
+        self.latency_min_run_time = float(latency_min_run_time)
+        self.provides = (f"proxy_{proxy.name}", *(LATENCY_METRICS if latency else ()))
 
     measures = ("seconds", "flops", "params")
 
@@ -175,7 +184,9 @@ class ProxyEstimator(Estimator):
         values, cost = score_network(
             [self.proxy], arch, context, batch_size=self.batch_size, data=self.data,
             resize=self.resize, seed=self.seed, input_shape=self.input_shape,
-            num_classes=self.num_classes, need_dataset=self.needs_dataset)
+            num_classes=self.num_classes, need_dataset=self.needs_dataset,
+            latency_batch_size=self.latency_batch_size,
+            latency_min_run_time=self.latency_min_run_time)
         value = values[f"proxy_{self.proxy.name}"]
         return EstimateResult(value=value, metrics=values, cost=cost)
 
@@ -183,9 +194,13 @@ class ProxyEstimator(Estimator):
 def score_network(proxies: Sequence[Proxy], arch: Architecture, context: EvaluationContext, *,
                   batch_size: int, data: str, resize: int | None, seed: int | None,
                   input_shape: tuple[int, int, int], num_classes: int,
-                  need_dataset: bool) -> tuple[dict[str, float], Cost]:
+                  need_dataset: bool, latency_batch_size: int | None = None,
+                  latency_min_run_time: float = 0.2) -> tuple[dict[str, float], Cost]:
     """Build ``arch``'s network once, score it with each proxy on one fixed batch, and return
-    ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes)."""
+    ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes).
+    With ``latency_batch_size`` the network's inference latency on the backend's device is
+    measured too (:func:`~frugalnas.core.latency.measure_latency`, the batch's input shape)
+    and added as ``latency_ms`` and ``latency_ms_iqr``."""
     start = time.perf_counter()
     seed = context.seed if seed is None else seed
     x, y, n_classes = proxy_batch(context, batch_size=batch_size, data=data, resize=resize,
@@ -195,6 +210,10 @@ def score_network(proxies: Sequence[Proxy], arch: Architecture, context: Evaluat
     model = context.backend.prepare(context.space.build(arch, n_classes, tuple(x.shape[1:])))
     x, y = x.to(context.backend.device), y.to(context.backend.device)
     values = {f"proxy_{p.name}": p.score(model, x, y) for p in proxies}
+    if latency_batch_size is not None:
+        values.update(measure_latency(model, tuple(x.shape[1:]), latency_batch_size,
+                                      context.backend.device,
+                                      min_run_time=latency_min_run_time).metrics())
     seconds = time.perf_counter() - start
     per_sample = count_flops(model, x[:1])
     flops = sum(p.flops(per_sample, len(x)) for p in proxies)

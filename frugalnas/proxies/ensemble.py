@@ -25,6 +25,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.latency import LATENCY_METRICS, check_latency_options
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
@@ -82,7 +83,10 @@ def stored_population(study: Any, names: Sequence[str],
 
 
 class RankEnsembleEstimator(Estimator):
-    """Mean percentile rank of several zero-cost proxies among the trials seen so far."""
+    """Mean percentile rank of several zero-cost proxies among the trials seen so far.
+
+    ``latency=True`` also measures the network's inference latency on the backend's device
+    (batches of ``latency_batch_size``) and adds ``latency_ms`` and ``latency_ms_iqr``."""
 
     name = "rank-ensemble"
     needs_dataset = False
@@ -91,13 +95,15 @@ class RankEnsembleEstimator(Estimator):
                  weights: Sequence[float] | None = None, batch_size: int = 64,
                  data: str = "dataset", resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
-                 host: Any = None):
+                 host: Any = None, latency: bool = False, latency_batch_size: int = 1,
+                 latency_min_run_time: float = 0.2):
         if isinstance(proxies, str) or not proxies:
             raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names")
         if weights is not None and len(weights) != len(proxies):
             raise ConfigError(f"invalid ensemble weights {list(weights)!r}; need one per proxy "
                               f"({len(proxies)})")
         check_range("batch_size", batch_size, 1)
+        check_latency_options(latency, latency_batch_size, latency_min_run_time)
         if data not in DATA_SOURCES:
             raise ConfigError(f"invalid proxy data {data!r}; valid: {', '.join(DATA_SOURCES)}")
         if host is None:
@@ -109,7 +115,10 @@ class RankEnsembleEstimator(Estimator):
         self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
         self.needs_dataset = data == "dataset" and any(p.needs_data for p in self.members)
-        self.provides = (*(f"proxy_{n}" for n in self.proxies), "population")
+        self.latency_batch_size = int(latency_batch_size) if latency else None
+        self.latency_min_run_time = float(latency_min_run_time)
+        self.provides = (*(f"proxy_{n}" for n in self.proxies), "population",
+                         *(LATENCY_METRICS if latency else ()))
 
     measures = ("seconds", "flops", "params")
 
@@ -118,7 +127,9 @@ class RankEnsembleEstimator(Estimator):
         return score_network(self.members, arch, context, batch_size=self.batch_size,
                              data=self.data, resize=self.resize, seed=self.seed,
                              input_shape=self.input_shape, num_classes=self.num_classes,
-                             need_dataset=self.needs_dataset)
+                             need_dataset=self.needs_dataset,
+                             latency_batch_size=self.latency_batch_size,
+                             latency_min_run_time=self.latency_min_run_time)
 
     def combine(self, values: dict[str, float], population: list[dict[str, float]],
                 weights: Sequence[float] | None) -> float:
@@ -145,9 +156,11 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
                  min_labelled: int = 5, batch_size: int = 64, data: str = "dataset",
                  resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
-                 host: Any = None):
+                 host: Any = None, latency: bool = False, latency_batch_size: int = 1,
+                 latency_min_run_time: float = 0.2):
         super().__init__(proxies, None, batch_size, data, resize, seed, input_shape, num_classes,
-                         host)
+                         host, latency=latency, latency_batch_size=latency_batch_size,
+                         latency_min_run_time=latency_min_run_time)
         check_range("teacher_every", teacher_every, 1)
         check_range("min_labelled", min_labelled, 2)
         self.teacher = teacher
