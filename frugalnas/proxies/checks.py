@@ -1,10 +1,12 @@
-"""Conformance check for zero-cost proxies (in the spirit of scikit-learn's ``check_estimator``).
+"""The proxy contract, checked (in the spirit of scikit-learn's ``check_estimator``).
 
-Every registered proxy, built-in or third-party, must pass :func:`check_proxy`; plugin
-authors can call it from their own tests::
+Every registered proxy, built-in or third-party, must pass :func:`check_proxy`. It is part of
+the conformance suite :mod:`frugalnas.testing` (``frugalnas.testing.check_proxy`` raises a
+``ConformanceError`` that is also a :class:`ProxyCheckError`); plugin authors call it from
+their own tests::
 
-    from frugalnas.proxies.checks import check_proxy
-    check_proxy(MyProxy())          # or check_proxy("my_proxy") once registered
+    from frugalnas.testing import check_proxy
+    check_proxy(MyProxy())          # or check_proxy("my_proxy", host) once registered
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ from frugalnas.proxies.base import Proxy
 
 
 class ProxyCheckError(AssertionError):
-    """A proxy broke the proxy contract; the message says which rule and how."""
+    """A proxy broke the proxy contract; the message says which rule (``rule``) and how
+    (``detail``)."""
+
+    def __init__(self, message: str, rule: str = "", detail: str = ""):
+        super().__init__(message)
+        self.rule, self.detail = rule, detail
 
 
 #: small NB201 networks the check scores: a typical cell and a degenerate (all-zero) one
@@ -32,7 +39,7 @@ CHECK_CELLS = (
 
 def _fail(proxy: Any, rule: str, detail: str) -> None:
     name = getattr(proxy, "name", type(proxy).__name__)
-    raise ProxyCheckError(f"proxy {name!r} fails check {rule!r}: {detail}")
+    raise ProxyCheckError(f"proxy {name!r} fails check {rule!r}: {detail}", rule, detail)
 
 
 def _snapshot(model: nn.Module) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""Conformance check every registered surrogate must pass."""
+"""The surrogate contract (scikit-learn's conventions), checked: every registered surrogate
+must pass :func:`check_surrogate`. It is part of the conformance suite
+:mod:`frugalnas.testing` (``frugalnas.testing.check_surrogate`` raises a ``ConformanceError``
+that is also a :class:`SurrogateCheckError`)."""
 
 from __future__ import annotations
 
@@ -12,14 +15,21 @@ from frugalnas.surrogates.quality import rank_quality
 
 
 class SurrogateCheckError(FrugalnasError, AssertionError):
-    """A surrogate broke the contract; the message names the surrogate and the check."""
+    """A surrogate broke the contract; the message names the surrogate and the check
+    (``check``), and says how (``detail``)."""
+
+    def __init__(self, message: str, check: str = "", detail: str = ""):
+        super().__init__(message)
+        self.check, self.detail = check, detail
 
 
-def _resolve(surrogate: Any) -> tuple[str, Any]:
+def _resolve(surrogate: Any, host: Any = None) -> tuple[str, Any]:
     if isinstance(surrogate, str):
-        from frugalnas.core.plugins import get_host
+        if host is None:
+            from frugalnas.core.plugins import get_host
 
-        return surrogate, get_host().create("surrogates", surrogate)
+            host = get_host()
+        return surrogate, host.create("surrogates", surrogate)
     if inspect.isclass(surrogate) or (callable(surrogate) and not hasattr(surrogate, "fit")):
         return getattr(surrogate, "__name__", repr(surrogate)), surrogate()
     return type(surrogate).__name__, surrogate
@@ -33,19 +43,21 @@ def _data(seed: int, n: int, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def check_surrogate(surrogate: Any) -> None:
+def check_surrogate(surrogate: Any, host: Any = None) -> None:
     """Raise :class:`SurrogateCheckError` unless ``surrogate`` (an instance, a class or factory
-    called without arguments, or a registered name) follows the contract: parameters stored
-    unchanged by ``__init__`` (``get_params``/``clone`` round-trip), a clear error on
+    called without arguments, or a name registered in ``host``, default: the default host)
+    follows the contract: parameters stored unchanged by ``__init__``
+    (``get_params``/``clone`` round-trip), a clear error on
     ``predict`` before ``fit``, ``fit`` returning ``self``, ``predict`` returning finite
     ``(mean, std)`` of shape (n,) with ``std >= 0``, identical results for identical seeds and
     data, and predictions that rank held-out samples better than chance."""
     from sklearn.base import clone
 
-    name, est = _resolve(surrogate)
+    name, est = _resolve(surrogate, host)
 
     def fail(check: str, detail: str) -> None:
-        raise SurrogateCheckError(f"surrogate {name!r} fails check {check!r}: {detail}")
+        raise SurrogateCheckError(f"surrogate {name!r} fails check {check!r}: {detail}", check,
+                                  detail)
 
     for method in ("fit", "predict", "get_params"):
         if not callable(getattr(est, method, None)):

@@ -1,5 +1,5 @@
-"""Helpers and pytest fixtures for testing frugalnas plugins (loaded by pytest through the
-``pytest11`` entry point, so plugin authors get them without any import)."""
+"""The pytest fixtures frugalnas exports (through the ``pytest11`` entry point, so a plugin's
+test suite gets them without an import) and :func:`fresh_mlflow_uri`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ def fresh_mlflow_uri(path: str | Path) -> str:
     return f"sqlite:///{path}"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``slow`` mark that :func:`frugalnas.testing.parametrize_with_checks` puts
+    on slow components' cases."""
+    config.addinivalue_line("markers", "slow: a slow test (frugalnas conformance cases of slow "
+                            "components among them)")
+
+
 @pytest.fixture
 def frugalnas_host(request: pytest.FixtureRequest):
     """A fresh :class:`frugalnas.PluginHost` with every installed plugin loaded. Parametrize
@@ -42,13 +49,18 @@ def frugalnas_host(request: pytest.FixtureRequest):
 @pytest.fixture
 def frugalnas_study_factory(tmp_path) -> Iterator[Any]:
     """Call it like ``frugalnas.create_study`` to get a study whose optuna storage and MLflow
-    store are sqlite files in a temporary folder."""
+    store are sqlite files in a temporary folder (unless the ``mlflow`` plugin is disabled, or
+    its ``tracking_uri`` given in ``plugin_options``)."""
     import frugalnas
 
     def make(**kwargs: Any) -> frugalnas.Study:
         kwargs.setdefault("storage", f"sqlite:///{tmp_path / 'optuna.db'}")
-        if "tracking_uri" not in kwargs and kwargs.get("tracking", True):
-            kwargs["tracking_uri"] = fresh_mlflow_uri(tmp_path / "mlflow.db")
+        if "mlflow" not in kwargs.get("disable_plugins", ()):
+            options = {k: dict(v) for k, v in kwargs.get("plugin_options", {}).items()}
+            mlflow = options.setdefault("mlflow", {})
+            if "tracking_uri" not in mlflow:
+                mlflow["tracking_uri"] = fresh_mlflow_uri(tmp_path / "mlflow.db")
+            kwargs["plugin_options"] = options
         kwargs.setdefault("study_name", f"test-{len(list(tmp_path.iterdir()))}")
         return frugalnas.create_study(**kwargs)
 
