@@ -10,6 +10,9 @@ from typing import Any
 from frugalnas.testing._suite import SkipCheck, Suite, quiet_host
 
 
+CPU = {"device": "cpu"}
+
+
 def _resolve(options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None) -> dict[str, Any]:
     if options is None:
         return {}
@@ -21,14 +24,16 @@ def make_study(host: Any, *, space: str, space_options: Any = None, strategy: An
                estimator_options: Any = None, dataset: str | None = "synthetic",
                dataset_options: Any = None, seed: int = 0) -> Any:
     """An in-memory study created by name, as ``frugalnas.create_study`` creates one, with
-    ``host`` minus the tracking and progress plugins."""
+    ``host`` minus the tracking and progress plugins, training on the CPU (the same results
+    on every machine)."""
     import frugalnas
 
     return frugalnas.create_study(
         space=space, space_options=_resolve(space_options), strategy=strategy,
         strategy_options=_resolve(strategy_options), estimator=estimator,
         estimator_options=_resolve(estimator_options), dataset=dataset,
-        dataset_options=_resolve(dataset_options), seed=seed, host=quiet_host(host))
+        dataset_options=_resolve(dataset_options), backend="single-device",
+        backend_options=dict(CPU), seed=seed, host=quiet_host(host))
 
 
 class StrategyChecks(Suite):
@@ -117,7 +122,7 @@ class StrategyChecks(Suite):
                              estimator=self.estimator,
                              estimator_options=_resolve(self.estimator_options),
                              dataset=self.dataset, dataset_options=_resolve(self.dataset_options),
-                             seed=seed)
+                             backend="single-device", backend_options=dict(CPU), seed=seed)
         estimator = host.create_estimator(self.estimator, config.estimator_options)
         ostudy = optuna.create_study(sampler=sampler, directions=["maximize"])
         return Study(ostudy, config, host, space, estimator)
