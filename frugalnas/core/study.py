@@ -28,14 +28,38 @@ from frugalnas.core.space import SearchSpace
 
 
 class TrialRecord:
-    """A finished optuna trial with its :class:`Architecture`."""
+    """An optuna trial with its :class:`Architecture`.
+
+    ``architecture`` is ``None`` for a trial whose architecture cannot be read yet or ever: a
+    RUNNING trial of another worker that has not finished its proposal, a WAITING trial with
+    partial parameters, a trial that failed while its strategy proposed. For a COMPLETE or
+    PRUNED trial an unreadable architecture is an error naming the trial."""
 
     def __init__(self, frozen: FrozenTrial, space: SearchSpace):
         self.frozen = frozen
+        self.architecture: Architecture | None = self.read_architecture(frozen, space)
+
+    @staticmethod
+    def read_architecture(frozen: FrozenTrial, space: SearchSpace) -> Architecture | None:
+        """The architecture of ``frozen`` (its recorded string, else complete parameters);
+        ``None`` when it cannot be read and the trial is not COMPLETE or PRUNED."""
         text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
-        self.architecture = space.parse(text) if text else space.from_params(frozen.params)
+        try:
+            if text:
+                return space.parse(text)
+            if all(name in frozen.params for name in space.distributions()):
+                return space.from_params(frozen.params)
+            raise ConfigError(f"parameters for space {space.name!r} miss decision(s) "
+                              f"{sorted(set(space.distributions()) - set(frozen.params))}")
+        except Exception as exc:
+            if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
+                raise ConfigError(f"trial {frozen.number} ({frozen.state.name}) has no readable "
+                                  f"architecture for space {space.name!r}: {exc}") from None
+            return None
 
     def __getattr__(self, name: str) -> Any:
+        if name == "frozen":
+            raise AttributeError(name)
         return getattr(self.frozen, name)
 
     def __repr__(self) -> str:

@@ -1,12 +1,23 @@
 """Workers: many processes, on one machine or many, sharing one optuna storage.
 
 Each worker runs trials until the study holds ``n_trials`` finished (COMPLETE or PRUNED)
-trials plus the ones running now. The check and the creation of a trial happen under one
-lock (a file lock beside a sqlite or journal file; a PostgreSQL advisory lock or a MySQL
-named lock for server databases), so the workers together run exactly ``n_trials``.
-With ``heartbeat`` set, optuna's heartbeat marks the trials of a dead worker FAIL after
-``grace`` seconds; frugalnas then closes their MLflow runs as KILLED and, with ``retries``,
-enqueues the same architecture again.
+trials plus the ones running now. Three things are shared through the storage:
+
+* **The quota.** The check and the creation of a trial happen under one lock (a file lock
+  beside a sqlite or journal file; a PostgreSQL advisory lock or a MySQL named lock for
+  server databases), so the workers together run exactly ``n_trials``.
+* **The proposals.** The same lock is held from the creation of a trial until its
+  architecture is recorded, so each strategy sees every architecture other workers
+  evaluated or are running, and a proposal that repeats one anyway (an optuna sampler that
+  does not look) becomes a FAIL trial with ``fail_reason = "duplicate architecture: ..."``
+  instead of a second evaluation (unless ``repeats=True``).
+* **Liveness.** With ``heartbeat`` set, optuna's heartbeat marks the trials of a dead worker
+  FAIL after ``grace`` seconds (a trial has a heartbeat from the moment it is created, so a
+  worker killed while its strategy proposes is detected too); the plugins are told (MLflow
+  closes the run as KILLED) and, with ``retries``, the same architecture is queued again.
+
+:class:`StorageLock` is public: the MLflow plugin serializes its writes for one study with
+``storage_lock(url, "mlflow")``, across machines when the storage is a database server.
 """
 
 from __future__ import annotations
@@ -14,37 +25,182 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.exceptions import ExperimentalWarning
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from frugalnas.core import optuna_compat
 from frugalnas.core.config import StudyConfig
+from frugalnas.core.errors import ConfigError, FrugalnasError, check_range
+from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
-from frugalnas.core.errors import ConfigError, check_range
 
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+#: Trials whose architecture another trial must not evaluate again.
+TAKEN_STATES = COUNTED_STATES
+#: A worker whose strategy proposes this many taken architectures in a row stops.
+MAX_DUPLICATES_IN_A_ROW = 20
+SUPPORTED_URLS = "sqlite:///PATH, journal:PATH, postgresql://..., mysql://..."
 
 
 class QuotaReached(Exception):
     """Raised inside ``create_new_trial`` when the study already has its trials."""
 
 
-def _lock_for(url: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///"):]).resolve()
-        return lambda: file_lock(path.with_name(path.name + ".frugalnas.lock"))
-    if url.startswith("journal:"):
-        path = Path(url[len("journal:"):]).resolve()
-        return lambda: file_lock(path.with_name(path.name + ".frugalnas.lock"))
-    if url.startswith(("postgresql", "mysql")):
-        return lambda: _database_lock(url)
-    raise ConfigError(f"unsupported storage URL {url!r} for workers; valid: sqlite:///PATH, "
-                      "journal:PATH, postgresql://..., mysql://...")
+class DuplicateArchitecture(FrugalnasError):
+    """A worker's strategy proposed an architecture another trial evaluated or runs."""
+
+
+@contextlib.contextmanager
+def quiet_experimental() -> Iterator[None]:
+    """Hide optuna's ExperimentalWarning for features frugalnas itself uses (heartbeats,
+    stale-trial retries): the user did not choose them and cannot act on the warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        yield
+
+
+# -- locks ----------------------------------------------------------------------------------
+class StorageLock:
+    """A re-entrant lock shared by every process that uses one storage URL.
+
+    sqlite and journal files: an ``fcntl`` lock on a file beside them (the processes of one
+    machine). PostgreSQL: a session advisory lock; MySQL: a named lock (every machine that
+    reaches the database). ``None`` (an in-memory storage): a lock of this process only.
+    A lock held by a process that dies is released by the operating system (file locks) or
+    by the database when the connection drops (advisory and named locks). ``purpose`` names
+    independent locks on one storage. Acquire and release in the same thread.
+    """
+
+    def __init__(self, url: str | None, purpose: str = "trials"):
+        self.url, self.purpose = url, purpose
+        self._local = threading.RLock()
+        self._depth = 0
+        self._release: Callable[[], None] | None = None
+        self._engine: Any = None
+        if url is None:
+            self._kind = "local"
+        elif url.startswith(("sqlite:///", "journal:")):
+            self._kind = "file"
+            raw = url[len("sqlite:///"):] if url.startswith("sqlite:///") else url[len("journal:"):]
+            path = Path(raw).resolve()
+            suffix = ".frugalnas.lock" if purpose == "trials" else f".frugalnas-{purpose}.lock"
+            self._path = path.with_name(path.name + suffix)
+        elif url.startswith(("postgresql", "mysql")):
+            self._kind = "database"
+            text = url if purpose == "trials" else f"{url}#{purpose}"
+            self._key = int(hashlib.sha1(text.encode()).hexdigest()[:15], 16)
+        else:
+            raise ConfigError(f"unsupported storage URL {url!r} for workers; valid: "
+                              f"{SUPPORTED_URLS}")
+
+    def acquire(self) -> None:
+        self._local.acquire()
+        if self._depth == 0:
+            try:
+                self._release = self._acquire_shared()
+            except BaseException:
+                self._local.release()
+                raise
+        self._depth += 1
+
+    def release(self) -> None:
+        self._depth -= 1
+        try:
+            if self._depth == 0:
+                release, self._release = self._release, None
+                if release is not None:
+                    release()
+        finally:
+            self._local.release()
+
+    @property
+    def held(self) -> bool:
+        return self._depth > 0
+
+    def __enter__(self) -> "StorageLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def _acquire_shared(self) -> Callable[[], None] | None:
+        if self._kind == "local":
+            return None
+        if self._kind == "file":
+            fh = open(self._path, "a+")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+            except BaseException:
+                fh.close()
+                raise
+
+            def unlock() -> None:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+                finally:
+                    fh.close()
+            return unlock
+        import sqlalchemy
+
+        if self._engine is None:
+            self._engine = sqlalchemy.create_engine(self.url, poolclass=sqlalchemy.pool.NullPool)
+        conn = self._engine.connect()
+        try:
+            if self.url.startswith("postgresql"):
+                conn.execute(sqlalchemy.text(f"SELECT pg_advisory_lock({self._key})"))
+                unlock_sql = f"SELECT pg_advisory_unlock({self._key})"
+            else:
+                conn.execute(sqlalchemy.text(f"SELECT GET_LOCK('frugalnas{self._key}', -1)"))
+                unlock_sql = f"SELECT RELEASE_LOCK('frugalnas{self._key}')"
+        except BaseException:
+            conn.close()
+            raise
+
+        def unlock_database() -> None:
+            try:
+                conn.execute(sqlalchemy.text(unlock_sql))
+            except Exception:  # the session is gone; so is its lock
+                pass
+            finally:
+                conn.close()
+        return unlock_database
+
+
+_LOCKS: dict[tuple[str | None, str], StorageLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def storage_lock(url: str | None, purpose: str = "trials") -> StorageLock:
+    """The process's :class:`StorageLock` for ``url`` and ``purpose`` (one object each, so
+    nested uses in one thread re-enter it)."""
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get((url, purpose))
+        if lock is None:
+            lock = _LOCKS[(url, purpose)] = StorageLock(url, purpose)
+        return lock
+
+
+def study_lock(study: Any, purpose: str) -> StorageLock:
+    """A :class:`StorageLock` for ``purpose`` shared by every process on the storage of
+    ``study`` (a frugalnas or optuna study); process-local for storages without a URL."""
+    ostudy = getattr(study, "optuna_study", study)
+    url = optuna_compat.storage_url(ostudy)
+    if url is None:
+        inner = getattr(optuna_compat.storage_of(ostudy), "inner", None)
+        url = getattr(inner, "journal_url", None)
+    if url is not None and not url.startswith(("sqlite:///", "journal:", "postgresql", "mysql")):
+        url = None
+    return storage_lock(url, purpose)
 
 
 @contextlib.contextmanager
@@ -58,26 +214,7 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-@contextlib.contextmanager
-def _database_lock(url: str) -> Iterator[None]:
-    import sqlalchemy
-
-    key = int(hashlib.sha1(url.encode()).hexdigest()[:15], 16)
-    engine = sqlalchemy.create_engine(url)
-    with engine.connect() as conn:
-        if url.startswith("postgresql"):
-            conn.execute(sqlalchemy.text(f"SELECT pg_advisory_lock({key})"))
-            unlock = f"SELECT pg_advisory_unlock({key})"
-        else:
-            conn.execute(sqlalchemy.text(f"SELECT GET_LOCK('frugalnas{key}', 600)"))
-            unlock = f"SELECT RELEASE_LOCK('frugalnas{key}')"
-        try:
-            yield
-        finally:
-            conn.execute(sqlalchemy.text(unlock))
-    engine.dispose()
-
-
+# -- the storage wrapper ----------------------------------------------------------------------
 def _delegate(name: str) -> Callable[..., Any]:
     def method(self: "QuotaStorage", *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)
@@ -86,29 +223,158 @@ def _delegate(name: str) -> Callable[..., Any]:
 
 
 class QuotaStorage(BaseStorage, BaseHeartbeat):
-    """An optuna storage that refuses new trials once the study has ``n_trials``."""
+    """An optuna storage that refuses new trials once the study has ``n_trials``, keeps the
+    proposal of a new trial exclusive until its architecture is recorded (refusing one that
+    another trial took, unless ``repeats``), and starts each trial's heartbeat at creation.
+    Every other method of optuna's storage API goes to ``inner`` unchanged."""
 
-    def __init__(self, inner: BaseStorage, url: str, n_trials: int):
-        self.inner, self.n_trials = inner, n_trials
-        self._lock = _lock_for(url)
+    def __init__(self, inner: BaseStorage, url: str, n_trials: int, *, repeats: bool = False,
+                 space: Any = None):
+        self.inner, self.n_trials, self.repeats, self.space = inner, n_trials, repeats, space
+        self.lock = storage_lock(url, "trials")
+        self.duplicates_in_a_row = 0
+        self._proposal: tuple[int, int] | None = None  # (trial id, study id) holding the lock
+        self._beating: tuple[int, threading.Event] | None = None
+        self._keys: dict[str, str | None] = {}
 
+    # -- the quota and the exclusive proposal --------------------------------------------
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        with self._lock():
+        self.end_proposal()
+        waiting = template_trial is not None and template_trial.state == TrialState.WAITING
+        self.lock.acquire()
+        try:
             counted = self.inner.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES)
-            waiting = template_trial is not None and template_trial.state == TrialState.WAITING
             if len(counted) >= self.n_trials and not waiting:
                 raise QuotaReached(f"study has {len(counted)} of {self.n_trials} trials")
-            return self.inner.create_new_trial(study_id, template_trial)
+            trial_id = self.inner.create_new_trial(study_id, template_trial)
+        except BaseException:
+            self.lock.release()
+            raise
+        if template_trial is None and not self.repeats:
+            self._proposal = (trial_id, study_id)  # released when its architecture is recorded
+        else:
+            self.lock.release()
+        if template_trial is None:
+            self._start_heartbeat(trial_id)
+        return trial_id
 
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        if key == ARCHITECTURE_ATTR:
+            self._stop_heartbeat(trial_id)
+        if self._proposal is None or self._proposal[0] != trial_id or key != ARCHITECTURE_ATTR:
+            return self.inner.set_trial_user_attr(trial_id, key, value)
+        try:
+            taken = self._taken_by(trial_id, self._proposal[1], value)
+            self.inner.set_trial_user_attr(trial_id, key, value)
+            if taken is not None:
+                self.duplicates_in_a_row += 1
+                reason = (f"duplicate architecture: trial {taken.number} "
+                          f"({taken.state.name}) has {value}; workers do not evaluate an "
+                          "architecture twice")
+                self.inner.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, reason)
+                raise DuplicateArchitecture(reason)
+            self.duplicates_in_a_row = 0
+        finally:
+            self.end_proposal()
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState,
+                               values: Any = None) -> bool:
+        self._stop_heartbeat(trial_id)
+        try:
+            ok = self.inner.set_trial_state_values(trial_id, state, values)
+        finally:
+            if self._proposal is not None and self._proposal[0] == trial_id:
+                self.end_proposal()
+        if ok and state == TrialState.RUNNING:  # a queued trial taken by this worker
+            self._heartbeat(trial_id)
+        return ok
+
+    def end_proposal(self, error: BaseException | None = None) -> None:
+        """Release the lock held for a proposal; with ``error`` (the strategy raised while
+        proposing), fail that trial with the error as its reason."""
+        self._stop_heartbeat()
+        proposal, self._proposal = self._proposal, None
+        if proposal is None:
+            return
+        try:
+            if error is not None:
+                reason = f"{type(error).__name__}: {error}".splitlines()[0][:2000]
+                with contextlib.suppress(Exception):
+                    self.inner.set_trial_user_attr(proposal[0], FAIL_REASON_ATTR, reason)
+                    self.inner.set_trial_state_values(proposal[0], TrialState.FAIL)
+        finally:
+            self.lock.release()
+
+    def _heartbeat(self, trial_id: int) -> None:
+        if heartbeat_interval(self.inner) is not None:
+            self.inner.record_heartbeat(trial_id)
+
+    def _start_heartbeat(self, trial_id: int) -> None:
+        """Heartbeats for a new trial from its creation until its proposal ends (optuna's own
+        heartbeat thread starts only when the objective runs), so a worker killed while its
+        strategy proposes leaves a trial that becomes stale, and a slow proposal does not."""
+        interval = heartbeat_interval(self.inner)
+        if interval is None:
+            return
+        self._stop_heartbeat()
+        self.inner.record_heartbeat(trial_id)
+        stop = threading.Event()
+        self._beating = (trial_id, stop)
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                with contextlib.suppress(Exception):
+                    self.inner.record_heartbeat(trial_id)
+        threading.Thread(target=beat, name="frugalnas-proposal-heartbeat", daemon=True).start()
+
+    def _stop_heartbeat(self, trial_id: int | None = None) -> None:
+        if self._beating is not None and (trial_id is None or self._beating[0] == trial_id):
+            self._beating[1].set()
+            self._beating = None
+
+    def _key(self, text: str | None, params: dict[str, Any] | None = None) -> str | None:
+        """A comparable key of an architecture string (or of complete params)."""
+        if self.space is None:
+            return text
+        if text:
+            if text not in self._keys:
+                try:
+                    self._keys[text] = self.space.parse(text).key
+                except Exception:
+                    self._keys[text] = None
+            return self._keys[text]
+        if params and all(k in params for k in self.space.distributions()):
+            try:
+                return self.space.from_params(params).key
+            except Exception:
+                return None
+        return None
+
+    def _taken_by(self, trial_id: int, study_id: int, text: Any) -> FrozenTrial | None:
+        key = self._key(str(text))
+        if key is None:
+            return None
+        for t in self.inner.get_all_trials(study_id, deepcopy=False, states=TAKEN_STATES):
+            if optuna_compat.trial_id(t) == trial_id:
+                continue
+            if self._key(t.user_attrs.get(ARCHITECTURE_ATTR), t.params) == key:
+                return t
+        return None
+
+    # -- heartbeats -----------------------------------------------------------------------
     def get_heartbeat_interval(self) -> int | None:
         return heartbeat_interval(self.inner)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not set yet (copy, unpickling)
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 
-for _name in sorted((BaseStorage.__abstractmethods__ | BaseHeartbeat.__abstractmethods__)
-                    - {"create_new_trial", "get_heartbeat_interval"}):
+# Every method of optuna's storage API that QuotaStorage does not define goes to the inner
+# storage, abstract or not (RDBStorage overrides remove_session, get_best_trial, ...).
+for _name in sorted({n for base in (BaseStorage, BaseHeartbeat) for n, v in vars(base).items()
+                     if callable(v) and not n.startswith("__")} - set(vars(QuotaStorage))):
     setattr(QuotaStorage, _name, _delegate(_name))
 QuotaStorage.__abstractmethods__ = frozenset()
 
@@ -122,17 +388,18 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         if heartbeat:
             raise ConfigError("heartbeats need an RDB storage (sqlite/postgresql/mysql URL); "
                               f"got {url!r}")
-        return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
+        storage = optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
+        storage.journal_url = url  # type: ignore[attr-defined]
+        return storage
     if not url.startswith(("sqlite:///", "postgresql", "mysql")):
-        raise ConfigError(f"unsupported storage URL {url!r}; valid: sqlite:///PATH, journal:PATH, "
-                          "postgresql://..., mysql://...")
+        raise ConfigError(f"unsupported storage URL {url!r}; valid: {SUPPORTED_URLS}")
     kwargs: dict[str, Any] = {}
     if heartbeat:
         kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": int(grace or 2 * heartbeat),
                   "heartbeat_stale_trial_callback": on_stale}
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
     # Workers starting together on a new database would race to create its tables.
-    with _lock_for(url)():
+    with storage_lock(url, "trials"), quiet_experimental():
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
 
 
@@ -154,8 +421,9 @@ def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int
 
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
-               timeout: float | None = None, host: Any = None) -> Any:
-    """Join (or create) the study and run trials until it has ``n_trials``; returns the Study."""
+               timeout: float | None = None, host: Any = None, repeats: bool = False) -> Any:
+    """Join (or create) the study and run trials until it has ``n_trials``; returns the Study.
+    ``repeats=True`` lets the strategy evaluate an architecture another trial has."""
     from dataclasses import asdict
 
     from frugalnas.core.study import create_study
@@ -164,49 +432,81 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
         raise ConfigError(f"invalid n_trials {n_trials!r} for a worker; expected an integer >= 1")
     check_worker_settings(heartbeat, grace, retries)
     holder: dict[str, Any] = {}
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) if retries else None
+    with quiet_experimental():
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) \
+            if retries else None
 
     def on_stale(ostudy: optuna.Study, frozen: FrozenTrial) -> None:
         study = holder.get("study")
         if study is not None:
-            study.report_stale_trial(frozen)
+            try:
+                study.report_stale_trial(frozen)
+            except Exception:
+                # A trial killed before its architecture was complete: the plugins learn of
+                # it from the storage (the MLflow plugin reconciles at the next start/end).
+                pass
         if retry is not None:
-            retry(ostudy, frozen)
+            with quiet_experimental():
+                retry(ostudy, frozen)
 
     inner = make_storage(storage, heartbeat=heartbeat, grace=grace, on_stale=on_stale)
-    quota = QuotaStorage(inner, storage, n_trials)
+    quota = QuotaStorage(inner, storage, n_trials, repeats=repeats)
     cfg = asdict(config)
     study = create_study(storage=quota, study_name=study_name, load_if_exists=True, host=host,
                          **{k: v for k, v in cfg.items() if k != "directions"},
                          directions=config.directions)
+    quota.space = study.space
     holder["study"] = study
     study.planned_trials = n_trials
     # One plugin session (MLflow tracker, progress bar) for the whole worker, so that stale
     # trials failed while this worker waits below are still reported to MLflow.
     study._start()
     try:
-        _work(study, timeout, heartbeat)
+        _work(study, quota, timeout, heartbeat)
     finally:
         study.finish()
     return study
 
 
-def _work(study: Any, timeout: float | None, heartbeat: int | None) -> None:
+def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int | None) -> None:
+    from frugalnas.core import strategy as strategy_protocol
+
     start = time.monotonic()
+    stop: dict[str, str] = {}
+
+    def after_trial(ostudy: optuna.Study, frozen: FrozenTrial) -> None:
+        if quota.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
+            stop["reason"] = "duplicates"
+            ostudy.stop()
+        elif strategy_protocol.should_stop(study.strategy, study):
+            stop["reason"] = "strategy"
+            ostudy.stop()
+
     while True:
         left = None if timeout is None else timeout - (time.monotonic() - start)
         if left is not None and left <= 0:
             return
         try:
             study.optuna_study.optimize(study._run_trial, n_trials=None, timeout=left,
-                                        catch=(Exception,), gc_after_trial=False)
-            return  # timeout
+                                        catch=(Exception,), callbacks=[after_trial],
+                                        gc_after_trial=False)
         except QuotaReached:
             pass
+        except BaseException as exc:  # the strategy raised while proposing
+            quota.end_proposal(error=exc)
+            raise
+        else:
+            if stop.get("reason") == "duplicates":
+                raise ConfigError(
+                    f"strategy {study.config.strategy!r} proposed {MAX_DUPLICATES_IN_A_ROW} "
+                    "architectures in a row that other trials already evaluated or run (is the "
+                    "search space exhausted?); this worker stops")
+            return  # timeout, or the strategy's search is over
         # The quota counts running trials. Trials of live workers finish; trials of dead
         # workers become FAIL once their heartbeat is stale, which frees their slots.
         running = study.optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if not running or not heartbeat:
             return
         time.sleep(min(float(heartbeat), 5.0))
-        optuna.storages.fail_stale_trials(study.optuna_study)
+        with quiet_experimental():
+            optuna.storages.fail_stale_trials(study.optuna_study)

@@ -4,10 +4,17 @@ The study gets a parent run (config as params, study-level metrics, best-so-far 
 for two objectives, the Pareto front); each trial a child run with the genotype as params,
 the estimator's metrics and cost as metrics, strategy/estimator/backend/state as tags, and two
 artifacts (``architecture.json`` and ``cell.png``). A trial's run is written when the trial
-ends (three store writes), with the trial's start time. All MLflow calls run on one background
-writer thread per study, so logging does not sit on the trial's critical path; the writer is
-drained when the study finishes and at interpreter exit. Block it with ``-p no:mlflow``
-(``--no-tracking``, ``disable_plugins=["mlflow"]``).
+ends, with the trial's start time. All MLflow calls run on one background writer thread per
+study, so logging does not sit on the trial's critical path; the writer is drained when the
+study finishes and at interpreter exit. Block it with ``-p no:mlflow`` (``--no-tracking``,
+``disable_plugins=["mlflow"]``).
+
+The optuna storage is the record of truth and MLflow follows it: when a study (or a worker)
+starts and when it ends, :mod:`frugalnas.tracking.mlflow.reconcile` writes the runs that a
+killed process never wrote and closes the ones it left open. The writes of all processes on
+one storage take turns under one lock (``frugalnas.core.worker.study_lock``), so there is one
+parent run per study and one run per trial. The tracking URI is checked before the first
+trial (:mod:`frugalnas.tracking.mlflow.checks`).
 
 Options (``plugin_options={"mlflow": {...}}``, ``-o mlflow.KEY=VALUE``): ``tracking_uri``
 (default: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``). The plugin also adds the
@@ -20,27 +27,32 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
-import subprocess
-import sys
-import weakref
 import os
 import queue
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import hookimpl
-from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_cell, draw_pareto
+from frugalnas.tracking.mlflow.checks import check_tracking_uri
+from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto
+from frugalnas.tracking.mlflow.reconcile import (TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL,
+                                                 from_result, reconcile, trial_runs, write)
 
 PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri",)
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-TAG_STUDY = "frugalnas.study"
-TAG_ROLE = "frugalnas.role"
-TAG_TRIAL = "frugalnas.trial_number"
+#: Study user attribute: the id that tags this study's MLflow runs (``frugalnas.study_id``), so
+#: that two studies with one name (in-memory studies run twice) never share runs.
+UID_ATTR = "frugalnas_mlflow_study_id"
 
 
 def resolve_tracking_uri(option: str | None) -> str:
@@ -107,22 +119,37 @@ class _Writer:
 
 
 class StudyTracker:
-    """MLflow state of one study: client, experiment, parent run, trial runs."""
+    """MLflow state of one study: client, experiment, parent run, trial runs.
+
+    Every MLflow call runs on the writer thread, under the study's MLflow lock (shared by
+    every process on the storage), so workers never create a second parent run or a second
+    run for one trial, and a reconciliation never sees a run another worker is writing."""
 
     def __init__(self, study: Any):
         from mlflow import MlflowClient
+
+        from frugalnas.core.worker import study_lock
 
         self.study = study
         self.uri = tracking_uri_of(study.config)
         prepare_tracking_store(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
+        self.lock = study_lock(study, "mlflow")
         self.writer = _Writer()
         self.started_ms: dict[int, int] = {}
         self.artifact_dirs: dict[str, Path] = {}
         self.trial_values: list[tuple[int, float]] = []
         self.experiment_id = ""
         self.parent_run_id = ""
-        self.writer.submit(self._open)
+        self.uid = ""
+        self.reconciled = {"created": 0, "repaired": 0, "removed": 0}
+        self.writer.submit(self._locked(self._open))
+
+    def _locked(self, fn: Any) -> Any:
+        def job() -> None:
+            with self.lock:
+                fn()
+        return job
 
     # -- runs on the writer thread -------------------------------------------------------
     def _open(self) -> None:
@@ -134,23 +161,46 @@ class StudyTracker:
                     name, artifact_location=artifact_root(self.uri),
                     # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
                     tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
-            except Exception:  # another worker created it first
+            except Exception:  # created meanwhile by a process on another storage
                 self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
         else:
             self.experiment_id = exp.experiment_id
-        found = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`{TAG_ROLE}` = 'study'", max_results=1)
-        if found:
-            self.parent_run_id = found[0].info.run_id
-            self._remember_artifact_dir(found[0])
-            if found[0].info.status != "RUNNING":
+            if exp.lifecycle_stage == "deleted":
+                self.client.restore_experiment(exp.experiment_id)
+        ostudy = self.study.optuna_study
+        self.uid = ostudy.user_attrs.get(UID_ATTR) or ""
+        if not self.uid:  # the first tracked session of this study (we hold the lock)
+            self.uid = uuid.uuid4().hex
+            ostudy.set_user_attr(UID_ATTR, self.uid)
+        parents = sorted(self.client.search_runs(
+            [self.experiment_id], max_results=100,
+            filter_string=f"tags.`{TAG_STUDY_ID}` = '{self.uid}' and tags.`{TAG_ROLE}` = 'study'"),
+            key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        if parents:
+            self.parent_run_id = parents[0].info.run_id
+            self.remember_artifact_dir(parents[0])
+            for extra in parents[1:]:  # written before parents were created under the lock
+                self.client.delete_run(extra.info.run_id)
+            if parents[0].info.status != "RUNNING":
                 self.client.update_run(self.parent_run_id, status="RUNNING")
         else:
             run = self.client.create_run(self.experiment_id, run_name=f"study {name}",
-                                         tags={TAG_STUDY: name, TAG_ROLE: "study"})
+                                         tags={TAG_STUDY: name, TAG_ROLE: "study",
+                                               TAG_STUDY_ID: self.uid})
             self.parent_run_id = run.info.run_id
-            self._remember_artifact_dir(run)
+            self.remember_artifact_dir(run)
             self._log_config()
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        changes = reconcile(self)
+        for k, v in changes.items():
+            self.reconciled[k] += v
+        if any(changes.values()):
+            print(f"frugalnas: MLflow experiment {self.study.name!r} reconciled with the "
+                  f"storage: {changes['created']} run(s) created, {changes['repaired']} "
+                  f"repaired, {changes['removed']} duplicate(s) removed", file=sys.stderr,
+                  flush=True)
 
     def _log_config(self) -> None:
         from mlflow.entities import Param
@@ -159,65 +209,26 @@ class StudyTracker:
         params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
                   for k, v in sorted(cfg.items())]
         self.client.log_batch(self.parent_run_id, params=params)
-        self._write_artifact(self.parent_run_id, "study_config.json", json.dumps(cfg, indent=2))
+        self.write_artifact(self.parent_run_id, "study_config.json", json.dumps(cfg, indent=2))
 
-    def _trial_tags(self, number: int) -> dict[str, str]:
+    def trial_tags(self, number: int) -> dict[str, str]:
         cfg = self.study.config
-        return {TAG_STUDY: self.study.name, TAG_ROLE: "trial", TAG_TRIAL: str(number),
-                "mlflow.parentRunId": self.parent_run_id, "strategy": cfg.strategy,
-                "estimator": cfg.estimator, "backend": cfg.backend,
+        return {TAG_STUDY: self.study.name, TAG_STUDY_ID: self.uid, TAG_ROLE: "trial",
+                TAG_TRIAL: str(number), "mlflow.parentRunId": self.parent_run_id,
+                "strategy": cfg.strategy, "estimator": cfg.estimator, "backend": cfg.backend,
                 "space": cfg.space}
-
-    def _find_trial_run(self, number: int) -> str | None:
-        """The run of trial ``number`` if one was logged already (a stale trial's run)."""
-        found = self.client.search_runs(
-            [self.experiment_id], max_results=1,
-            filter_string=f"tags.`{TAG_TRIAL}` = '{number}' and tags.`{TAG_ROLE}` = 'trial'")
-        if not found:
-            return None
-        self._remember_artifact_dir(found[0])
-        return found[0].info.run_id
 
     def _finish_trial(self, number: int, arch: Any, state: str, values: list[float] | None,
                       result: Any, error: str | None, started_ms: int | None) -> None:
-        """Create the trial's run complete with params, metrics, tags and artifacts: three
-        store writes per trial (create, one batch, terminate)."""
-        from mlflow.entities import Metric, Param, RunTag
-
-        now = int(time.time() * 1000)
-        stale = bool(error and error.startswith("stale trial"))
-        run_id = self._find_trial_run(number) if stale else None
-        if run_id is None:
-            run = self.client.create_run(self.experiment_id, run_name=f"trial {number}",
-                                         start_time=started_ms or now, tags=self._trial_tags(number))
-            run_id = run.info.run_id
-            self._remember_artifact_dir(run)
-            params = [Param(k, str(v)) for k, v in arch.decisions.items()]
-            params.append(Param("architecture", str(arch)[:6000]))
-        else:
-            params = []
-        metrics: dict[str, float] = {}
-        if result is not None:
-            metrics.update(result.all_metrics())
-        for name, v in zip(self.study.config.objectives, values or []):
-            metrics[f"objective_{name}"] = float(v)
-        tags = [RunTag("state", state)]
-        if error:
-            tags.append(RunTag("fail_reason", error[:4000]))
-        self.client.log_batch(run_id, params=params,
-                              metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
-                              tags=tags)
-        self._write_artifact(run_id, "architecture.json", json.dumps(arch.to_dict(), indent=2))
-        space = self.study.space
-        self._write_artifact(run_id, "cell.png", draw_cell(str(arch), space.cell_graph(arch), arch.decisions))
-        for fname, content in (result.artifacts.items() if result is not None else ()):
-            self._write_artifact(run_id, fname, content)
-        status = {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}.get(state, "KILLED")
-        self.client.set_terminated(run_id, status="KILLED" if stale else status, end_time=now)
-        if values and len(values) == 1:
+        """Write the trial's run complete with params, metrics, tags and artifacts; if a run
+        for the trial exists (a reconciliation wrote it from the storage, or the trial went
+        stale), complete that one instead."""
+        run = from_result(self, number, arch, state, values, result, error, started_ms)
+        write(self, run, trial_runs(self, number))
+        if values and len(values) == 1 and state == "COMPLETE":
             self.trial_values.append((number, float(values[0])))
 
-    def _write_artifact(self, run_id: str, name: str, content: str | bytes) -> None:
+    def write_artifact(self, run_id: str, name: str, content: str | bytes) -> None:
         """Write an artifact file: straight into a local artifact folder (no MLflow round trip
         to look the run up), or through the client for remote stores."""
         data = content.encode() if isinstance(content, str) else content
@@ -233,13 +244,13 @@ class StudyTracker:
             parent = str(Path(name).parent)
             self.client.log_artifact(run_id, str(path), artifact_path=None if parent == "." else parent)
 
-    def _remember_artifact_dir(self, run: Any) -> None:
+    def remember_artifact_dir(self, run: Any) -> None:
         uri = run.info.artifact_uri or ""
         if uri.startswith("file://"):
             from urllib.parse import unquote, urlparse
 
             self.artifact_dirs[run.info.run_id] = Path(unquote(urlparse(uri).path))
-        elif uri and "://" not in uri:
+        elif uri and "://" not in uri and ":" not in uri.split("/")[0]:
             self.artifact_dirs[run.info.run_id] = Path(uri)
 
     def _log_study_metrics(self, metrics: dict[str, float], step: int) -> None:
@@ -277,6 +288,9 @@ class StudyTracker:
     def _close(self) -> None:
         from optuna.trial import TrialState
 
+        if not self.parent_run_id:
+            return  # _open failed (its error is recorded)
+        self._reconcile()
         self._log_trial_values()
         ostudy = self.study.optuna_study
         done = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -284,7 +298,7 @@ class StudyTracker:
         if done and len(dirs) == 1:
             png = draw_best_so_far([t.number for t in done], [t.value for t in done],
                                    dirs[0] == "maximize", f"study {self.study.name}")
-            self._write_artifact(self.parent_run_id, "best_so_far.png", png)
+            self.write_artifact(self.parent_run_id, "best_so_far.png", png)
             best = ostudy.best_trial
             self.client.log_metric(self.parent_run_id, "best_value", float(best.value))
             self.client.set_tag(self.parent_run_id, "best_architecture",
@@ -293,10 +307,10 @@ class StudyTracker:
             front = [t.values for t in ostudy.best_trials]
             png = draw_pareto([t.values for t in done], front, self.study.config.objectives,
                               f"study {self.study.name}: Pareto front")
-            self._write_artifact(self.parent_run_id, "pareto_front.png", png)
+            self.write_artifact(self.parent_run_id, "pareto_front.png", png)
             front_json = [{"number": t.number, "values": t.values,
                            "architecture": t.user_attrs.get("architecture")} for t in ostudy.best_trials]
-            self._write_artifact(self.parent_run_id, "pareto_front.json", json.dumps(front_json, indent=2))
+            self.write_artifact(self.parent_run_id, "pareto_front.json", json.dumps(front_json, indent=2))
         self.client.log_metric(self.parent_run_id, "n_complete_trials", float(len(done)))
         self.client.set_terminated(self.parent_run_id, status="FINISHED")
 
@@ -306,13 +320,13 @@ class StudyTracker:
 
     def trial_finished(self, number: int, *args: Any) -> None:
         started = self.started_ms.pop(number, None)
-        self.writer.submit(lambda: self._finish_trial(number, *args, started))
+        self.writer.submit(self._locked(lambda: self._finish_trial(number, *args, started)))
 
     def study_metrics(self, metrics: dict[str, float], step: int) -> None:
-        self.writer.submit(lambda: self._log_study_metrics(dict(metrics), step))
+        self.writer.submit(self._locked(lambda: self._log_study_metrics(dict(metrics), step)))
 
     def close(self) -> None:
-        self.writer.submit(self._close)
+        self.writer.submit(self._locked(self._close))
         self.writer.drain()
         self.writer.close()
 
@@ -338,6 +352,8 @@ def frugalnas_check_config(config: Any, host: Any) -> None:
     if uri is not None and not isinstance(uri, str):
         raise ConfigError(f"invalid mlflow tracking_uri {uri!r}; expected a URI such as "
                           "sqlite:///mlflow.db or http://127.0.0.1:5000")
+    # Before the first trial: a bad or unreachable URI is one line now, not a hang later.
+    check_tracking_uri(tracking_uri_of(config))
 
 
 @hookimpl
@@ -370,13 +386,69 @@ def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> Non
 
 def cmd_ui(args: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(args.tracking_uri)
+    check_tracking_uri(uri)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
            "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
     root = artifact_root(uri)
     if root is not None:
         cmd += ["--default-artifact-root", root]
     print(f"MLflow UI for {uri} on http://{args.host}:{args.port}", flush=True)
-    return subprocess.call(cmd)
+    return run_forwarding_signals(cmd)
+
+
+#: Signals ``frugalnas ui`` passes on to the server it started.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def run_forwarding_signals(cmd: list[str], grace: float = 15.0) -> int:
+    """Run ``cmd`` in its own process group, pass SIGTERM/SIGINT/SIGHUP on to the whole group
+    (the MLflow CLI and the server processes it starts), wait for it, and return its exit
+    status (128 + N for a signal N, as a shell reports it). Whatever of the group is left
+    ``grace`` seconds after the command exits, or after a signal, is killed."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        _kill_group(proc.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    deadline: float | None = None
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5 if received else None)
+                break
+            except subprocess.TimeoutExpired:
+                deadline = deadline or time.monotonic() + grace
+                if time.monotonic() > deadline:
+                    _kill_group(proc.pid, signal.SIGKILL)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _reap_group(proc.pid, grace)
+    return 128 - rc if rc < 0 else rc
+
+
+def _kill_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _reap_group(pgid: int, grace: float) -> None:
+    """Wait until no process of group ``pgid`` is left: SIGTERM, then SIGKILL after ``grace``."""
+    if not _kill_group(pgid, 0):
+        return
+    _kill_group(pgid, signal.SIGTERM)
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        if not _kill_group(pgid, 0):
+            return
+        time.sleep(0.1)
+    _kill_group(pgid, signal.SIGKILL)
 
 
 @hookimpl
@@ -386,6 +458,8 @@ def frugalnas_study_started(study: Any) -> None:
         if state.get("tracker") is None:
             state["tracker"] = StudyTracker(study)
             _OPEN.add(state["tracker"])
+
+
 @hookimpl
 def frugalnas_trial_started(study: Any, trial: Any, architecture: Any) -> None:
     tracker = tracker_for(study)
@@ -417,7 +491,8 @@ def frugalnas_study_finished(study: Any) -> None:
         tracker.close()
         _OPEN.discard(tracker)
         state.update(errors=list(tracker.writer.errors), parent_run_id=tracker.parent_run_id,
-                     experiment_id=tracker.experiment_id)
+                     experiment_id=tracker.experiment_id, study_id=tracker.uid,
+                     reconciled=dict(tracker.reconciled))
         if tracker.writer.errors:
             print("frugalnas: MLflow logging errors: " + "; ".join(tracker.writer.errors[:3]),
                   file=sys.stderr)

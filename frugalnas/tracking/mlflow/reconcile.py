@@ -1,0 +1,249 @@
+"""MLflow follows the optuna storage.
+
+The storage is the record of truth: a worker can die (SIGKILL, power loss) after optuna
+recorded its trial and before its MLflow writes reached the store, or between two of them.
+:func:`reconcile` makes the study's MLflow experiment agree with the storage: exactly one
+nested trial run per finished (COMPLETE, PRUNED or FAIL) trial, with its parameters,
+metrics, tags and artifacts, in the final state the storage says; a RUNNING trial is left to
+its worker. It runs under the study's MLflow lock (one writer at a time, across machines when
+the storage is a database server), when a study or worker starts and when it ends.
+
+What the storage holds and MLflow shows after a reconciliation: the architecture (params,
+``architecture.json``, ``cell.png``), the estimator's metrics and the cost (``METRICS_ATTR``,
+``COST_ATTR``), the objective values, ``state`` and ``fail_reason``. Artifacts an estimator
+or backend attached to a trial are not in the storage; they are in MLflow only if the worker
+that ran the trial wrote them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from frugalnas.core.keys import ARCHITECTURE_ATTR, COST_ATTR, FAIL_REASON_ATTR, METRICS_ATTR
+
+TAG_STUDY = "frugalnas.study"
+TAG_STUDY_ID = "frugalnas.study_id"
+TAG_ROLE = "frugalnas.role"
+TAG_TRIAL = "frugalnas.trial_number"
+STALE_PREFIX = "stale trial"
+#: fail_reason of a FAIL trial whose reason the storage does not have.
+NO_REASON = ("stale trial or interrupted worker: the storage has no failure reason (the "
+             "worker stopped before recording one)")
+FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def run_status(state: str, error: str | None) -> str:
+    """MLflow's final run status for a trial state (KILLED for a dead worker's trial)."""
+    if state == "FAIL" and (not error or error.startswith(STALE_PREFIX) or error == NO_REASON):
+        return "KILLED"
+    return {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}.get(state, "KILLED")
+
+
+@dataclass
+class TrialRun:
+    """Everything a trial's MLflow run holds."""
+
+    number: int
+    state: str
+    status: str
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, str | bytes] = field(default_factory=dict)
+    start_ms: int | None = None
+    end_ms: int | None = None
+
+
+def _arch_params(arch: Any) -> dict[str, str]:
+    params = {k: str(v) for k, v in arch.decisions.items()}
+    params["architecture"] = str(arch)[:6000]
+    return params
+
+
+def _arch_artifacts(tracker: Any, arch: Any) -> dict[str, str | bytes]:
+    from frugalnas.tracking.mlflow.drawing import draw_cell
+
+    space = tracker.study.space
+    return {"architecture.json": json.dumps(arch.to_dict(), indent=2),
+            "cell.png": draw_cell(str(arch), space.cell_graph(arch), arch.decisions)}
+
+
+def from_result(tracker: Any, number: int, arch: Any, state: str, values: list[float] | None,
+                result: Any, error: str | None, started_ms: int | None) -> TrialRun:
+    """The run of a trial this process just finished (with the estimator's artifacts)."""
+    now = int(time.time() * 1000)
+    metrics: dict[str, float] = {}
+    if result is not None:
+        metrics.update(result.all_metrics())
+    for name, v in zip(tracker.study.config.objectives, values or []):
+        metrics[f"objective_{name}"] = float(v)
+    tags = {**tracker.trial_tags(number), "state": state}
+    if error:
+        tags["fail_reason"] = error[:4000]
+    run = TrialRun(number, state, run_status(state, error), metrics=metrics, tags=tags,
+                   start_ms=started_ms or now, end_ms=now)
+    if arch is not None:
+        run.params = _arch_params(arch)
+        run.artifacts = _arch_artifacts(tracker, arch)
+    if result is not None:
+        run.artifacts.update(result.artifacts)
+    return run
+
+
+def from_trial(tracker: Any, frozen: FrozenTrial) -> TrialRun:
+    """The run of a finished trial as the storage records it."""
+    from frugalnas.core.study import TrialRecord
+
+    state = frozen.state.name
+    try:
+        arch = TrialRecord.read_architecture(frozen, tracker.study.space)
+    except Exception:
+        arch = None
+    metrics: dict[str, float] = {}
+    objectives = tracker.study.config.objectives
+    if frozen.values is not None and state == "COMPLETE":
+        for name, v in zip(objectives, frozen.values):
+            metrics[f"objective_{name}"] = float(v)
+        if "value" in objectives:
+            metrics["value"] = float(frozen.values[objectives.index("value")])
+    for k, v in (frozen.user_attrs.get(METRICS_ATTR) or {}).items():
+        metrics[k] = float(v)
+    for k, v in (frozen.user_attrs.get(COST_ATTR) or {}).items():
+        if isinstance(v, (int, float)):
+            metrics[f"cost_{k}"] = float(v)
+    error = frozen.user_attrs.get(FAIL_REASON_ATTR)
+    if state == "FAIL" and not error:
+        error = NO_REASON
+    tags = {**tracker.trial_tags(frozen.number), "state": state}
+    if error and state == "FAIL":
+        tags["fail_reason"] = str(error)[:4000]
+    start = frozen.datetime_start.timestamp() * 1000 if frozen.datetime_start else None
+    end = frozen.datetime_complete.timestamp() * 1000 if frozen.datetime_complete else None
+    run = TrialRun(frozen.number, state, run_status(state, error if state == "FAIL" else None),
+                   metrics=metrics, tags=tags, start_ms=int(start) if start else None,
+                   end_ms=int(end) if end else None)
+    if arch is not None:
+        run.params = _arch_params(arch)
+        run.artifacts = _arch_artifacts(tracker, arch)
+    elif frozen.user_attrs.get(ARCHITECTURE_ATTR):
+        run.params = {"architecture": str(frozen.user_attrs[ARCHITECTURE_ATTR])[:6000]}
+    return run
+
+
+def _keep(runs: list[Any]) -> Any:
+    """Of several runs for one trial, the one to keep: a finished one, else the oldest."""
+    return sorted(runs, key=lambda r: (r.info.status == "RUNNING", r.info.start_time or 0,
+                                       r.info.run_id))[0]
+
+
+def write(tracker: Any, run: TrialRun, existing: list[Any], *, fill_only: bool = False) -> str:
+    """Write ``run`` into MLflow: create it, or complete the run already there (its duplicates
+    are deleted). ``fill_only`` (reconciliation): only add what the run lacks, keep its
+    metrics and artifacts. Returns the run id."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    client = tracker.client
+    now = int(time.time() * 1000)
+    if existing:
+        keep = _keep(existing)
+        for other in existing:
+            if other.info.run_id != keep.info.run_id:
+                client.delete_run(other.info.run_id)
+        run_id = keep.info.run_id
+        tracker.remember_artifact_dir(keep)
+        have_params = keep.data.params
+        params = [Param(k, v) for k, v in run.params.items() if k not in have_params]
+        metrics = {k: v for k, v in run.metrics.items()
+                   if not fill_only or k not in keep.data.metrics}
+        partial = keep.info.status == "RUNNING"
+        had_reason = "fail_reason" in keep.data.tags
+    else:
+        created = client.create_run(tracker.experiment_id, run_name=f"trial {run.number}",
+                                    start_time=run.start_ms or now, tags=run.tags)
+        run_id = created.info.run_id
+        tracker.remember_artifact_dir(created)
+        params = [Param(k, v) for k, v in run.params.items()]
+        metrics = run.metrics
+        partial, had_reason = True, False
+    tags = [RunTag(k, v) for k, v in run.tags.items()]
+    if run.state != "FAIL" and had_reason:
+        client.delete_tag(run_id, "fail_reason")
+    client.log_batch(run_id, params=params,
+                     metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags)
+    if partial or not fill_only:
+        for name, content in run.artifacts.items():
+            tracker.write_artifact(run_id, name, content)
+    client.set_terminated(run_id, status=run.status, end_time=run.end_ms or now)
+    return run_id
+
+
+def trial_runs(tracker: Any, number: int | None = None) -> list[Any]:
+    """The study's trial runs (of trial ``number`` only, when given)."""
+    flt = (f"tags.`{TAG_STUDY_ID}` = '{tracker.uid}' and tags.`{TAG_ROLE}` = 'trial'")
+    if number is not None:
+        flt += f" and tags.`{TAG_TRIAL}` = '{number}'"
+    out, token = [], None
+    while True:
+        page = tracker.client.search_runs([tracker.experiment_id], filter_string=flt,
+                                          max_results=1000, page_token=token)
+        out.extend(page)
+        token = page.token
+        if not token:
+            return out
+
+
+def needs_repair(run: Any, expected: TrialRun) -> bool:
+    tags = run.data.tags
+    return (run.info.status == "RUNNING" or run.info.status != expected.status
+            or tags.get("state") != expected.state
+            or tags.get("mlflow.parentRunId") != expected.tags["mlflow.parentRunId"]
+            or (expected.state == "FAIL" and not tags.get("fail_reason")))
+
+
+def reconcile(tracker: Any) -> dict[str, int]:
+    """Make the study's trial runs agree with its storage; returns what it changed:
+    ``created`` runs, ``repaired`` runs (closed, state fixed), ``removed`` duplicates."""
+    from frugalnas.core import optuna_compat
+
+    trials = optuna_compat.fresh_trials(tracker.study.optuna_study)
+    by_number: dict[int, list[Any]] = {}
+    for r in trial_runs(tracker):
+        try:
+            by_number.setdefault(int(r.data.tags[TAG_TRIAL]), []).append(r)
+        except (KeyError, ValueError):
+            continue
+    changes = {"created": 0, "repaired": 0, "removed": 0}
+    for frozen in trials:
+        if frozen.state not in FINISHED_STATES:
+            continue
+        runs = by_number.get(frozen.number, [])
+        if len(runs) == 1:
+            expected_state = frozen.state.name
+            tags = runs[0].data.tags
+            if (runs[0].info.status != "RUNNING" and tags.get("state") == expected_state
+                    and tags.get("mlflow.parentRunId") == tracker.parent_run_id
+                    and (expected_state != "FAIL" or tags.get("fail_reason"))):
+                continue  # the common case, decided without building the run
+        expected = from_trial(tracker, frozen)
+        if not runs:
+            write(tracker, expected, [])
+            changes["created"] += 1
+            continue
+        if len(runs) > 1:
+            changes["removed"] += len(runs) - 1
+        keep = _keep(runs)
+        if len(runs) > 1 or needs_repair(keep, expected):
+            if keep.data.tags.get("state") == "FAIL" and expected.state == "FAIL":
+                # keep the reason the worker wrote (it may be more precise than the storage's)
+                expected.tags["fail_reason"] = keep.data.tags.get(
+                    "fail_reason", expected.tags.get("fail_reason", NO_REASON))
+                expected.status = keep.info.status if keep.info.status != "RUNNING" \
+                    else expected.status
+            write(tracker, expected, runs, fill_only=True)
+            changes["repaired"] += 1
+    return changes
