@@ -22,16 +22,9 @@ from frugalnas.testing import (CheckSetup, ConformanceError, check_backend, chec
 #: Built-in plugins only: a plugin installed in the environment is not ours to check here.
 HOST = PluginHost(autoload=False)
 
-_VALIDATE = ("SearchSpace.validate (frugalnas/core/space.py) formats the architecture with "
-             "str(arch) in its error message, and the {} text codec raises KeyError for an "
-             "architecture that lacks a decision (e.g. from Architecture.from_json), so "
-             "validate raises KeyError instead of ArchitectureParseError")
-
 #: Built-ins that break a check because of code outside the conformance suite; each must be
 #: fixed there (strict: the case fails once it passes, so the entry must then be removed).
 EXPECTED_FAILURES = {
-    "search_spaces:nb201:check_validate_rejects_bad_architectures": _VALIDATE.format("NB201"),
-    "search_spaces:dag:check_validate_rejects_bad_architectures": _VALIDATE.format("DAG"),
     "estimators:learned-ensemble:check_evaluate": (
         "LearnedEnsembleEstimator (frugalnas/proxies/ensemble.py) declares the metrics "
         "weight_<proxy> in provides but only puts them in the result once min_labelled trials "

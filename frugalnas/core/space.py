@@ -73,9 +73,12 @@ class SearchSpace(ABC):
         dists = self.distributions()
         decisions = arch.decisions
         if list(decisions) != list(dists):
+            # Not str(arch): a space's text form may need the very decisions that are missing.
+            missing = [k for k in dists if k not in decisions]
+            extra = [k for k in decisions if k not in dists]
             raise ArchitectureParseError(
-                f"architecture {arch} has decisions {list(decisions)}; space {self.name!r} "
-                f"expects {list(dists)}")
+                f"architecture for space {self.name!r} has decisions {list(decisions)} "
+                f"(missing {missing}, unexpected {extra}); the space expects {list(dists)}")
         for key, dist in dists.items():
             if not _contains(dist, decisions[key]):
                 raise ArchitectureParseError(
