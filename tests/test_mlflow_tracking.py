@@ -1,6 +1,7 @@
 import json
 
 import mlflow
+import optuna
 import pytest
 from mlflow import MlflowClient
 
@@ -95,3 +96,101 @@ def test_env_var_sets_the_default_store(tmp_path, monkeypatch):
     frugalnas.create_study(study_name="from-env").optimize(1)
     _, runs = runs_of(uri, "from-env")
     assert len(runs) == 2
+
+
+# -- the tracking URI is checked before the first trial ------------------------------------
+def _run_cli(capsys, *args):
+    from frugalnas.core.cli import main
+
+    rc = main(["run", "--space", "nb201", "--estimator", "nb201-table", "--n-trials", "1",
+               "-q", *args])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("uri, fragment", [
+    ("mlflow.db", "it has no scheme; valid URIs look like sqlite:///mlflow.db"),
+    ("sqlite:///no/such/folder/mlflow.db", "the folder 'no/such/folder' of the sqlite store "
+                                           "does not exist"),
+    ("sqlite://", "a sqlite store is sqlite:///RELATIVE/PATH.db"),
+])
+def test_a_bad_tracking_uri_is_one_line_before_any_trial(tmp_path, capsys, uri, fragment):
+    rc, err = _run_cli(capsys, "--tracking-uri", uri, "--storage",
+                       f"sqlite:///{tmp_path / 'optuna.db'}", "--study-name", "bad")
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("frugalnas: error: ") and repr(uri) in err[0] and fragment in err[0]
+    assert not (tmp_path / "no").exists(), "the tracking store's folder was created"
+    assert optuna.get_all_study_summaries(f"sqlite:///{tmp_path / 'optuna.db'}") == []
+
+
+def test_an_unreachable_tracking_server_is_one_line_within_seconds(capsys):
+    import socket
+    import time
+
+    from frugalnas.testing import fresh_mlflow_uri  # noqa: F401 (keeps imports warm)
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    start = time.monotonic()
+    rc, err = _run_cli(capsys, "--tracking-uri", f"http://127.0.0.1:{port}/")
+    assert rc == 2 and len(err) == 1, err
+    assert f"MLflow tracking server http://127.0.0.1:{port}/ is not reachable" in err[0]
+    assert time.monotonic() - start < 15
+
+    # A server that accepts connections and never answers: the probe gives up after 5 s.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        rc, err = _run_cli(capsys, "--tracking-uri", uri)
+        took = time.monotonic() - start
+    assert rc == 2 and len(err) == 1 and f"{uri} is not reachable within 5 s" in err[0], err
+    assert took < 20, took
+
+
+@pytest.mark.slow
+def test_ui_passes_sigterm_to_the_server_and_waits_for_it(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from ops_support.servers import free_port
+
+    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "frugalnas.core.cli", "ui", "--tracking-uri",
+                             uri, "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 180
+    while True:
+        assert proc.poll() is None, f"frugalnas ui exited with {proc.returncode}"
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                break
+        except OSError:
+            assert time.monotonic() < end, "the MLflow UI did not start"
+            time.sleep(0.3)
+
+    def server_pids():
+        pids = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and int(pid) != proc.pid:
+                try:
+                    cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+                except OSError:
+                    continue
+                if str(port).encode() in cmd or f"127.0.0.1:{port}".encode() in cmd:
+                    pids.append(int(pid))
+        return pids
+
+    assert server_pids(), "no server process found"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) in (0, 143)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+    left = [p for p in server_pids() if not open(f"/proc/{p}/stat").read().split()[2] == "Z"]
+    assert left == [], f"server processes left after SIGTERM: {left}"

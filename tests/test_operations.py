@@ -265,3 +265,105 @@ def test_every_torch_load_uses_weights_only():
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert calls >= 1, "the scan found no torch.load call at all (the weight store has one)"
     assert offenders == [], f"torch.load without weights_only=True: {offenders}"
+
+
+# -- one search shared by workers (in-process) -----------------------------------------------
+def _config(**kw) -> frugalnas.StudyConfig:
+    kw.setdefault("plugins", [PLUGIN])
+    return frugalnas.StudyConfig(space="nb201", estimator="nb201-table", dataset=None, **kw)
+
+
+def test_study_trials_read_running_and_failed_trials_without_an_architecture(tmp_path):
+    """Another worker's RUNNING trial that has not proposed yet, and a trial that failed
+    during its proposal, have no architecture: Study.trials and strategies read them."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = frugalnas.create_study(storage=storage, study_name="ops", strategy="regularized-evolution",
+                                   strategy_options={"n_init": 2, "population_size": 2,
+                                                     "sample_size": 2},
+                                   disable_plugins=["mlflow"])
+    study.optimize(n_trials=3)
+    running = study.optuna_study.ask()                  # RUNNING, no params yet
+    partial = study.optuna_study.ask()                  # fails half-way through its proposal
+    partial.suggest_categorical("edge_1_0", study.space.distributions()["edge_1_0"].choices)
+    study.optuna_study.tell(partial, state=TrialState.FAIL)
+
+    records = {t.number: t for t in study.trials}
+    assert records[running.number].architecture is None
+    assert records[partial.number].architecture is None
+    assert all(records[n].architecture is not None for n in range(3))
+    assert len(study.completed_trials()) == 3 and study.best_trial.architecture is not None
+
+    reopened = frugalnas.load_study(study_name="ops", storage=storage, disable_plugins=["mlflow"])
+    reopened.optimize(n_trials=2)                       # evolution reads the odd trials too
+    assert len(reopened.completed_trials()) == 5
+
+
+def test_the_quota_storage_forwards_every_storage_method(tmp_path):
+    from optuna.storages import BaseStorage
+
+    from frugalnas.core.optuna_compat import BaseHeartbeat
+    from frugalnas.core.worker import QuotaStorage, make_storage
+
+    public = {n for base in (BaseStorage, BaseHeartbeat) for n, v in vars(base).items()
+              if callable(v) and not n.startswith("__")}
+    assert {"remove_session", "get_best_trial", "check_trial_is_updatable"} <= public
+    missing = [n for n in public if n not in vars(QuotaStorage)]
+    assert missing == [], f"QuotaStorage inherits {missing} instead of forwarding them"
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    inner = make_storage(url)
+    quota = QuotaStorage(inner, url, n_trials=3)
+    calls = []
+    inner.remove_session = lambda: calls.append("remove_session")
+    quota.remove_session()
+    assert calls == ["remove_session"]
+    study = optuna.create_study(storage=quota, direction="maximize")
+    for v in (0.2, 0.9, 0.5):
+        study.tell(study.ask(), v)
+    with pytest.raises(Exception, match="3 of 3"):
+        study.ask()
+    assert study.best_value == 0.9
+    seen = []
+    real = type(inner).get_best_trial
+    inner.get_best_trial = lambda study_id: seen.append(study_id) or real(inner, study_id)
+    assert study.best_trial.value == 0.9 and seen, "get_best_trial did not reach RDBStorage"
+
+
+def test_workers_show_no_optuna_experimental_warnings(tmp_path):
+    import warnings
+
+    from frugalnas.core.worker import run_worker
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_worker(_config(), f"sqlite:///{tmp_path / 'optuna.db'}", "ops", 3, heartbeat=1,
+                   grace=2, retries=1)
+    experimental = [str(w.message) for w in caught
+                    if issubclass(w.category, optuna.exceptions.ExperimentalWarning)]
+    assert experimental == []
+
+
+def test_a_worker_never_evaluates_an_architecture_twice_unless_asked(tmp_path):
+    """A sampler that always proposes the same architecture: the repeats become FAIL trials
+    that say why, nothing is evaluated twice, and the worker stops after 20 in a row."""
+    from frugalnas.core.worker import MAX_DUPLICATES_IN_A_ROW, run_worker
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    with pytest.raises(frugalnas.ConfigError, match="proposed 20 architectures in a row"):
+        run_worker(_config(strategy="ops-repeat"), storage, "ops", 4)
+    trials = _trials_of(storage, "ops")
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(complete) == 1 and len(failed) == MAX_DUPLICATES_IN_A_ROW
+    assert all(t.user_attrs["fail_reason"].startswith("duplicate architecture: trial 0 (COMPLETE)")
+               for t in failed)
+    assert all(t.user_attrs["architecture"] == complete[0].user_attrs["architecture"] for t in failed)
+
+    study = run_worker(_config(strategy="ops-repeat"), f"sqlite:///{tmp_path / 'r.db'}", "ops", 3,
+                       repeats=True)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3
+    assert len({str(t.architecture) for t in study.trials}) == 1
+
+
+def _trials_of(storage: str, name: str):
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)

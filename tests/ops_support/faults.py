@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import optuna
 import torch
 
 from frugalnas.core.errors import check_choice
@@ -93,9 +94,52 @@ class Faulty(Estimator):
         return result
 
 
+class RepeatSampler(optuna.samplers.BaseSampler):
+    """An optuna sampler that proposes the same architecture for every trial (the first
+    choice of every decision), as a sampler that does not look at other trials would."""
+
+    def __init__(self, space: Any = None, seed: int = 0, host: Any = None):
+        self.space = space
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return param_distribution.choices[0]
+
+
+class ProposeThenHang(optuna.samplers.BaseSampler):
+    """Random architectures; in a process whose pid is a file name in ``control_dir`` the
+    proposal hangs (a worker killed while its strategy proposes)."""
+
+    def __init__(self, space: Any = None, seed: int = 0, host: Any = None,
+                 control_dir: str | None = None):
+        self.control_dir = control_dir
+        self.random = optuna.samplers.RandomSampler(seed=None)
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        if self.control_dir and (Path(self.control_dir) / str(os.getpid())).exists():
+            time.sleep(600)
+        return self.random.sample_independent(study, trial, param_name, param_distribution)
+
+
 @hookimpl
 def frugalnas_estimators() -> dict[str, Any]:
     return {"ops-sleepy": SleepyTable, "ops-faulty": Faulty}
+
+
+@hookimpl
+def frugalnas_strategies() -> dict[str, Any]:
+    return {"ops-repeat": RepeatSampler, "ops-propose-hang": ProposeThenHang}
 
 
 def read_log(path: str | Path) -> list[tuple[str, int, int]]:

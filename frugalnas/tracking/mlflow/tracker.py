@@ -377,7 +377,9 @@ def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -
 def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> None:
     ui = subparsers.add_parser("ui", help="start the MLflow UI for the store in use")
     ui.add_argument("--tracking-uri")
-    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    # dest is not "host": the command line keeps its plugin host in args.host
+    ui.add_argument("--host", dest="bind_host", default="127.0.0.1",
+                    help="address to bind (default 127.0.0.1)")
     ui.add_argument("--port", type=int, default=5000)
     ui.add_argument("--workers", type=int, default=1,
                     help="server processes (default 1: starts fast; MLflow's own default is 4)")
@@ -388,11 +390,11 @@ def cmd_ui(args: argparse.Namespace) -> int:
     uri = resolve_tracking_uri(args.tracking_uri)
     check_tracking_uri(uri)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-           "--host", args.host, "--port", str(args.port), "--workers", str(args.workers)]
+           "--host", args.bind_host, "--port", str(args.port), "--workers", str(args.workers)]
     root = artifact_root(uri)
     if root is not None:
         cmd += ["--default-artifact-root", root]
-    print(f"MLflow UI for {uri} on http://{args.host}:{args.port}", flush=True)
+    print(f"MLflow UI for {uri} on http://{args.bind_host}:{args.port}", flush=True)
     return run_forwarding_signals(cmd)
 
 
