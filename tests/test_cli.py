@@ -58,9 +58,9 @@ def test_plugins_command_lists_builtins(tmp_path):
 
 def test_run_with_flags_and_dry_run(tmp_path):
     proc = frugalnas_cli("run", "--estimator", "nb201-table", "--n-trials", "3", "--no-tracking",
-                         "-o", "estimator.dataset=cifar100", "--dry-run", cwd=tmp_path)
+                         "-o", "estimator.dataset=cifar10", "--dry-run", cwd=tmp_path)
     plan = json.loads(proc.stdout)
-    assert plan["estimator"]["options"] == {"dataset": "cifar100"}
+    assert plan["estimator"]["options"] == {"dataset": "cifar10"}
     assert "mlflow" not in plan["plugins"] and plan["run"]["n_trials"] == 3
     proc = frugalnas_cli("run", "--n-trials", "3", "--no-tracking", "-q", cwd=tmp_path)
     assert "3 trial(s) completed" in proc.stdout

@@ -13,9 +13,11 @@ import tomllib
 from dataclasses import asdict
 from typing import Any
 
-from frugalnas.core.config import RUN_KEYS, StudyConfig, check_keys, load_run_file
-from frugalnas.core.errors import ConfigError, FrugalnasError
+from frugalnas.core.config import StudyConfig, check_run_settings, load_run_file
+from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
+                                   call_each_plugin, one_line)
 from frugalnas.core.plugins import KINDS, PluginHost
+from frugalnas.core.storage_url import check_storage_url
 
 OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset")
 
@@ -73,7 +75,17 @@ def _study_args(parser: argparse.ArgumentParser, host: PluginHost) -> None:
     parser.add_argument("--dry-run", action="store_true", help="validate and print the plan, run nothing")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(parser)
-    host.hook.frugalnas_run_arguments(parser=parser)
+    _call_hook(host, "frugalnas_run_arguments", parser=parser)
+
+
+def _call_hook(plugin_host: PluginHost, hook: str, **kwargs: Any) -> None:
+    """Call a command-line hook; an exception names the plugin (one line, exit status 2)."""
+    def failed(plugin: str, exc: BaseException) -> None:
+        if isinstance(exc, FrugalnasError):
+            raise exc
+        raise PluginError(f"plugin {plugin!r} failed in {hook}: {one_line(exc)}") from exc
+
+    call_each_plugin(getattr(plugin_host.hook, hook), kwargs, failed)
 
 
 def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig, dict[str, Any]]:
@@ -115,23 +127,26 @@ def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig
     add, block = _plugin_args(args)
     data["plugins"] = sorted(set(data.get("plugins", [])) | set(add))
     data["disable_plugins"] = sorted(set(data.get("disable_plugins", [])) | set(block))
-    host.hook.frugalnas_run_settings(args=args, settings=data)
+    _call_hook(host, "frugalnas_run_settings", args=args, settings=data)
     for key in ("n_trials", "timeout", "n_jobs", "storage", "study_name"):
         if getattr(args, key) is not None:
             run[key] = getattr(args, key)
-    check_keys("run settings", run, list(RUN_KEYS))
+    check_run_settings(run)
     return StudyConfig.from_mapping(data), run
 
 
 def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str, Any]:
-    """Run every check that can run before the first trial (``check_config``, plus creating
-    the cheap components); return the resolved plan (names, source plugins, options with
-    defaults)."""
-    from frugalnas.core.study import check_config, make_strategy
+    """Run every check that can run before the first trial: the run settings, the storage URL
+    (scheme, driver, directory), ``check_config`` (components, options, dataset paths,
+    objectives, each plugin's ``frugalnas_check_config``) and creating the cheap components.
+    Nothing is written anywhere. Returns the resolved plan (names, source plugins, options
+    with defaults)."""
+    from frugalnas.core.study import build_components, check_config
 
+    check_run_settings(run)
+    check_storage_url(run.get("storage"))
     check_config(host, config)
-    space = host.create("search_spaces", config.space, **config.space_options)
-    make_strategy(host, space, config)
+    build_components(host, config)
     out: dict[str, Any] = {"run": run}
     for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
                         ("backend", "backends"), ("dataset", "datasets")):
@@ -158,25 +173,10 @@ def host_for(config: StudyConfig) -> PluginHost:
     return PluginHost(config.plugins, config.disable_plugins)
 
 
-def _check_run_settings(run: dict[str, Any]) -> None:
-    from frugalnas.core.errors import check_range
-
-    n = run.get("n_trials")
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-        raise ConfigError(f"invalid n_trials {n!r}; expected an integer >= 1")
-    if run.get("n_jobs") is not None:
-        if not isinstance(run["n_jobs"], int) or run["n_jobs"] == 0 or run["n_jobs"] < -1:
-            raise ConfigError(f"invalid n_jobs {run['n_jobs']!r}; expected an integer >= 1 "
-                              "(or -1: one per CPU)")
-    if run.get("timeout") is not None:
-        check_range("timeout (seconds)", run["timeout"], 0)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from frugalnas.core.study import create_study
 
     config, run = resolve_run(args, args.host)
-    _check_run_settings(run)
     host = host_for(config)
     resolved = plan(config, run, host)
     if args.dry_run:
@@ -184,16 +184,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _optuna_logging()
     if not args.quiet:
         os.environ.setdefault("FRUGALNAS_PROGRESS", "1")
     else:
         os.environ["FRUGALNAS_PROGRESS"] = "0"
     cfg = asdict(config)
-    study = create_study(storage=run.get("storage"), study_name=run.get("study_name"),
-                         load_if_exists=run.get("load_if_exists", bool(run.get("storage"))),
-                         host=host, **{k: v for k, v in cfg.items() if k != "directions"},
-                         directions=config.directions)
+    try:
+        study = create_study(storage=run.get("storage"), study_name=run.get("study_name"),
+                             load_if_exists=run.get("load_if_exists", bool(run.get("storage"))),
+                             host=host, **{k: v for k, v in cfg.items() if k != "directions"},
+                             directions=config.directions)
+    except optuna.exceptions.DuplicatedStudyError:
+        raise ConfigError(f"study {run.get('study_name')!r} already exists in the storage and "
+                          "load_if_exists is false; set load_if_exists = true to continue it, "
+                          "or choose another --study-name") from None
     n_trials = run.get("n_trials", 10)
     done = len(study.completed_trials())
     study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1))
@@ -206,10 +211,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"best trial {t.number}: values={t.values} architecture={t.architecture}")
     except ValueError:
         print("no completed trial")
-    if completed == 0 and n_trials > 0:
-        print(f"frugalnas: error: no trial completed{_failure_summary(study)}", file=sys.stderr)
-        return 1
-    return 0
+    return _exit_status(study, completed == 0)
+
+
+class _OneLineTrialFailures:
+    """A logging filter for optuna's logger: a failed trial is one line (optuna logs the
+    traceback and a second line); ``FRUGALNAS_TRACEBACK=1`` keeps optuna's full output."""
+
+    def filter(self, record: Any) -> bool:
+        message = str(record.msg)
+        if " failed with value " in message and message.startswith("Trial "):
+            return False
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+def _optuna_logging() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if os.environ.get("FRUGALNAS_TRACEBACK", "") in ("", "0"):
+        import logging
+
+        # Records of optuna's modules propagate to the handlers of the "optuna" logger.
+        for handler in logging.getLogger("optuna").handlers:
+            if not any(isinstance(f, _OneLineTrialFailures) for f in handler.filters):
+                handler.addFilter(_OneLineTrialFailures())
+
+
+def _exit_status(study: Any, none_completed: bool) -> int:
+    """1 with a one-line summary on stderr when no trial completed or a plugin hook raised."""
+    problems = [f"no trial completed{_failure_summary(study)}"] if none_completed else []
+    problems += [str(e) for e in getattr(study, "plugin_errors", [])]
+    if not problems:
+        return 0
+    print(f"frugalnas: error: {'; '.join(problems)}", file=sys.stderr)
+    return 1
 
 
 def _failure_summary(study: Any) -> str:
@@ -227,24 +265,30 @@ def _failure_summary(study: Any) -> str:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from frugalnas.core.worker import run_worker
+    from frugalnas.core.worker import check_worker_settings, run_worker
 
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    _optuna_logging()
     os.environ["FRUGALNAS_PROGRESS"] = "0" if args.quiet else os.environ.get("FRUGALNAS_PROGRESS", "1")
     config, run = resolve_run(args, args.host)
-    _check_run_settings(run)
     storage = run.get("storage")
     if not storage or not isinstance(storage, str):
         raise ConfigError("a worker needs a shared storage URL: --storage sqlite:///study.db "
                           "(or journal:PATH, postgresql://..., mysql://...)")
+    if storage in ("sqlite://", "sqlite:///:memory:"):
+        raise ConfigError(f"a worker needs a shared storage; {storage!r} is in memory (use "
+                          "sqlite:///PATH, journal:PATH, postgresql://... or mysql://...)")
     n_trials = run.get("n_trials")
     if n_trials is None:
         raise ConfigError("a worker needs the study's total number of trials: --n-trials N")
+    check_storage_url(storage)
+    check_worker_settings(args.heartbeat, args.grace, args.retries)
+    if args.heartbeat and storage.startswith("journal:"):
+        raise ConfigError("heartbeats need an RDB storage (sqlite/postgresql/mysql URL); "
+                          f"got {storage!r}")
     host = host_for(config)
-    plan(config, run, host)
+    resolved = plan(config, run, host)
     if args.dry_run:
+        print(json.dumps(resolved, indent=2, default=str))
         return 0
     study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
                        heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
@@ -252,15 +296,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     states = [t.state.name for t in study.trials]
     print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
           f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
-    if states.count("COMPLETE") == 0:
-        print(f"frugalnas: error: no trial completed{_failure_summary(study)}", file=sys.stderr)
-        return 1
-    return 0
+    return _exit_status(study, states.count("COMPLETE") == 0)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     add, block = _plugin_args(args)
     host = PluginHost(add, block)
+    for kind in KINDS:  # a failing registration hook is an error before anything is printed
+        host.registry(kind)
     if args.json:
         data = {"plugins": [asdict(i) for i in host.infos.values()],
                 "components": {k: host.registry(k).describe() for k in KINDS}}
@@ -296,7 +339,7 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true")
     _common(plugins)
     plugins.set_defaults(func=cmd_plugins)
-    host.hook.frugalnas_commands(subparsers=sub, host=host)
+    _call_hook(host, "frugalnas_commands", subparsers=sub, host=host)
     return parser
 
 
@@ -304,19 +347,27 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         host = PluginHost(*_preparse_plugins(argv))
+        parser = build_parser(host)
     except FrugalnasError as exc:
-        print(f"frugalnas: error: {exc}", file=sys.stderr)
-        return 2
-    args = build_parser(host).parse_args(argv)
+        return _error(exc)
+    args = parser.parse_args(argv)
     args.host = host
     try:
         return args.func(args)
+    except ConfigConflictError as exc:
+        return _error(exc.for_cli())
     except FrugalnasError as exc:
-        print(f"frugalnas: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
     except KeyboardInterrupt:
         print("frugalnas: interrupted; completed trials are saved in the storage", file=sys.stderr)
         return 130
+
+
+def _error(message: object) -> int:
+    """Print one line ``frugalnas: error: ...`` on stderr; exit status 2 (bad input)."""
+    text = " ".join(str(message).split("\n"))
+    print(f"frugalnas: error: {text}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 from frugalnas.core.errors import ConfigError, check_choice
 
 DIRECTIONS = ("maximize", "minimize")
+#: Seeds go to numpy, whose generators take 32-bit seeds.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -58,8 +61,12 @@ class StudyConfig:
                 f"objectives {self.objectives} and directions {self.directions} differ in length")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ConfigError(f"invalid seed {self.seed!r}; expected an integer")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"invalid seed {self.seed!r}; valid range: [0, {MAX_SEED}]")
         if self.trial_timeout is not None and not (
-                isinstance(self.trial_timeout, (int, float)) and self.trial_timeout > 0):
+                isinstance(self.trial_timeout, (int, float))
+                and not isinstance(self.trial_timeout, bool)
+                and 0 < self.trial_timeout < math.inf):
             raise ConfigError(f"invalid trial_timeout {self.trial_timeout!r}; expected seconds > 0")
         for name in ("space_options", "strategy_options", "estimator_options",
                      "backend_options", "dataset_options"):
@@ -108,6 +115,32 @@ def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
 
 #: Keys of a run file (TOML) that are not part of StudyConfig.
 RUN_KEYS = ("study_name", "storage", "n_trials", "timeout", "n_jobs", "load_if_exists")
+
+
+def check_run_settings(run: dict[str, Any]) -> None:
+    """Raise ConfigError, naming the bad value and the valid ones, for a run setting (a
+    :data:`RUN_KEYS` value from a run file or a flag) that cannot work."""
+    check_keys("run settings", run, list(RUN_KEYS))
+    n = run.get("n_trials")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise ConfigError(f"invalid n_trials {n!r}; expected an integer >= 1")
+    jobs = run.get("n_jobs")
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool)
+                             or jobs == 0 or jobs < -1):
+        raise ConfigError(f"invalid n_jobs {jobs!r}; expected an integer >= 1 (or -1: one per "
+                          "CPU)")
+    timeout = run.get("timeout")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or not 0 < timeout < math.inf):
+        raise ConfigError(f"invalid timeout {timeout!r}; expected seconds > 0 for the whole "
+                          "study")
+    for key in ("storage", "study_name"):
+        value = run.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(f"invalid {key} {value!r}; expected a non-empty string")
+    if "load_if_exists" in run and not isinstance(run["load_if_exists"], bool):
+        raise ConfigError(f"invalid load_if_exists {run['load_if_exists']!r}; expected true or "
+                          "false")
 
 
 def check_keys(what: str, data: dict[str, Any], valid: list[str]) -> None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
+from frugalnas.core.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -56,7 +58,7 @@ class Dataset:
     def subset(self, fraction: float = 1.0, seed: int = 0) -> "Dataset":
         """Keep a seeded ``fraction`` of the training examples (validation is kept whole)."""
         if not 0 < fraction <= 1:
-            raise ValueError(f"invalid subset fraction {fraction!r}; valid range: (0, 1]")
+            raise ConfigError(f"invalid subset fraction {fraction!r}; valid range: (0, 1]")
         n = max(1, int(round(len(self.train_x) * fraction)))
         g = torch.Generator().manual_seed(seed)
         idx = torch.randperm(len(self.train_x), generator=g)[:n]
@@ -75,7 +77,7 @@ def split_arrays(name: str, x: torch.Tensor, y: torch.Tensor, num_classes: int,
                  valid_fraction: float, seed: int) -> Dataset:
     """Standardise ``x`` with training statistics and split it with a seeded permutation."""
     if not 0 < valid_fraction < 1:
-        raise ValueError(f"invalid valid_fraction {valid_fraction!r}; valid range: (0, 1)")
+        raise ConfigError(f"invalid valid_fraction {valid_fraction!r}; valid range: (0, 1)")
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(x), generator=g)
     n_valid = max(1, int(round(len(x) * valid_fraction)))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 
 class FrugalnasError(Exception):
@@ -38,6 +39,36 @@ class DuplicateComponentError(PluginError):
     """Two plugins registered a component of the same kind under the same name."""
 
 
+class PluginHookError(PluginError):
+    """A plugin's lifecycle hook raised. The study records it (``Study.plugin_errors``, one
+    entry per plugin and hook, with a count) and goes on; the trial keeps its state."""
+
+    def __init__(self, plugin: str, hook: str, error: str, count: int = 1):
+        self.plugin, self.hook, self.error, self.count = plugin, hook, error, count
+        super().__init__(plugin, hook, error)
+
+    def __str__(self) -> str:
+        times = f" ({self.count} times)" if self.count > 1 else ""
+        return f"plugin {self.plugin!r} failed in {self.hook}: {self.error}{times}"
+
+
+class ConfigConflictError(ConfigError):
+    """A stored study was created with settings other than the ones given now."""
+
+    def __init__(self, study_name: str, differences: list[str]):
+        self.study_name, self.differences = study_name, list(differences)
+        super().__init__(
+            f"study {study_name!r} exists with a different configuration (stored -> given: "
+            f"{'; '.join(self.differences)}); reopen it with load_study() to run it with its "
+            "stored settings, or choose another study_name")
+
+    def for_cli(self) -> str:
+        """The same message for a command-line user."""
+        return (f"study {self.study_name!r} exists with a different configuration (stored -> "
+                f"given: {'; '.join(self.differences)}); repeat the settings it was created "
+                "with, or choose another --study-name")
+
+
 class TrialFailure(FrugalnasError):
     """A candidate could not be evaluated (out of memory, non-finite loss, timeout...)."""
 
@@ -57,3 +88,39 @@ def check_range(what: str, value: float, low: float | None = None, high: float |
         lo = "-inf" if low is None else low
         hi = "inf" if high is None else high
         raise ConfigError(f"invalid {what} {value!r}; valid range: [{lo}, {hi}]")
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line (the first line of the message)."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0][:2000] if text else type(exc).__name__
+
+
+def call_each_plugin(caller: Any, kwargs: Mapping[str, Any],
+                     on_error: Callable[[str, BaseException], None]) -> None:
+    """Call each implementation of the pluggy hook ``caller`` in pluggy's order, so that an
+    exception names the plugin that raised it: ``on_error(plugin_name, exc)`` is called for it
+    (and may re-raise) and the next implementation still runs. Hooks with wrapper
+    implementations are called through pluggy as a whole; a failure is then attributed from
+    the traceback."""
+    impls = caller.get_hookimpls()
+    if any(getattr(i, "hookwrapper", False) or getattr(i, "wrapper", False) for i in impls):
+        try:
+            caller(**kwargs)
+        except Exception as exc:
+            on_error(_culprit(exc, impls), exc)
+        return
+    for impl in reversed(impls):
+        try:
+            impl.function(*[kwargs[name] for name in impl.argnames])
+        except Exception as exc:
+            on_error(impl.plugin_name, exc)
+
+
+def _culprit(exc: BaseException, impls: list[Any]) -> str:
+    codes = {getattr(i.function, "__code__", None): i.plugin_name for i in impls}
+    name, tb = "(unknown plugin)", exc.__traceback__
+    while tb is not None:
+        name = codes.get(tb.tb_frame.f_code, name)
+        tb = tb.tb_next
+    return name

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,12 +21,14 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.config import StudyConfig
 from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, TrialFailure
+from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
+                                   PluginHookError, TrialFailure, call_each_plugin, one_line)
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  METRICS_ATTR)
 from frugalnas.core.plugins import PluginHost, get_host
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
 
 
 class TrialRecord:
@@ -99,6 +103,10 @@ class Study:
         #: Per-study state of lifecycle plugins, by plugin name (the MLflow plugin keeps its
         #: run ids and write errors under "mlflow").
         self.plugin_state: dict[str, Any] = {}
+        #: Lifecycle hooks that raised, one :class:`PluginHookError` per plugin and hook (with
+        #: a count). Such a failure never changes a trial's state; ``frugalnas run`` exits 1.
+        self.plugin_errors: list[PluginHookError] = []
+        self._errors_lock = threading.Lock()
 
     # -- components (created on first use) ----------------------------------------------
     @property
@@ -173,7 +181,7 @@ class Study:
     def _run_trial(self, trial: optuna.Trial) -> float | Sequence[float]:
         arch = self.space.suggest(trial)
         trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
-        self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
+        self._notify("frugalnas_trial_started", study=self, trial=trial, architecture=arch)
         try:
             with trial_timeout(self.config.trial_timeout):
                 result = self.evaluate(arch, trial)
@@ -196,9 +204,25 @@ class Study:
 
     def _finished(self, trial: Any, arch: Architecture, state: str, values: list[float] | None,
                   result: EstimateResult | None, error: str | None) -> None:
-        self.host.hook.frugalnas_trial_finished(study=self, trial=trial, architecture=arch,
-                                                state=state, values=values, result=result,
-                                                error=error)
+        self._notify("frugalnas_trial_finished", study=self, trial=trial, architecture=arch,
+                     state=state, values=values, result=result, error=error)
+
+    def _notify(self, hook: str, **kwargs: Any) -> None:
+        """Call a lifecycle hook implementation by implementation: one that raises is
+        recorded in :attr:`plugin_errors` (and reported once on stderr) and the others run."""
+        call_each_plugin(getattr(self.host.hook, hook), kwargs,
+                         lambda plugin, exc: self._plugin_failed(plugin, hook, exc))
+
+    def _plugin_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        with self._errors_lock:
+            for known in self.plugin_errors:
+                if (known.plugin, known.hook) == (plugin, hook):
+                    known.count += 1
+                    return
+            error = PluginHookError(plugin, hook, one_line(exc))
+            self.plugin_errors.append(error)
+        print(f"frugalnas: warning: {error}; the study goes on (repeats are counted in "
+              "study.plugin_errors)", file=sys.stderr, flush=True)
 
     def report_stale_trial(self, frozen: FrozenTrial) -> None:
         """Tell the plugins that a trial of a dead worker was failed by the heartbeat check."""
@@ -211,7 +235,7 @@ class Study:
         if not self._started:
             self._started = True
             strategy_protocol.bind(self.strategy, self)
-            self.host.hook.frugalnas_study_started(study=self)
+            self._notify("frugalnas_study_started", study=self)
 
     def _stop_when_strategy_is_done(self, ostudy: optuna.Study, frozen: FrozenTrial) -> None:
         if strategy_protocol.should_stop(self.strategy, self):
@@ -245,7 +269,7 @@ class Study:
         if self._started:
             self._started = False
             try:
-                self.host.hook.frugalnas_study_finished(study=self)
+                self._notify("frugalnas_study_finished", study=self)
             finally:
                 if self._backend is not None:
                     self._backend.release()
@@ -256,7 +280,7 @@ class Study:
         trial = self.optuna_study.ask()
         arch = self.space.suggest(trial)
         trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
-        self.host.hook.frugalnas_trial_started(study=self, trial=trial, architecture=arch)
+        self._notify("frugalnas_trial_started", study=self, trial=trial, architecture=arch)
         return Candidate(trial, arch)
 
     def tell(self, candidate: Candidate, values: float | Sequence[float] | EstimateResult | None = None,
@@ -308,7 +332,7 @@ class Study:
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Report study-level metrics (generation fitness, surrogate quality, ...) to plugins."""
-        self.host.hook.frugalnas_study_metrics(study=self, metrics=metrics, step=step)
+        self._notify("frugalnas_study_metrics", study=self, metrics=metrics, step=step)
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -356,16 +380,37 @@ def make_strategy(host: PluginHost, space: SearchSpace,
                        **config.strategy_options)
 
 
+#: The option group of each component kind, as the command line names it (``-o GROUP.KEY``).
+GROUPS = {"search_spaces": "space", "strategies": "strategy", "estimators": "estimator",
+          "backends": "backend", "datasets": "dataset"}
+
+
 def check_config(host: PluginHost, config: StudyConfig,
                  estimator: Estimator | None = None) -> Estimator:
-    """Everything that can be checked before the first trial: every component name and option,
-    the objectives against the metrics the estimator declares, and each plugin's own settings
-    (``frugalnas_check_config``). Returns the estimator it created."""
-    host.registry("search_spaces").get(config.space).check_options(config.space_options)
-    host.registry("backends").get(config.backend).check_options(config.backend_options)
+    """Everything that can be checked before the first trial: every component name and option
+    (unknown and missing required ones), the dataset's own checks (its factory's optional
+    ``check_options(**dataset_options)``: paths and files), the objectives against the metrics
+    the estimator declares, and each plugin's own settings (``frugalnas_check_config``).
+    Returns the estimator it created. Every failure is a :class:`ConfigError` or
+    :class:`PluginError` with a one-line message."""
+    _check_component(host.registry("search_spaces").get(config.space), "search_spaces",
+                     config.space_options)
+    if config.strategy in host.registry("strategies"):
+        _check_component(host.registry("strategies").get(config.strategy), "strategies",
+                         config.strategy_options, supplied=("space", "seed"))
+    _check_component(host.registry("backends").get(config.backend), "backends",
+                     config.backend_options)
     if config.dataset is not None:
-        host.registry("datasets").get(config.dataset).check_options(config.dataset_options)
-    estimator = estimator or host.create_estimator(config.estimator, config.estimator_options)
+        dataset = host.registry("datasets").get(config.dataset)
+        _check_component(dataset, "datasets", config.dataset_options, supplied=("seed",))
+        check = getattr(dataset.factory, "check_options", None)
+        if callable(check):
+            _guarded(dataset, "checking its options", check, **config.dataset_options)
+    if estimator is None:
+        comp = host.estimators().get(config.estimator)
+        _check_component(comp, "estimators", config.estimator_options)
+        estimator = _guarded(comp, "creating it", host.create_estimator, config.estimator,
+                             config.estimator_options)
     declared = list(estimator.objective_names())
     for name in config.objectives:
         if name not in declared:
@@ -374,8 +419,55 @@ def check_config(host: PluginHost, config: StudyConfig,
     if config.dataset is None and estimator.needs_dataset:
         raise ConfigError(f"estimator {config.estimator!r} needs a dataset; set dataset= "
                           f"(registered: {', '.join(host.registry('datasets').names())})")
-    host.hook.frugalnas_check_config(config=config, host=host)
+
+    def failed(plugin: str, exc: BaseException) -> None:
+        if isinstance(exc, FrugalnasError):
+            raise exc
+        raise PluginError(f"plugin {plugin!r} failed in frugalnas_check_config: "
+                          f"{one_line(exc)}") from exc
+
+    call_each_plugin(host.hook.frugalnas_check_config, {"config": config, "host": host}, failed)
     return estimator
+
+
+def _check_component(comp: Any, kind: str, options: dict[str, Any],
+                     supplied: Sequence[str] = ()) -> None:
+    """Unknown options and missing required ones of one component, before it is created."""
+    comp.check_options(options)
+    missing = [name for name, default in comp.options().items()
+               if default is inspect.Parameter.empty and name not in options
+               and name not in supplied]
+    if missing:
+        group = GROUPS[kind]
+        raise ConfigError(
+            f"{comp.kind} {comp.name!r} needs the option {missing[0]!r} (-o "
+            f"{group}.{missing[0]}=VALUE, or {group}_options={{{missing[0]!r}: ...}}); its "
+            f"options: {', '.join(n for n in comp.options() if n not in supplied)}")
+
+
+def _guarded(comp: Any, doing: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)``; an exception other than frugalnas's own becomes a one-line
+    ConfigError naming the component and the plugin it comes from."""
+    try:
+        return func(*args, **kwargs)
+    except FrugalnasError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{comp.kind} {comp.name!r} (plugin {comp.plugin!r}) failed when "
+                          f"{doing}: {one_line(exc)}") from exc
+
+
+def build_components(host: PluginHost, config: StudyConfig,
+                     sampler: optuna.samplers.BaseSampler | None = None,
+                     ) -> tuple[SearchSpace, optuna.samplers.BaseSampler]:
+    """The study's space and strategy, created with the checked options; an exception from a
+    factory becomes a one-line ConfigError naming the component."""
+    space = _guarded(host.registry("search_spaces").get(config.space), "creating it",
+                     host.create, "search_spaces", config.space, **config.space_options)
+    if sampler is None:
+        sampler = _guarded(host.registry("strategies").get(config.strategy), "creating it",
+                           make_strategy, host, space, config)
+    return space, sampler
 
 
 def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSampler = "random",
@@ -411,25 +503,37 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
         raise ConfigError(f"{len(dirs)} directions {list(dirs)} need as many objectives, "
                           "e.g. objectives=['value', 'params']")
     config = StudyConfig.from_mapping(cfg)
-    host = host if host is not None else get_host(plugins, config.disable_plugins)
     # Validate everything before anything is created in the storage.
+    check_storage_url(storage)
+    host = host if host is not None else get_host(plugins, config.disable_plugins)
     estimator_obj = check_config(host, config)
-    space_obj = host.create("search_spaces", config.space, **config.space_options)
-    sampler = sampler_obj or make_strategy(host, space_obj, config)
-    ostudy = optuna.create_study(storage=storage, sampler=sampler,
-                                 pruner=pruner or optuna.pruners.NopPruner(),
-                                 study_name=study_name, directions=config.directions,
-                                 load_if_exists=load_if_exists)
+    space_obj, sampler = build_components(host, config, sampler_obj)
+    with _storage_errors(storage):
+        ostudy = optuna.create_study(storage=open_storage(storage), sampler=sampler,
+                                     pruner=pruner or optuna.pruners.NopPruner(),
+                                     study_name=study_name, directions=config.directions,
+                                     load_if_exists=load_if_exists)
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
     if stored is None:
         ostudy.set_user_attr(CONFIG_ATTR, config.to_json())
     elif (previous := StudyConfig.from_json(stored)) != config:
-        raise ConfigError(
-            f"study {ostudy.study_name!r} exists with a different configuration ("
-            + "; ".join(previous.differences(config)) + "); continue it with the stored "
-            "settings (frugalnas run/worker with the same options, or load_study()), or choose "
-            "another study name")
+        raise ConfigConflictError(ostudy.study_name, previous.differences(config))
     return Study(ostudy, config, host, space_obj, estimator_obj)
+
+
+@contextlib.contextmanager
+def _storage_errors(storage: Any) -> Iterator[None]:
+    """Turn an error of the storage itself (unreachable server, refused login, unreadable
+    file) into a one-line ConfigError naming the URL (password masked)."""
+    try:
+        yield
+    except FrugalnasError:
+        raise
+    except Exception as exc:
+        error = storage_error(storage, exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
@@ -439,10 +543,14 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
                host: PluginHost | None = None, **overrides: Any) -> Study:
     """Reopen a study from its storage with the configuration it was created with.
     ``overrides`` replace run-time settings such as ``plugin_options`` or ``backend_options``."""
+    check_storage_url(storage)
+    storage = open_storage(storage)
     try:
-        ostudy = optuna.load_study(study_name=study_name, storage=storage)
+        with _storage_errors(storage):
+            ostudy = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
-        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        with _storage_errors(storage):
+            names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         raise ConfigError(f"no study named {study_name!r} in the storage; studies there: "
                           f"{', '.join(names) or '(none)'}") from None
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
@@ -457,12 +565,10 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
         host = get_host(list(config.plugins) + [p for p in plugins if p not in config.plugins],
                         config.disable_plugins)
     estimator_obj = check_config(host, config)
-    space_obj = host.create("search_spaces", config.space, **config.space_options)
-    if strategy is None:
-        if config.strategy not in host.registry("strategies"):
-            raise ConfigError(f"study {study_name!r} was created with the sampler object "
-                              f"{config.strategy!r}; pass strategy= to load_study")
-        strategy = make_strategy(host, space_obj, config)
+    if strategy is None and config.strategy not in host.registry("strategies"):
+        raise ConfigError(f"study {study_name!r} was created with the sampler object "
+                          f"{config.strategy!r}; pass strategy= to load_study")
+    space_obj, strategy = build_components(host, config, strategy)
     ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy,
                                pruner=pruner or optuna.pruners.NopPruner())
     return Study(ostudy, config, host, space_obj, estimator_obj)
