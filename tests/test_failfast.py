@@ -269,6 +269,9 @@ def test_bad_storage_fails_before_anything_is_created(tmp_path):
             frugalnas.create_study(storage=storage, **OFF)
         with pytest.raises(ConfigError):
             frugalnas.load_study(study_name="s", storage=storage)
+    for storage in (f"sqlite:///{tmp_path}/never.db", f"journal:{tmp_path}/never.log"):
+        with pytest.raises(ConfigError, match="never.* does not exist"):
+            frugalnas.load_study(study_name="s", storage=storage)
     with pytest.raises(ConfigError, match="dataset 'cifar' needs the option 'path'"):
         frugalnas.create_study(storage=f"sqlite:///{tmp_path}/s.db", estimator="train",
                                dataset="cifar", disable_plugins=["mlflow"])

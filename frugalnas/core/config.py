@@ -67,7 +67,8 @@ class StudyConfig:
                 isinstance(self.trial_timeout, (int, float))
                 and not isinstance(self.trial_timeout, bool)
                 and 0 < self.trial_timeout < math.inf):
-            raise ConfigError(f"invalid trial_timeout {self.trial_timeout!r}; expected seconds > 0")
+            raise ConfigError(f"invalid trial_timeout {self.trial_timeout!r}; expected a finite "
+                              "number of seconds > 0")
         for name in ("space_options", "strategy_options", "estimator_options",
                      "backend_options", "dataset_options"):
             if not isinstance(getattr(self, name), dict):
@@ -132,8 +133,8 @@ def check_run_settings(run: dict[str, Any]) -> None:
     timeout = run.get("timeout")
     if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
                                 or not 0 < timeout < math.inf):
-        raise ConfigError(f"invalid timeout {timeout!r}; expected seconds > 0 for the whole "
-                          "study")
+        raise ConfigError(f"invalid timeout {timeout!r}; expected a finite number of seconds > 0 "
+                          "for the whole study")
     for key in ("storage", "study_name"):
         value = run.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):

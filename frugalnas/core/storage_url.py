@@ -51,10 +51,11 @@ def masked(url: str) -> str:
     return f"{head}://{user}{':***' if colon else ''}{at}{tail}"
 
 
-def check_storage_url(url: Any) -> None:
+def check_storage_url(url: Any, must_exist: bool = False) -> None:
     """Raise :class:`ConfigError` (one line naming the URL and what would be valid, or the
     package to install) unless ``url`` is a storage frugalnas can open. ``None`` (in memory)
-    and storage objects pass unchecked."""
+    and storage objects pass unchecked. With ``must_exist`` (reopening a study) a sqlite or
+    journal file must already exist."""
     if url is None or not isinstance(url, (str, os.PathLike)):
         if url is not None and not hasattr(url, "create_new_study"):
             raise ConfigError(f"invalid storage {url!r}; expected a URL string ({VALID}) "
@@ -65,7 +66,7 @@ def check_storage_url(url: Any) -> None:
     if not url.strip():
         raise ConfigError(f"invalid storage URL {url!r}; valid: {VALID}")
     if url.startswith("journal:"):
-        _check_file("journal", url[len("journal:"):], url)
+        _check_file("journal", url[len("journal:"):], url, must_exist)
         return
     if "://" not in url:
         raise ConfigError(f"invalid storage URL {shown!r}{_hint_for_path(url)}; valid: {VALID}")
@@ -103,7 +104,7 @@ def check_storage_url(url: Any) -> None:
                               "sqlite:////ABSOLUTE/PATH)")
         if parsed.database in (None, "", ":memory:"):
             return  # an in-memory sqlite database
-        _check_file("sqlite", parsed.database, shown)
+        _check_file("sqlite", parsed.database, shown, must_exist)
 
 
 def _installed(module: str) -> bool:
@@ -129,7 +130,7 @@ def _hint_for_path(url: str) -> str:
     return f" (a sqlite file is written sqlite:///{url})"
 
 
-def _check_file(kind: str, path: str, shown: str) -> None:
+def _check_file(kind: str, path: str, shown: str, must_exist: bool = False) -> None:
     if not path:
         raise ConfigError(f"invalid storage URL {shown!r}: no file path; expected "
                           f"{'sqlite:///PATH' if kind == 'sqlite' else 'journal:PATH'}")
@@ -141,6 +142,9 @@ def _check_file(kind: str, path: str, shown: str) -> None:
     if not parent.is_dir():
         raise ConfigError(f"the directory {str(parent)!r} of storage URL {shown!r} does not "
                           "exist; create it first or choose another path")
+    if must_exist and not file.exists():
+        raise ConfigError(f"the file {str(file)!r} of storage URL {shown!r} does not exist (no "
+                          "study was stored there)")
     if file.exists():
         if not os.access(file, os.R_OK | os.W_OK):
             raise ConfigError(f"the file {str(file)!r} of storage URL {shown!r} is not "

@@ -543,7 +543,7 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
                host: PluginHost | None = None, **overrides: Any) -> Study:
     """Reopen a study from its storage with the configuration it was created with.
     ``overrides`` replace run-time settings such as ``plugin_options`` or ``backend_options``."""
-    check_storage_url(storage)
+    check_storage_url(storage, must_exist=True)
     storage = open_storage(storage)
     try:
         with _storage_errors(storage):
