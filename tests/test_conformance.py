@@ -25,10 +25,6 @@ HOST = PluginHost(autoload=False)
 #: Built-ins that break a check because of code outside the conformance suite; each must be
 #: fixed there (strict: the case fails once it passes, so the entry must then be removed).
 EXPECTED_FAILURES = {
-    "estimators:learned-ensemble:check_evaluate": (
-        "LearnedEnsembleEstimator (frugalnas/proxies/ensemble.py) declares the metrics "
-        "weight_<proxy> in provides but only puts them in the result once min_labelled trials "
-        "have teacher scores, so an objective naming one fails the first trials"),
 }
 
 

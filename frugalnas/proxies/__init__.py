@@ -8,16 +8,25 @@ from typing import Any
 
 from frugalnas.core.plugins import PluginHost, hookimpl
 from frugalnas.proxies.activation import JacobCov, Naswot, Zen
+from frugalnas.proxies.aznas import AZExpressivity, AZProgressivity, AZTrainability
 from frugalnas.proxies.base import Proxy, ProxyEstimator, proxy_batch
 from frugalnas.proxies.checks import ProxyCheckError, check_proxy
 from frugalnas.proxies.ensemble import LearnedEnsembleEstimator, RankEnsembleEstimator
+from frugalnas.proxies.epe import EpeNas
 from frugalnas.proxies.gradient import Fisher, Grasp, GradNorm, Plain, Snip, Synflow
+from frugalnas.proxies.meco import MeCo
 from frugalnas.proxies.size import Flops, L2Norm, Params
+from frugalnas.proxies.swap import Swap, SwapReg
+from frugalnas.proxies.tenas import LinearRegions, NTKCondition
+from frugalnas.proxies.zico import ZiCo
 
 __all__ = ["Proxy", "ProxyCheckError", "ProxyEstimator", "check_proxy", "proxy_batch"]
 
 PROXIES = (Synflow, Snip, Grasp, GradNorm, Fisher, Plain, JacobCov, Naswot, Zen, Params, Flops,
-           L2Norm)
+           L2Norm,
+           # issue 17: proxies of 2021-2024 (ZiCo, MeCo, SWAP, AZ-NAS, TE-NAS, EPE-NAS)
+           ZiCo, MeCo, Swap, SwapReg, AZExpressivity, AZProgressivity, AZTrainability,
+           NTKCondition, LinearRegions, EpeNas)
 
 
 @hookimpl

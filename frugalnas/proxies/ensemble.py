@@ -23,13 +23,17 @@ from scipy.stats import rankdata, spearmanr
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
-from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.latency import LATENCY_METRICS, check_latency_options
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 TEACHER_METRIC = "teacher_value"
+#: How member ranks combine: the weighted mean of percentile ranks, or AZ-NAS's non-linear
+#: aggregation, the weighted mean of log(rank / n) (Lee & Ham, CVPR 2024), which rewards
+#: networks that rank high on every member and punishes a low rank on any one.
+AGGREGATIONS = ("mean-rank", "log-rank")
 
 
 def percentile_ranks(values: Sequence[float]) -> np.ndarray:
@@ -49,6 +53,27 @@ def rank_average(matrix: np.ndarray, weights: Sequence[float] | None = None) -> 
     if w.sum() <= 0:
         w = np.ones(m.shape[1])
     return ranks @ (w / w.sum())
+
+
+def log_rank_average(matrix: np.ndarray, weights: Sequence[float] | None = None) -> np.ndarray:
+    """AZ-NAS's aggregation: the weighted mean over columns of log(rank / n), ranks 1 (worst)
+    to n (best), ties sharing their mean rank (equal weights: the paper's sum of log-ranks
+    divided by the number of proxies, the same order)."""
+    m = np.asarray(matrix, dtype=float)
+    logs = np.column_stack([np.log(rankdata(m[:, j]) / len(m)) for j in range(m.shape[1])])
+    w = np.ones(m.shape[1]) if weights is None else np.asarray(weights, dtype=float)
+    if w.sum() <= 0:
+        w = np.ones(m.shape[1])
+    return logs @ (w / w.sum())
+
+
+def aggregate(matrix: np.ndarray, weights: Sequence[float] | None = None,
+              aggregation: str = "mean-rank") -> np.ndarray:
+    """Each row's combined score under ``aggregation`` (``AGGREGATIONS``)."""
+    check_choice("ensemble aggregation", aggregation, AGGREGATIONS)
+    if aggregation == "log-rank":
+        return log_rank_average(matrix, weights)
+    return rank_average(matrix, weights)
 
 
 def fit_weights(matrix: np.ndarray, target: Sequence[float]) -> np.ndarray:
@@ -85,6 +110,8 @@ def stored_population(study: Any, names: Sequence[str],
 class RankEnsembleEstimator(Estimator):
     """Mean percentile rank of several zero-cost proxies among the trials seen so far.
 
+    ``aggregation="log-rank"`` combines the ranks as AZ-NAS does (mean of log(rank / n)).
+
     ``latency=True`` also measures the network's inference latency on the backend's device
     (batches of ``latency_batch_size``) and adds ``latency_ms`` and ``latency_ms_iqr``."""
 
@@ -96,7 +123,9 @@ class RankEnsembleEstimator(Estimator):
                  data: str = "dataset", resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  host: Any = None, latency: bool = False, latency_batch_size: int = 1,
-                 latency_min_run_time: float = 0.2):
+                 latency_min_run_time: float = 0.2, aggregation: str = "mean-rank"):
+        check_choice("ensemble aggregation", aggregation, AGGREGATIONS)
+        self.aggregation = aggregation
         if isinstance(proxies, str) or not proxies:
             raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names")
         if weights is not None and len(weights) != len(proxies):
@@ -133,10 +162,11 @@ class RankEnsembleEstimator(Estimator):
 
     def combine(self, values: dict[str, float], population: list[dict[str, float]],
                 weights: Sequence[float] | None) -> float:
-        """The candidate's weighted mean percentile rank within ``population`` + itself."""
+        """The candidate's weighted mean percentile rank (or mean log-rank) within
+        ``population`` + itself."""
         keys = [f"proxy_{n}" for n in self.proxies]
         rows = [[row[k] for k in keys] for row in population] + [[values[k] for k in keys]]
-        return float(rank_average(np.array(rows), weights)[-1])
+        return float(aggregate(np.array(rows), weights, self.aggregation)[-1])
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         values, cost = self.measure(arch, context)
@@ -147,7 +177,12 @@ class RankEnsembleEstimator(Estimator):
 
 
 class LearnedEnsembleEstimator(RankEnsembleEstimator):
-    """Rank ensemble whose proxy weights are fitted on trials also scored by a teacher."""
+    """Rank ensemble whose proxy weights are fitted on trials also scored by a teacher.
+
+    Any registered proxy can be a member (a feature of the fit). The metrics
+    ``teacher_value`` (on the trials the teacher scores) and ``weight_<proxy>`` (once
+    ``min_labelled`` trials have teacher scores) are in the results but not in ``provides``,
+    which lists only the metrics every result holds."""
 
     name = "learned-ensemble"
 
@@ -157,10 +192,10 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
                  resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  host: Any = None, latency: bool = False, latency_batch_size: int = 1,
-                 latency_min_run_time: float = 0.2):
+                 latency_min_run_time: float = 0.2, aggregation: str = "mean-rank"):
         super().__init__(proxies, None, batch_size, data, resize, seed, input_shape, num_classes,
                          host, latency=latency, latency_batch_size=latency_batch_size,
-                         latency_min_run_time=latency_min_run_time)
+                         latency_min_run_time=latency_min_run_time, aggregation=aggregation)
         check_range("teacher_every", teacher_every, 1)
         check_range("min_labelled", min_labelled, 2)
         self.teacher = teacher
@@ -168,8 +203,8 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
         self.teacher_every, self.min_labelled = int(teacher_every), int(min_labelled)
         self.teacher_estimator = host.create_estimator(teacher, self.teacher_options)
         self.needs_dataset = self.needs_dataset or self.teacher_estimator.needs_dataset
-        self.provides = (*self.provides, TEACHER_METRIC,
-                         *(f"weight_{n}" for n in self.proxies))
+        # teacher_value and weight_<proxy> are emitted on some trials only, so they are not
+        # declared: provides lists what every result holds (an objective must be there)
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         values, cost = self.measure(arch, context)

@@ -1,0 +1,136 @@
+"""SWAP: the number of distinct sample-wise activation patterns, and its regularised form.
+
+Peng, Song, Fayek, Ciesielski, Chang, "SWAP-NAS: Sample-Wise Activation Patterns for
+Ultra-fast NAS", ICLR 2024. Feed a batch of ``S`` samples; every ReLU unit ``n`` (one
+channel at one position of one layer) has a *sample-wise* pattern, the binary vector
+``(1[a_n(x_1) > 0], ..., 1[a_n(x_S) > 0])``. The SWAP-Score is the number of distinct
+patterns over all units of the network:
+
+    SWAP = |{ p_n : n a ReLU unit }|
+
+A standard activation pattern (one vector per sample, as NASWOT uses) can take at most ``S``
+distinct values; a sample-wise one up to ``2^S``, so the score keeps resolving large
+networks. The regularised SWAP-Score multiplies by ``f(Theta) = exp(-(Theta - mu)^2 / sigma)``,
+``Theta`` the parameter count in thousands, to steer the search to a model size ``mu``
+(``sigma`` sets how sharply). The authors' code redraws conv and linear weights from
+N(0, 1) (batch-norm weights 1, biases 0) before scoring, as ``init="gaussian"`` does here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from frugalnas.core.cost import count_params
+from frugalnas.core.errors import check_choice, check_range
+from frugalnas.proxies.base import Proxy
+
+INITS = ("gaussian", "none")
+#: NB201 benchmark networks (N=5, C=16, 10 classes): largest and mean parameter count, in
+#: thousands, over all 15,625 cells (frugalnas/data table); the defaults of ``swap_reg``.
+NB201_MAX_KPARAMS = 1531.546
+NB201_MEAN_KPARAMS = 398.554
+
+
+def pack_bits(bits: torch.Tensor) -> torch.Tensor:
+    """Pack a boolean matrix ``(rows, n)`` into int64 words ``(rows, ceil(n / 62))``: equal
+    rows give equal words and different rows different words."""
+    rows, n = bits.shape
+    width = 62
+    if n <= width:
+        weights = torch.pow(2, torch.arange(n, device=bits.device, dtype=torch.int64))
+        return (bits.to(torch.int64) * weights).sum(dim=1, keepdim=True)  # no int matmul on GPUs
+    words = -(-n // width)
+    padded = torch.zeros((rows, words * width), dtype=torch.int64, device=bits.device)
+    padded[:, :n] = bits.to(torch.int64)
+    weights = torch.pow(2, torch.arange(width, device=bits.device, dtype=torch.int64))
+    return (padded.reshape(rows, words, width) * weights).sum(dim=2)
+
+
+def gaussian_init(model: nn.Module) -> None:
+    """Conv and linear weights from N(0, 1) (torch's RNG), biases 0, batch-norm affine 1/0."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                m.weight.normal_()
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.modules.batchnorm._BatchNorm) and m.affine:
+                m.weight.fill_(1.0)
+                m.bias.zero_()
+
+
+def sample_wise_patterns(model: nn.Module, inputs: torch.Tensor) -> int:
+    """The number of distinct sample-wise patterns of the outputs of the ``nn.ReLU`` modules
+    that act on 4-D feature maps, over ``inputs`` (one training-mode forward)."""
+    keys: list[torch.Tensor] = []
+
+    def hook(module, inp, out) -> None:
+        if inp and isinstance(inp[0], torch.Tensor) and inp[0].dim() == 4:
+            active = (out.detach().reshape(out.shape[0], -1) > 0).T  # (units, samples)
+            packed = pack_bits(active)
+            # one word per unit for up to 62 samples: a fast 1-D unique
+            keys.append(torch.unique(packed[:, 0]) if packed.shape[1] == 1
+                        else torch.unique(packed, dim=0))
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.ReLU)]
+    try:
+        model.train()
+        with torch.no_grad():
+            model(inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    if not keys:
+        return 0
+    return int(torch.unique(torch.cat(keys), dim=0).shape[0])
+
+
+class Swap(Proxy):
+    """swap: number of distinct sample-wise ReLU activation patterns over a batch of
+    ``samples`` inputs (Peng et al., ICLR 2024)."""
+
+    name = "swap"
+    needs_data = True
+    needs_labels = False
+    passes = 1.0
+
+    def __init__(self, samples: int = 16, init: str = "gaussian", seed: int = 0):
+        check_range("swap samples", samples, 2)
+        check_choice("swap init", init, INITS)
+        self.samples, self.init, self.seed = samples, init, seed
+
+    def patterns(self, model: nn.Module, inputs: torch.Tensor) -> int:
+        if self.init == "gaussian":
+            gaussian_init(model)
+        return sample_wise_patterns(model, inputs[: int(self.samples)])
+
+    def compute(self, model, inputs, targets) -> float:
+        return float(self.patterns(model, inputs))
+
+    def flops(self, forward_flops_per_sample: float, batch_size: int) -> float:
+        return forward_flops_per_sample * min(batch_size, self.samples)
+
+
+class SwapReg(Swap):
+    """swap_reg: regularised SWAP-Score, log SWAP - (Theta - mu)^2 / sigma, Theta the
+    parameter count in thousands (the log of the paper's SWAP * exp(-(Theta - mu)^2 /
+    sigma): the same ranking, without underflow). Defaults: mu and sigma are the largest and
+    the mean parameter count of the NB201 benchmark networks (thousands), the way the SWAP
+    authors' code derives them from a population of model sizes."""
+
+    name = "swap_reg"
+
+    def __init__(self, samples: int = 16, init: str = "gaussian", seed: int = 0,
+                 mu: float = NB201_MAX_KPARAMS, sigma: float = NB201_MEAN_KPARAMS):
+        super().__init__(samples, init, seed)
+        check_range("swap_reg mu", mu, 0)
+        check_range("swap_reg sigma", sigma, 1e-12)
+        self.mu, self.sigma = mu, sigma
+
+    def compute(self, model, inputs, targets) -> float:
+        theta = count_params(model) / 1e3
+        count = self.patterns(model, inputs)
+        return math.log(max(count, 1)) - (theta - self.mu) ** 2 / self.sigma
