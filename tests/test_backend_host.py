@@ -126,7 +126,7 @@ def test_without_a_host_builtin_inner_backends_still_work():
     backend = VirtualNodeBackend(virtual_nodes=2, inner="out-of-core",
                                  inner_options={"profile_repeats": 0}, device="cpu")
     assert isinstance(backend.host, PluginHost) and isinstance(backend.inner, OutOfCoreBackend)
-    assert backend.host.spec() == {"plugins": [], "disable_plugins": []}
+    assert backend.host.spec() == {"plugins": [], "disable_plugins": [], "autoload": True}
     assert train_one_step(backend) > 0
     plain = VirtualNodeBackend(virtual_nodes=2, device="cpu")   # the fast path needs no host
     assert plain.host is None and isinstance(plain.inner, SingleDeviceBackend)
