@@ -11,6 +11,7 @@ from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimato
 from frugalnas.core.plugins import PluginHost, create_component, get_host, hookimpl, list_components
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.study import Candidate, Study, TrialRecord, create_study, load_study
+from frugalnas.export import export_study
 
 __version__ = "0.1.0"
 
@@ -19,5 +20,5 @@ __all__ = [
     "Dataset", "DuplicateComponentError", "EstimateResult", "Estimator", "EvaluationContext",
     "FrugalnasError", "PluginError", "PluginHost", "SearchSpace", "Study", "StudyConfig",
     "TrialFailure", "TrialRecord", "UnknownComponentError", "create_component", "create_study",
-    "get_host", "hookimpl", "list_components", "load_study",
+    "export_study", "get_host", "hookimpl", "list_components", "load_study",
 ]

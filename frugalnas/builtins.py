@@ -18,4 +18,5 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "out-of-core": "frugalnas.backends.out_of_core.backend",
     "mlflow": "frugalnas.tracking.mlflow.tracker",
     "progress": "frugalnas.progress",
+    "export": "frugalnas.export",
 }

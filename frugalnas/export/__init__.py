@@ -1,0 +1,36 @@
+"""Built-in plugin "export": from a finished search to a deployable network.
+
+- :func:`export_study` (``frugalnas.export_study``; command ``frugalnas export``) trains the
+  chosen trial's architecture from scratch on training + validation data with the study's
+  backend, measures it once on the test split, and writes a state dict, TorchScript,
+  ``torch.export`` and ONNX files (each checked against the module) and ``report.json``; with
+  the study's MLflow tracking on it logs the network as an MLflow model linked to the trial's
+  run, and registers it on request.
+- :func:`leaderboard_rows`, :func:`leaderboard_html`, :func:`leaderboard_table` (command
+  ``frugalnas report``): the completed trials ranked, for the terminal or an HTML file.
+
+See docs/deployment.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from frugalnas.core.plugins import hookimpl
+from frugalnas.export.exporter import DEFAULT_EPOCHS, ExportedModel, export_study
+from frugalnas.export.formats import FORMATS, ExportError
+from frugalnas.export.leaderboard import (leaderboard_html, leaderboard_rows, leaderboard_table,
+                                          pareto_fronts)
+from frugalnas.export.select import select_trials
+
+__all__ = ["DEFAULT_EPOCHS", "FORMATS", "ExportError", "ExportedModel", "export_study",
+           "leaderboard_html", "leaderboard_rows", "leaderboard_table", "pareto_fronts",
+           "select_trials"]
+
+
+@hookimpl
+def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> None:
+    from frugalnas.export.cli import add_commands
+
+    add_commands(subparsers)

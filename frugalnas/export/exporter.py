@@ -1,0 +1,421 @@
+"""``export_study``: from a study's trial to a deployable network.
+
+The architecture of the chosen trial is trained from scratch on the training + validation
+examples of the study's dataset, with the study's backend (single-device, virtual-node,
+out-of-core, or any plugin's), seed and training hyperparameters; its accuracy is measured
+once, on the test split that the search never saw. The network is written as a state dict,
+a TorchScript file, a ``torch.export`` program and an ONNX file (each loaded back and checked
+against the module), with ``report.json``; with the study's MLflow tracking on, it is logged
+as an MLflow model linked to the trial's run (and registered on request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.cost import count_flops, count_params
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import ConfigError
+from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.core.latency import measure_latency
+from frugalnas.core.training import TrainConfig, seed_everything, train
+from frugalnas.export import formats as fmt
+from frugalnas.export.formats import FORMATS, ExportError
+from frugalnas.export.select import select_trials
+
+#: Epochs of the final training when neither ``epochs`` nor a train option says otherwise.
+DEFAULT_EPOCHS = 10.0
+#: Training hyperparameters taken from the study's estimator options when it has them.
+INHERITED = ("batch_size", "lr", "momentum", "weight_decay", "optimizer")
+TRAIN_OPTIONS = tuple(f.name for f in fields(TrainConfig))
+REPORT_VERSION = 1
+#: Threads for the latency measurements (batch of 1, CPU).
+LATENCY_THREADS = 1
+
+
+@dataclass
+class ExportedModel:
+    """One exported trial: the trained module (CPU, eval mode), its folder, files and report."""
+
+    trial: int
+    rank: int
+    architecture: Architecture
+    out: Path
+    model: nn.Module
+    report: dict[str, Any]
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def test_accuracy(self) -> float:
+        return float(self.report["test_accuracy"])
+
+    @property
+    def model_uri(self) -> str | None:
+        """The MLflow model URI (``models:/m-...``), when the model was logged."""
+        return (self.report.get("mlflow") or {}).get("model_uri")
+
+
+class _Progress:
+    """A backend seen through a progress bar: every ``train_step`` advances it."""
+
+    def __init__(self, inner: Any, bar: Any):
+        self._inner, self._bar = inner, bar
+
+    def train_step(self, *args: Any, **kwargs: Any) -> float:
+        loss = self._inner.train_step(*args, **kwargs)
+        self._bar.update(1)
+        if self._bar.n % 10 == 0 or self._bar.n == self._bar.total:
+            self._bar.set_postfix_str(f"loss={loss:.3g}", refresh=False)
+        return loss
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _show_progress(progress: bool | None) -> bool:
+    if progress is not None:
+        return bool(progress)
+    flag = os.environ.get("FRUGALNAS_PROGRESS", "auto")
+    return flag == "1" or (flag != "0" and sys.stderr.isatty())
+
+
+def planned_steps(n_train: int, cfg: TrainConfig) -> int:
+    """The steps :func:`frugalnas.core.training.train` runs for ``n_train`` examples."""
+    total = max(1, math.ceil(cfg.epochs * math.ceil(n_train / cfg.batch_size)))
+    return min(total, cfg.max_steps) if cfg.max_steps is not None else total
+
+
+def train_config(study: Any, epochs: float | None, options: Mapping[str, Any] | None) -> TrainConfig:
+    """The final training's settings: the study estimator's ``batch_size``, ``lr``,
+    ``momentum``, ``weight_decay`` and ``optimizer`` where it has them, ``epochs`` (default
+    :data:`DEFAULT_EPOCHS`), then ``options`` (any :class:`TrainConfig` field)."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(TRAIN_OPTIONS))
+    if unknown:
+        raise ConfigError(f"unknown training option {unknown[0]!r} for export; valid: "
+                          f"{', '.join(TRAIN_OPTIONS)}")
+    if epochs is not None and "epochs" in options:
+        raise ConfigError("give the epochs once: epochs= or train_options['epochs']")
+    settings = {k: v for k, v in study.config.estimator_options.items() if k in INHERITED}
+    settings["epochs"] = DEFAULT_EPOCHS if epochs is None else epochs
+    settings.update(options)
+    return TrainConfig(**settings)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Python and of the libraries an exported model depends on."""
+    from importlib import metadata
+
+    import frugalnas
+
+    out: dict[str, str | None] = {"python": platform.python_version(),
+                                  "frugalnas": frugalnas.__version__, "torch": torch.__version__}
+    for dist in ("onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def machine() -> dict[str, Any]:
+    return {"platform": platform.platform(), "machine": platform.machine(),
+            "processor": platform.processor() or None, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads()}
+
+
+def _load_dataset(study: Any, dataset: str | None, dataset_options: Mapping[str, Any] | None,
+                  seed: int) -> tuple[Dataset, str, dict[str, Any]]:
+    if dataset is None and dataset_options is None:
+        if study.config.dataset is None:
+            raise ConfigError(
+                f"study {study.name!r} has no dataset (estimator {study.config.estimator!r} "
+                "needs none); give the dataset to train the exported network on: dataset= "
+                f"(registered: {', '.join(study.host.registry('datasets').names())})")
+        return study.load_dataset(), study.config.dataset, dict(study.config.dataset_options)
+    name = dataset or study.config.dataset
+    if name is None:
+        raise ConfigError("dataset_options without a dataset; give dataset= as well")
+    options = dict(study.config.dataset_options if dataset is None else {})
+    options.update(dataset_options or {})
+    return study.host.create("datasets", name, seed=seed, **options), name, options
+
+
+def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None = None,
+                 top: int | None = None, pareto: int | None = None,
+                 constraint: str | None = None, epochs: float | None = None,
+                 train_options: Mapping[str, Any] | None = None,
+                 backend_options: Mapping[str, Any] | None = None,
+                 formats: Sequence[str] = FORMATS, seed: int | None = None,
+                 dataset: str | None = None, dataset_options: Mapping[str, Any] | None = None,
+                 register: str | None = None, tracking: bool | None = None,
+                 tracking_uri: str | None = None, latency: bool = True,
+                 check_batch: int = 64, progress: bool | None = None,
+                 ) -> ExportedModel | list[ExportedModel]:
+    """Train the chosen trial(s) of ``study`` from scratch and write deployable files to ``out``.
+
+    Which trial: the best (default, one objective); ``trial=N``; the ``top=K`` best (each into
+    ``out/rank<R>-trial<N>/``, with ``out/index.json``); with two objectives ``pareto=I`` (the
+    I-th Pareto trial, best first by the first objective) or ``constraint="params<=50000"``
+    (the best trial by the other objective among those meeting it; any objective, estimator
+    metric or ``cost_*`` field can be constrained).
+
+    Training: ``epochs`` (default 10) on the dataset's training + validation examples with the
+    study's backend (``backend_options`` override its options, e.g. ``{"nproc": 2}``), the
+    study's seed (or ``seed``), and the batch size, learning rate, momentum, weight decay and
+    optimizer of the study's estimator options where it has them; ``train_options`` set any
+    of them (and ``max_steps``). The test split is read once, for ``test_accuracy``.
+
+    Files in the folder: ``state_dict.pt``, the ``formats`` (``model.torchscript.pt``,
+    ``model.pt2``, ``model.onnx``; each checked against the module on ``check_batch`` test
+    images) and ``report.json``. With the study's MLflow tracking on (``tracking=None``: when
+    its ``mlflow`` plugin is loaded; ``tracking_uri`` overrides its URI) the model is logged
+    as an MLflow model linked to the trial's run, and ``register=NAME`` registers it.
+
+    Returns the :class:`ExportedModel` (a list of them with ``top`` > 1)."""
+    from frugalnas.export import mlflow_model
+
+    chosen_formats = fmt.check_formats(formats)
+    if tracking is None:
+        tracking = mlflow_model.tracking_on(study)
+    elif tracking and not mlflow_model.tracking_on(study):
+        raise ConfigError(f"tracking=True, but study {study.name!r} runs without the mlflow "
+                          "plugin (blocked with -p no:mlflow / --no-tracking)")
+    if register is not None:
+        if not isinstance(register, str) or not register.strip():
+            raise ConfigError(f"invalid registered model name {register!r}")
+        if not tracking:
+            raise ConfigError(f"register={register!r} needs MLflow tracking; study "
+                              f"{study.name!r} runs without the mlflow plugin")
+    picks = select_trials(study, trial=trial, top=top, pareto=pareto, constraint=constraint)
+    selection = ("trial" if trial is not None else f"top {top}" if top is not None
+                 else f"pareto {pareto}" if pareto is not None
+                 else f"constraint {constraint}" if constraint is not None else "best")
+    seed = study.config.seed if seed is None else int(seed)
+    cfg = train_config(study, epochs, train_options)
+    data, data_name, data_options = _load_dataset(study, dataset, dataset_options, seed)
+    if not data.has_test:
+        raise ConfigError(f"dataset {data_name!r} of study {study.name!r} has no test split to "
+                          "measure the exported network on; recreate it with a test split "
+                          "(dataset_options test_fraction > 0; cifar: the test_batch file)")
+    if backend_options:
+        backend = study.host.create("backends", study.config.backend,
+                                    **{**study.config.backend_options, **backend_options})
+        own_backend = True
+    else:
+        backend, own_backend = study.backend, False
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    try:
+        for rank, frozen in enumerate(picks, start=1):
+            folder = out if len(picks) == 1 else out / f"rank{rank}-trial{frozen.number}"
+            folder.mkdir(parents=True, exist_ok=True)
+            results.append(_export_one(
+                study, frozen, rank, folder, data=data, data_name=data_name,
+                data_options=data_options, backend=backend,
+                backend_options={**study.config.backend_options, **(backend_options or {})},
+                cfg=cfg, seed=seed,
+                formats=chosen_formats, selection=selection, tracking=tracking,
+                tracking_uri=tracking_uri, register=register, latency=latency,
+                check_batch=check_batch, progress=_show_progress(progress)))
+    finally:
+        backend.release()
+        if own_backend:
+            backend.close()
+    if len(picks) > 1:
+        index = [{"rank": r.rank, "trial": r.trial, "folder": r.out.name,
+                  "architecture": str(r.architecture), "test_accuracy": r.test_accuracy,
+                  "model_uri": r.model_uri} for r in results]
+        (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+        return results
+    return results[0]
+
+
+def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset, data_name: str,
+                data_options: dict[str, Any], backend: Any, backend_options: dict[str, Any],
+                cfg: TrainConfig, seed: int,
+                formats: tuple[str, ...], selection: str, tracking: bool,
+                tracking_uri: str | None, register: str | None, latency: bool,
+                check_batch: int, progress: bool) -> ExportedModel:
+    from tqdm.auto import tqdm
+
+    from frugalnas.core.study import TrialRecord
+
+    started = time.perf_counter()
+    space = study.space
+    arch = TrialRecord.read_architecture(frozen, space)
+    # -- train from scratch on train + validation ------------------------------------------
+    final_data = data.train_and_valid()
+    seed_everything(seed)
+    model = space.build(arch, data.num_classes, data.input_shape)
+    params = count_params(model)
+    flops = count_flops(model, data.train_x[:1])
+    model = backend.prepare(model)
+    backend.reset_peak_memory()
+    steps = planned_steps(len(final_data.train_x), cfg)
+    with tqdm(total=steps, desc=f"export trial {frozen.number}", unit="step", file=sys.stderr,
+              dynamic_ncols=True, disable=not progress) as bar:
+        trained = train(model, final_data, _Progress(backend, bar), cfg, seed=seed)
+    peak = backend.peak_memory()
+    backend_metrics, backend_artifacts = backend.trial_outputs()
+    train_seconds = time.perf_counter() - started
+    # -- the deployable module: a fresh network with the trained weights, on the CPU ------------
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    with torch.random.fork_rng(devices=[]):
+        clean = space.build(arch, data.num_classes, data.input_shape)
+    clean.load_state_dict(state)
+    clean = clean.cpu().eval()
+    del model
+    test_x, test_y = data.split("test")
+    with torch.no_grad():
+        logits = torch.cat([clean(test_x[i:i + 512]) for i in range(0, len(test_x), 512)])
+    test_accuracy = float((logits.argmax(1) == test_y).float().mean() * 100.0)
+    files: dict[str, Path] = {}
+    torch.save(state, out / "state_dict.pt")
+    files["state_dict"] = out / "state_dict.pt"
+    for name, content in backend_artifacts.items():
+        path = out / f"backend_{Path(name).name}"
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        files[f"backend:{name}"] = path
+    # -- deployable formats, each checked against the module -------------------------------
+    example = fmt.example_batch(test_x)
+    batch = test_x[:max(1, int(check_batch))].contiguous()
+    with torch.no_grad():
+        reference = clean(batch)
+    checks: dict[str, Any] = {}
+    seconds: dict[str, float] = {}
+    program = None
+    onnx_session = None
+    program_seconds = 0.0
+    if "export" in formats or "onnx" in formats:
+        t0 = time.perf_counter()
+        try:
+            program = fmt.export_program(clean, example)
+        except Exception as exc:
+            if "export" in formats:
+                raise ExportError(f"torch.export could not capture the network of trial "
+                                  f"{frozen.number}: {type(exc).__name__}: {exc}") from exc
+        program_seconds = time.perf_counter() - t0
+    for name in formats:
+        if name == "torchscript":
+            res = fmt.write_torchscript(clean, example, batch, reference, out)
+        elif name == "export":
+            res = fmt.write_export(program, batch, reference, out, program_seconds)
+        else:
+            res = fmt.write_onnx(clean, program, example, batch, reference, out)
+            onnx_session = fmt.onnx_session(res.path)
+        files[name] = res.path
+        checks[name] = {"file": res.path.name, "max_abs_diff": res.max_abs_diff,
+                        "batch": len(batch), **res.details}
+        seconds[name] = res.seconds
+    onnx_accuracy = None
+    if onnx_session is not None:
+        onnx_logits = fmt.onnx_predict(onnx_session, test_x)
+        onnx_accuracy = float((onnx_logits.argmax(1) == test_y).float().mean() * 100.0)
+    # -- latency on this machine -------------------------------------------------------------
+    latency_info: dict[str, Any] | None = None
+    if latency:
+        # one thread: batch-1 latency of a small network is per-call overhead, and on a busy
+        # machine several threads mostly measure the wait for each other
+        stats = measure_latency(clean, data.input_shape, 1, "cpu", min_run_time=0.2,
+                                num_threads=LATENCY_THREADS)
+        latency_info = {"torch": stats.to_dict()}
+        if "onnx" in files:
+            latency_info["onnxruntime"] = fmt.onnx_file_latency(
+                files["onnx"], tuple(data.input_shape), threads=LATENCY_THREADS)
+    # -- report --------------------------------------------------------------------------------
+    config = study.config
+    search_cost = {k: v for k, v in (frozen.user_attrs.get(COST_ATTR) or {}).items()}
+    samples = trained.steps * cfg.batch_size
+    report: dict[str, Any] = {
+        "frugalnas_export": REPORT_VERSION,
+        "study": study.name, "trial": frozen.number, "rank": rank, "selection": selection,
+        "architecture": {"text": str(arch), "space": space.name,
+                         "space_options": dict(config.space_options),
+                         "decisions": dict(arch.decisions)},
+        "test_accuracy": test_accuracy, "test_examples": len(test_x),
+        "onnx_test_accuracy": onnx_accuracy,
+        "params": params, "flops": flops,
+        "latency": latency_info,
+        "search": {"objectives": dict(zip(config.objectives, map(float, frozen.values))),
+                   "directions": list(study.directions),
+                   "metrics": dict(frozen.user_attrs.get(METRICS_ATTR) or {}),
+                   "cost": search_cost, "strategy": config.strategy,
+                   "estimator": config.estimator,
+                   "estimator_options": dict(config.estimator_options)},
+        "dataset": {"name": data_name, "options": data_options, "seed": seed,
+                    "input_shape": list(data.input_shape), "num_classes": data.num_classes,
+                    "train_examples": len(data.train_x), "valid_examples": len(data.valid_x),
+                    "test_examples": len(test_x), "trained_on": "train+valid",
+                    "preprocessing": {"standardise": "(x - mean) / std per channel, before "
+                                                     "any resize", "mean": data.mean,
+                                      "std": data.std}},
+        "training": {**{k: getattr(cfg, k) for k in TRAIN_OPTIONS}, "seed": seed,
+                     "steps": trained.steps, "epochs_done": trained.epochs,
+                     "seconds": train_seconds, "train_loop_seconds": trained.seconds,
+                     "flops": 3.0 * flops * samples, "peak_memory": peak,
+                     "final_loss": (sum(trained.losses[-10:]) / len(trained.losses[-10:])
+                                    if trained.losses else None),
+                     "backend": {**backend.describe(), "name": study.config.backend,
+                                 "options": backend_options},
+                     "backend_metrics": {k: float(v) for k, v in backend_metrics.items()}},
+        "checks": checks,
+        "seconds": {"train": train_seconds, **{f"write_{k}": v for k, v in seconds.items()}},
+        "versions": versions(),
+        "machine": machine(),
+        "mlflow": None,
+    }
+    # -- MLflow ------------------------------------------------------------------------------
+    if tracking:
+        pre = out / "report.json"
+        pre.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        extra = [pre] + ([files["onnx"]] if "onnx" in files else [])
+        metrics = {"test_accuracy": test_accuracy, "export_params": float(params),
+                   "export_flops": float(flops)}
+        if latency_info:
+            metrics["export_latency_ms"] = latency_info["torch"]["median_ms"]
+        t0 = time.perf_counter()
+        report["mlflow"] = mlflow_log(study, clean, frozen.number, str(arch), example, metrics,
+                                      {"study": study.name, "trial": frozen.number,
+                                       "space": space.name, "epochs": cfg.epochs,
+                                       "dataset": data_name}, extra, register, tracking_uri)
+        report["seconds"]["mlflow"] = time.perf_counter() - t0
+    report["seconds"]["total"] = time.perf_counter() - started
+    report["files"] = {k: {"file": str(p.relative_to(out)), "bytes": p.stat().st_size,
+                           "sha256": _sha256(p)} for k, p in files.items()}
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    files["report"] = out / "report.json"
+    return ExportedModel(frozen.number, rank, arch, out, clean, report, files)
+
+
+def mlflow_log(study: Any, model: nn.Module, number: int, architecture: str,
+               example: torch.Tensor, metrics: dict[str, float], params: dict[str, Any],
+               extra: list[Path], register: str | None, uri: str | None) -> dict[str, Any]:
+    from frugalnas.export import mlflow_model
+
+    return mlflow_model.log_model(study, model=model, number=number, architecture=architecture,
+                                  example=example, metrics=metrics, params=params,
+                                  extra_files=extra, register=register, uri=uri)
