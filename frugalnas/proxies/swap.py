@@ -115,11 +115,14 @@ class Swap(Proxy):
 
 
 class SwapReg(Swap):
-    """swap_reg: regularised SWAP-Score, log SWAP - (Theta - mu)^2 / sigma, Theta the
-    parameter count in thousands (the log of the paper's SWAP * exp(-(Theta - mu)^2 /
-    sigma): the same ranking, without underflow). Defaults: mu and sigma are the largest and
-    the mean parameter count of the NB201 benchmark networks (thousands), the way the SWAP
-    authors' code derives them from a population of model sizes."""
+    """swap_reg: regularised SWAP-Score, log SWAP - (Theta - mu)^2 / sigma (Peng et al.,
+    ICLR 2024).
+
+    ``Theta`` is the parameter count in thousands; the score is the log of the paper's
+    SWAP * exp(-(Theta - mu)^2 / sigma), the same ranking without underflow. Defaults: mu
+    and sigma are the largest and the mean parameter count of the NB201 benchmark networks
+    (thousands), the way the SWAP authors' code derives them from a population of model
+    sizes; the paper tunes them per search space."""
 
     name = "swap_reg"
 

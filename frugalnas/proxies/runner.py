@@ -1,0 +1,406 @@
+"""ProxyRunner: score many architectures with many proxies, in worker processes, with an
+on-disk cache so that a long measurement resumes where it stopped.
+
+    runner = ProxyRunner(space="nb201", proxies=["synflow", "zico"], data=(x, y), seed=0,
+                         cache_dir=".proxy_cache", workers=2)
+    result = runner.run(architectures)        # a progress bar; cached scores are reused
+    result.values["zico"]                     # one value per architecture, in order
+
+**Cache.** One JSON-lines file, ``<cache_dir>/proxy_scores.jsonl``, append-only: one line
+per (space, architecture, proxy, data, seed) with the value and the seconds it took. The
+key names the space and its options, the architecture's text form, the proxy and its
+parameters, a SHA-256 digest of the batch (inputs and labels) and the seed, so a changed
+option, batch or seed is never confused with a cached one. Only the parent process
+writes, one whole line per ``write`` under an advisory lock (several runners may share a
+cache); a line cut short by a killed process is skipped when the file is read, and the
+next write starts on a fresh line. Scores that raise are reported and not cached (a rerun
+retries them).
+
+**Workers.** ``workers=1`` scores in the calling process. More workers are processes
+(``spawn``), each building the same plugin host (``PluginHost.spec()``) and scoring whole
+architectures (one network, every missing proxy); with CUDA devices present the workers
+are spread over them (``devices``), otherwise each uses ``threads`` CPU threads (default:
+the cores divided among the workers). A network is built with ``torch.manual_seed(seed)``
+and every proxy seeds itself, so a score does not depend on the worker that computed it
+(up to floating-point reduction order across thread counts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from frugalnas.core.errors import ConfigError, check_range
+
+CACHE_FILE = "proxy_scores.jsonl"
+
+
+def _json_key(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def data_digest(inputs: torch.Tensor, targets: torch.Tensor | None) -> str:
+    """A short SHA-256 of a batch (shape, dtype and bytes of inputs and labels)."""
+    h = hashlib.sha256()
+    for t in (inputs, targets):
+        if t is None:
+            h.update(b"none")
+            continue
+        t = t.detach().cpu().contiguous()
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class ScoreCache:
+    """The append-only JSON-lines cache of proxy scores (see the module docstring)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.entries: dict[tuple, dict] = {}
+        self.skipped = 0  # unreadable lines (a write cut short)
+        if self.path.exists():
+            self._load()
+
+    @staticmethod
+    def key(record: dict) -> tuple:
+        return (record["space"], record["arch"], record["proxy"], record["data"],
+                int(record["seed"]))
+
+    def _load(self) -> None:
+        with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    record = json.loads(line)
+                    self.entries[self.key(record)] = record
+                except (ValueError, KeyError, TypeError):
+                    self.skipped += 1
+
+    def get(self, key: tuple) -> dict | None:
+        return self.entries.get(key)
+
+    def append(self, records: Sequence[dict]) -> None:
+        """Write ``records`` (one line each, in one ``write``) and remember them."""
+        if not records:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        with self.path.open("a+b") as fh:
+            _lock(fh)
+            try:
+                fh.seek(0, os.SEEK_END)
+                if fh.tell() > 0:  # a previous writer was killed mid-line: start a new line
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        text = "\n" + text
+                fh.seek(0, os.SEEK_END)
+                fh.write(text.encode("utf-8"))
+                fh.flush()
+                os.fsync(fh.fileno())
+            finally:
+                _unlock(fh)
+        for r in records:
+            self.entries[self.key(r)] = r
+
+
+def _lock(fh) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    except (ImportError, OSError):  # no advisory locks here: single writer assumed
+        pass
+
+
+def _unlock(fh) -> None:
+    try:
+        import fcntl
+
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except (ImportError, OSError):
+        pass
+
+
+@dataclass
+class RunResult:
+    """What :meth:`ProxyRunner.run` returns. ``architectures``: the text form of every
+    architecture asked for, in order; ``values[proxy]`` and ``seconds[proxy]``: one entry
+    per architecture (``nan`` where it is missing); ``complete``: whether every proxy has a
+    value for that architecture; ``scored``/``cached``: architectures scored in this run /
+    found complete in the cache; ``errors``: ``(architecture, proxy, message)``."""
+
+    architectures: list[str]
+    proxies: list[str]
+    values: dict[str, list[float]]
+    seconds: dict[str, list[float]]
+    complete: list[bool]
+    scored: int = 0
+    cached: int = 0
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """``{"arch": ..., "values": {...}, "seconds": {...}}`` of each complete architecture."""
+        return [{"arch": a, "values": {p: self.values[p][i] for p in self.proxies},
+                 "seconds": {p: self.seconds[p][i] for p in self.proxies}}
+                for i, a in enumerate(self.architectures) if self.complete[i]]
+
+    @property
+    def missing(self) -> list[str]:
+        return [a for a, ok in zip(self.architectures, self.complete) if not ok]
+
+
+class ProxyRunner:
+    """Scores architectures of a search space with registered proxies on one fixed batch.
+
+    ``space``: a registered name (with ``space_options``) or a ``SearchSpace`` object;
+    ``proxies``: names, each created with ``proxy_options.get(name, {})``; ``data``: the
+    batch ``(inputs, targets)`` (``targets`` may be ``None`` when no proxy needs labels);
+    ``seed``: the network initialisation seed; ``cache_dir``: where the cache lives
+    (``None``: no cache); ``workers``: processes (1: in this process); ``devices``: torch
+    device names for the workers (default: every CUDA device if there is one, else the CPU);
+    ``threads``: CPU threads per worker; ``progress``: a tqdm bar on stderr."""
+
+    def __init__(self, host: Any = None, space: Any = "nb201", proxies: Sequence[str] = (),
+                 data: tuple[torch.Tensor, torch.Tensor | None] | None = None, seed: int = 0,
+                 cache_dir: str | os.PathLike | None = None, workers: int = 1,
+                 space_options: dict[str, Any] | None = None,
+                 proxy_options: dict[str, dict[str, Any]] | None = None,
+                 num_classes: int | None = None, devices: Sequence[str] | None = None,
+                 threads: int | None = None, progress: bool = True):
+        from frugalnas.core.plugins import get_host
+
+        if data is None:
+            raise ConfigError("ProxyRunner needs the batch to score on: data=(inputs, targets)")
+        if not proxies or isinstance(proxies, str):
+            raise ConfigError(f"invalid runner proxies {proxies!r}; give a list of proxy names")
+        check_range("workers", workers, 1)
+        self.host = host if host is not None else get_host()
+        self.space_options = dict(space_options or {})
+        if isinstance(space, str):
+            self.space_name = space
+            self.space = self.host.create("search_spaces", space, **self.space_options)
+            self.space_key = f"{space}:{_json_key(self.space_options)}"
+        else:
+            self.space = space
+            self.space_name = None
+            self.space_key = f"{space.name}:{_json_key(vars(space))}"
+        self.proxy_names = list(proxies)
+        self.proxy_options = {n: dict((proxy_options or {}).get(n, {})) for n in self.proxy_names}
+        self.proxies = {n: self.host.create("proxies", n, **self.proxy_options[n])
+                        for n in self.proxy_names}
+        self.proxy_keys = {n: f"{n}:{_json_key(p.get_params())}" for n, p in self.proxies.items()}
+        inputs, targets = data
+        if targets is None and any(p.needs_labels for p in self.proxies.values()):
+            raise ConfigError("a proxy needs labels: pass data=(inputs, targets)")
+        self.inputs = inputs.detach().cpu()
+        self.targets = None if targets is None else targets.detach().cpu()
+        if num_classes is None:
+            num_classes = int(self.targets.max()) + 1 if self.targets is not None else 10
+        self.num_classes = max(int(num_classes), 2)
+        self.data_key = data_digest(self.inputs, self.targets)
+        self.seed = int(seed)
+        self.cache = ScoreCache(Path(cache_dir) / CACHE_FILE) if cache_dir is not None else None
+        self.workers = int(workers)
+        if devices is None:
+            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            devices = [f"cuda:{i}" for i in range(n)] or ["cpu"]
+        self.devices = list(devices)
+        if threads is None:
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+        self.threads = int(threads)
+        self.progress = progress
+
+    # -- keys -------------------------------------------------------------------------------
+    def _key(self, arch: str, proxy: str) -> tuple:
+        return (self.space_key, arch, self.proxy_keys[proxy], self.data_key, self.seed)
+
+    def _record(self, arch: str, proxy: str, value: float, seconds: float) -> dict:
+        return {"space": self.space_key, "arch": arch, "proxy": self.proxy_keys[proxy],
+                "name": proxy, "data": self.data_key, "seed": self.seed, "value": value,
+                "seconds": seconds}
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, architectures: Iterable[Any], limit: int | None = None,
+            budget: float | None = None) -> RunResult:
+        """Score every architecture (objects of the space or their text form) with every
+        proxy, reusing the cache. ``limit``: score at most this many architectures that need
+        scoring, then stop; ``budget``: stop starting new ones after this many seconds. The
+        cache keeps everything scored, so the same call later resumes."""
+        archs = [a if isinstance(a, str) else str(a) for a in architectures]
+        todo: list[tuple[str, list[str]]] = []
+        found: dict[tuple[str, str], tuple[float, float]] = {}
+        for a in dict.fromkeys(archs):
+            missing = []
+            for p in self.proxy_names:
+                hit = self.cache.get(self._key(a, p)) if self.cache is not None else None
+                if hit is None:
+                    missing.append(p)
+                else:
+                    found[(a, p)] = (float(hit["value"]), float(hit.get("seconds", math.nan)))
+            if missing:
+                todo.append((a, missing))
+        cached = len(dict.fromkeys(archs)) - len(todo)
+        if limit is not None:
+            todo = todo[: max(0, int(limit))]
+        errors: list[tuple[str, str, str]] = []
+        bar = self._bar(len(dict.fromkeys(archs)), cached)
+        scored = 0
+        start = time.perf_counter()
+
+        def take(arch: str, out: dict[str, tuple[float | None, float, str | None]]) -> None:
+            nonlocal scored
+            records = []
+            for p, (value, seconds, error) in out.items():
+                if error is not None or value is None or not math.isfinite(value):
+                    errors.append((arch, p, error or f"non-finite value {value!r}"))
+                    continue
+                found[(arch, p)] = (value, seconds)
+                records.append(self._record(arch, p, value, seconds))
+            if self.cache is not None:
+                self.cache.append(records)
+            scored += 1
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"scored={scored} errors={len(errors)}")
+
+        try:
+            if self.workers <= 1 or len(todo) <= 1:
+                _init_state(self._worker_config(self.devices[0]))
+                for arch, missing in todo:
+                    if budget is not None and time.perf_counter() - start > budget:
+                        break
+                    take(arch, _score_one(arch, missing))
+            else:
+                self._run_pool(todo, take, budget, start)
+        finally:
+            if bar is not None:
+                bar.close()
+        values = {p: [] for p in self.proxy_names}
+        seconds = {p: [] for p in self.proxy_names}
+        complete = []
+        for a in archs:
+            ok = True
+            for p in self.proxy_names:
+                v, s = found.get((a, p), (math.nan, math.nan))
+                ok = ok and (a, p) in found
+                values[p].append(v)
+                seconds[p].append(s)
+            complete.append(ok)
+        return RunResult(archs, list(self.proxy_names), values, seconds, complete, scored,
+                         cached, errors)
+
+    def _bar(self, total: int, initial: int):
+        if not self.progress:
+            return None
+        import sys
+
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, desc="proxies", unit="arch", file=sys.stderr,
+                    dynamic_ncols=True, smoothing=0.05)
+
+    def _worker_config(self, device: str) -> dict[str, Any]:
+        return {"host": self.host.spec(), "space_name": self.space_name,
+                "space_options": self.space_options,
+                "space": None if self.space_name is not None else self.space,
+                "proxies": self.proxy_names, "proxy_options": self.proxy_options,
+                "inputs": self.inputs, "targets": self.targets, "num_classes": self.num_classes,
+                "seed": self.seed, "device": device, "threads": self.threads,
+                "same_process": self.workers <= 1, "host_object": self.host}
+
+    def _run_pool(self, todo, take, budget, start) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        for i in range(self.workers):
+            queue.put(self.devices[i % len(self.devices)])
+        config = self._worker_config("")
+        config.pop("host_object")
+        pending = list(reversed(todo))
+        running: dict[Any, str] = {}
+        with ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(config, queue)) as pool:
+            try:
+                while pending or running:
+                    while pending and len(running) < 2 * self.workers and not (
+                            budget is not None and time.perf_counter() - start > budget):
+                        arch, missing = pending.pop()
+                        running[pool.submit(_score_one, arch, missing)] = arch
+                    if not running:
+                        break
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        take(running.pop(fut), fut.result())
+            except BaseException:
+                for fut in running:
+                    fut.cancel()
+                raise
+
+
+# -- worker side ---------------------------------------------------------------------------
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(config: dict[str, Any], queue: Any) -> None:
+    config = dict(config)
+    config["device"] = queue.get()
+    _init_state(config)
+
+
+def _init_state(config: dict[str, Any]) -> None:
+    from frugalnas.core.plugins import PluginHost
+
+    if _STATE.get("config") is config:
+        return
+    host = config.get("host_object") or PluginHost(**config["host"])
+    if not config.get("same_process"):
+        torch.set_num_threads(int(config["threads"]))
+    space = config["space"] if config["space"] is not None else host.create(
+        "search_spaces", config["space_name"], **config["space_options"])
+    device = torch.device(config["device"])
+    _STATE.clear()
+    _STATE.update(
+        config=config, space=space, device=device,
+        proxies={n: host.create("proxies", n, **config["proxy_options"].get(n, {}))
+                 for n in config["proxies"]},
+        inputs=config["inputs"].to(device),
+        targets=None if config["targets"] is None else config["targets"].to(device))
+
+
+def _score_one(arch_text: str, proxies: list[str]) -> dict[str, tuple[float | None, float, str | None]]:
+    """Build the network of ``arch_text`` (seeded) and score it with each proxy:
+    ``{proxy: (value, seconds, error)}``."""
+    space, device = _STATE["space"], _STATE["device"]
+    cfg = _STATE["config"]
+    x, y = _STATE["inputs"], _STATE["targets"]
+    out: dict[str, tuple[float | None, float, str | None]] = {}
+    try:
+        arch = space.parse(arch_text)
+        torch.manual_seed(int(cfg["seed"]))
+        model = space.build(arch, int(cfg["num_classes"]), tuple(x.shape[1:])).to(device)
+    except Exception as exc:  # noqa: BLE001 - report, do not stop the run
+        return {p: (None, math.nan, f"build failed: {type(exc).__name__}: {exc}") for p in proxies}
+    for p in proxies:
+        start = time.perf_counter()
+        try:
+            value = float(_STATE["proxies"][p].score(model, x, y))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            out[p] = (value, time.perf_counter() - start, None)
+        except Exception as exc:  # noqa: BLE001
+            out[p] = (None, time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+    return out
