@@ -24,3 +24,45 @@ def _isolated_mlflow(tmp_path, monkeypatch):
 def stores(tmp_path):
     """(optuna storage URL, MLflow tracking URI), both sqlite files in tmp_path."""
     return f"sqlite:///{tmp_path / 'optuna.db'}", fresh_mlflow_uri(tmp_path / "mlflow.db")
+
+
+# -- servers for the multi-machine tests -------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server (initdb + pg_ctl in a temporary folder, 127.0.0.1, a free
+    port) for the whole session; ``.new_database(prefix)`` returns the URL of a new database.
+    Skips when the server binaries are missing, unless FRUGALNAS_REQUIRE_POSTGRES=1 (CI)."""
+    from ops_support.servers import PostgresServer, postgres_missing
+
+    reason = postgres_missing()
+    if reason:
+        if os.environ.get("FRUGALNAS_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"FRUGALNAS_REQUIRE_POSTGRES=1 but {reason}")
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(postgres_server, tmp_path_factory):
+    """An ``mlflow server`` on 127.0.0.1 with its runs in a PostgreSQL database and its
+    artifacts in a temporary folder, started with the exact command of docs/operations.md's
+    multi-machine recipe. Yields (server, the recipe's environment)."""
+    from ops_support.recipe import SEVERAL_MACHINES, mlflow_server as server_command, read_recipe
+    from ops_support.servers import MlflowServer, free_port
+
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    env = {"STUDIES": "", "MLFLOW_DB": postgres_server.new_database("mlflow"),
+           "ARTIFACTS": str(folder / "artifacts"), "TRACKING": f"http://127.0.0.1:{port}"}
+    recipe = read_recipe(SEVERAL_MACHINES)
+    assert set(recipe.exports) == set(env), f"the recipe exports {sorted(recipe.exports)}"
+    server = MlflowServer(server_command(recipe, env, port), port, folder / "server.log")
+    try:
+        server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+    yield server, env
+    server.stop()

@@ -153,19 +153,30 @@ def test_four_workers_run_exactly_n_trials_without_duplicates(tmp_path):
 
 
 @pytest.mark.slow
-def test_killed_worker_trial_is_failed_and_its_run_closed_by_a_surviving_worker(tmp_path):
+def test_a_worker_killed_while_its_strategy_proposes_leaves_a_trial_that_becomes_stale(tmp_path):
+    """The victim dies holding the proposal lock, in a trial without parameters: the survivor
+    waits for the lock, then the trial goes stale (it has had a heartbeat since it was
+    created), and the study ends with exactly n complete trials and the trial's run closed."""
     _prepare(tmp_path)
-    n = 6
-    victim = _worker(tmp_path, n, "--heartbeat", "1", "--grace", "3", seconds=0.3, name="victim")
-    (tmp_path / "control" / str(victim.pid)).touch()  # its first trial hangs
-    survivor = _worker(tmp_path, n, "--heartbeat", "1", "--grace", "3", seconds=0.3, name="survivor")
-    killed = _kill_when_hung(victim, tmp_path)
+    n = 4
+    control = tmp_path / "control"
+    flags = ["--strategy", "ops-propose-hang", "-o", f"strategy.control_dir='{control}'",
+             "--heartbeat", "1", "--grace", "3"]
+    victim = _worker(tmp_path, n, *flags, seconds=0.2, name="victim")
+    (control / str(victim.pid)).touch()  # its first proposal hangs
+    survivor = _worker(tmp_path, n, *flags, seconds=0.2, name="survivor")
+    proposing = control / f"{victim.pid}.proposing"
+    _wait_for(proposing.exists, 120, "the victim to hang in its proposal", [victim, survivor])
+    killed = int(proposing.read_text())
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
     _finish([survivor], tmp_path)
 
     trials = _trials(tmp_path)
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) == n
     assert states.count(TrialState.FAIL) == 1 and TrialState.RUNNING not in states
+    assert trials[killed].state == TrialState.FAIL and "architecture" not in trials[killed].user_attrs
     _assert_stale_closed(tmp_path, killed)
     trial_runs, _ = _runs(tmp_path)
     assert sum(r.info.status == "FINISHED" for r in trial_runs) == n

@@ -3,21 +3,14 @@ written, the next study start or end puts right (frugalnas/tracking/mlflow/recon
 
 from __future__ import annotations
 
-import optuna
-import pytest
-from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 import frugalnas
+from ops_support.checks import assert_mlflow_follows_storage, mlflow_runs
 
 
 def _runs(uri: str, name: str):
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(name)
-    runs = client.search_runs([exp.experiment_id], max_results=1000)
-    trial_runs = [r for r in runs if r.data.tags.get("frugalnas.role") == "trial"]
-    parents = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
-    return client, trial_runs, parents
+    return mlflow_runs(uri, name)
 
 
 def _reopen(storage: str, uri: str, name: str = "rec") -> frugalnas.Study:
@@ -27,33 +20,6 @@ def _reopen(storage: str, uri: str, name: str = "rec") -> frugalnas.Study:
                                  plugin_options={"mlflow": {"tracking_uri": uri}})
     study.optimize(n_trials=0)
     return study
-
-
-def assert_mlflow_follows_storage(storage: str, uri: str, name: str) -> None:
-    """One run per finished trial, in the storage's final state, under the one parent run;
-    nothing RUNNING; complete trials with their architecture, metrics and artifacts."""
-    trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
-    client, trial_runs, parents = _runs(uri, name)
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    by_number: dict[int, list] = {}
-    for r in trial_runs:
-        by_number.setdefault(int(r.data.tags["frugalnas.trial_number"]), []).append(r)
-    finished = {t.number: t for t in trials if t.state.is_finished()}
-    assert sorted(by_number) == sorted(finished), "one run per finished trial, no other"
-    assert all(len(runs) == 1 for runs in by_number.values()), "a trial has two runs"
-    assert [r.info.run_id for r in trial_runs if r.info.status == "RUNNING"] == []
-    for number, t in finished.items():
-        run = by_number[number][0]
-        assert run.data.tags["state"] == t.state.name
-        assert run.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
-        if t.state == TrialState.COMPLETE:
-            assert run.info.status == "FINISHED"
-            assert run.data.params["architecture"] == t.user_attrs["architecture"]
-            assert run.data.metrics["objective_value"] == pytest.approx(t.value)
-            names = {a.path for a in client.list_artifacts(run.info.run_id)}
-            assert {"architecture.json", "cell.png"} <= names
-        else:
-            assert run.info.status in ("FAILED", "KILLED") and run.data.tags["fail_reason"]
 
 
 def test_runs_that_never_reached_mlflow_are_written_at_the_next_start(stores, tmp_path):

@@ -51,6 +51,9 @@ MAX_DUPLICATES_IN_A_ROW = 20
 SUPPORTED_URLS = "sqlite:///PATH, journal:PATH, postgresql://..., mysql://..."
 
 
+_EMPTY_WAITING = optuna.trial.create_trial(state=TrialState.WAITING)
+
+
 class QuotaReached(Exception):
     """Raised inside ``create_new_trial`` when the study already has its trials."""
 
@@ -236,17 +239,22 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         self._proposal: tuple[int, int] | None = None  # (trial id, study id) holding the lock
         self._beating: tuple[int, threading.Event] | None = None
         self._keys: dict[str, str | None] = {}
+        self.study_id: int | None = None
 
     # -- the quota and the exclusive proposal --------------------------------------------
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         self.end_proposal()
+        self.study_id = study_id
         waiting = template_trial is not None and template_trial.state == TrialState.WAITING
         self.lock.acquire()
         try:
             counted = self.inner.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES)
             if len(counted) >= self.n_trials and not waiting:
                 raise QuotaReached(f"study has {len(counted)} of {self.n_trials} trials")
-            trial_id = self.inner.create_new_trial(study_id, template_trial)
+            if template_trial is None and heartbeat_interval(self.inner) is not None:
+                trial_id = self._create_with_heartbeat(study_id)
+            else:
+                trial_id = self.inner.create_new_trial(study_id, template_trial)
         except BaseException:
             self.lock.release()
             raise
@@ -257,6 +265,43 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         if template_trial is None:
             self._start_heartbeat(trial_id)
         return trial_id
+
+    def _create_with_heartbeat(self, study_id: int) -> int:
+        """A new RUNNING trial that has a heartbeat from its first moment: it is created
+        WAITING, given its heartbeat, then set RUNNING. A worker killed in between leaves a
+        WAITING trial without parameters, which the next worker takes and runs; a RUNNING
+        trial without a heartbeat would never become stale (optuna skips those)."""
+        while True:
+            trial_id = self.inner.create_new_trial(study_id, _EMPTY_WAITING)
+            self.inner.record_heartbeat(trial_id)
+            if self.inner.set_trial_state_values(trial_id, TrialState.RUNNING):
+                return trial_id
+
+    def _take_waiting(self, trial_id: int) -> bool:
+        """Optuna pops a WAITING trial (queued by a user or a retry, or left by a worker
+        killed while creating it): its heartbeat first, then RUNNING. One without parameters
+        needs a proposal, which is exclusive like a new trial's."""
+        self.end_proposal()
+        frozen = self.inner.get_trial(trial_id)
+        proposes = not frozen.params and "fixed_params" not in frozen.system_attrs
+        if proposes:
+            self.lock.acquire()
+        try:
+            if heartbeat_interval(self.inner) is not None:
+                self.inner.record_heartbeat(trial_id)
+            ok = self.inner.set_trial_state_values(trial_id, TrialState.RUNNING)
+        except BaseException:
+            if proposes:
+                self.lock.release()
+            raise
+        if proposes:
+            if ok and not self.repeats and self.study_id is not None:
+                self._proposal = (trial_id, self.study_id)
+            else:
+                self.lock.release()
+        if ok:  # until its architecture is recorded; then optuna's heartbeat thread runs
+            self._start_heartbeat(trial_id)
+        return ok
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         if key == ARCHITECTURE_ATTR:
@@ -279,15 +324,14 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
 
     def set_trial_state_values(self, trial_id: int, state: TrialState,
                                values: Any = None) -> bool:
+        if state == TrialState.RUNNING:
+            return self._take_waiting(trial_id)
         self._stop_heartbeat(trial_id)
         try:
-            ok = self.inner.set_trial_state_values(trial_id, state, values)
+            return self.inner.set_trial_state_values(trial_id, state, values)
         finally:
             if self._proposal is not None and self._proposal[0] == trial_id:
                 self.end_proposal()
-        if ok and state == TrialState.RUNNING:  # a queued trial taken by this worker
-            self._heartbeat(trial_id)
-        return ok
 
     def end_proposal(self, error: BaseException | None = None) -> None:
         """Release the lock held for a proposal; with ``error`` (the strategy raised while
@@ -305,19 +349,14 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         finally:
             self.lock.release()
 
-    def _heartbeat(self, trial_id: int) -> None:
-        if heartbeat_interval(self.inner) is not None:
-            self.inner.record_heartbeat(trial_id)
-
     def _start_heartbeat(self, trial_id: int) -> None:
-        """Heartbeats for a new trial from its creation until its proposal ends (optuna's own
-        heartbeat thread starts only when the objective runs), so a worker killed while its
-        strategy proposes leaves a trial that becomes stale, and a slow proposal does not."""
+        """Heartbeats for a trial this worker took, until its architecture is recorded
+        (optuna's own heartbeat thread starts only when the objective runs), so a slow
+        proposal is not taken for a dead one."""
         interval = heartbeat_interval(self.inner)
         if interval is None:
             return
         self._stop_heartbeat()
-        self.inner.record_heartbeat(trial_id)
         stop = threading.Event()
         self._beating = (trial_id, stop)
 
@@ -456,6 +495,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
                          **{k: v for k, v in cfg.items() if k != "directions"},
                          directions=config.directions)
     quota.space = study.space
+    quota.study_id = inner.get_study_id_from_name(study.name)
     holder["study"] = study
     study.planned_trials = n_trials
     # One plugin session (MLflow tracker, progress bar) for the whole worker, so that stale

@@ -128,6 +128,7 @@ class ProposeThenHang(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         if self.control_dir and (Path(self.control_dir) / str(os.getpid())).exists():
+            (Path(self.control_dir) / f"{os.getpid()}.proposing").write_text(str(trial.number))
             time.sleep(600)
         return self.random.sample_independent(study, trial, param_name, param_distribution)
 

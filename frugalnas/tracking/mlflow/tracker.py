@@ -126,14 +126,11 @@ class StudyTracker:
     run for one trial, and a reconciliation never sees a run another worker is writing."""
 
     def __init__(self, study: Any):
-        from mlflow import MlflowClient
-
         from frugalnas.core.worker import study_lock
 
         self.study = study
         self.uri = tracking_uri_of(study.config)
-        prepare_tracking_store(self.uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client: Any = None
         self.lock = study_lock(study, "mlflow")
         self.writer = _Writer()
         self.started_ms: dict[int, int] = {}
@@ -143,10 +140,22 @@ class StudyTracker:
         self.parent_run_id = ""
         self.uid = ""
         self.reconciled = {"created": 0, "repaired": 0, "removed": 0}
-        self.writer.submit(self._locked(self._open))
+        # Opening the store (MLflow's import, a sqlite store's schema check: seconds) happens
+        # on the writer thread too, so the first trial does not wait for it.
+        self.writer.submit(self._connect)
+
+    def _connect(self) -> None:
+        from mlflow import MlflowClient
+
+        prepare_tracking_store(self.uri)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        with self.lock:
+            self._open()
 
     def _locked(self, fn: Any) -> Any:
         def job() -> None:
+            if not self.parent_run_id:
+                return  # opening failed (its error is recorded); nothing can be written
             with self.lock:
                 fn()
         return job
@@ -288,8 +297,6 @@ class StudyTracker:
     def _close(self) -> None:
         from optuna.trial import TrialState
 
-        if not self.parent_run_id:
-            return  # _open failed (its error is recorded)
         self._reconcile()
         self._log_trial_values()
         ostudy = self.study.optuna_study
