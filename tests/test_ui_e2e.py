@@ -37,8 +37,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 def test_ui_binds_localhost_by_default():
     parser = build_parser(PluginHost())
-    assert parser.parse_args(["ui"]).host == "127.0.0.1"
-    assert parser.parse_args(["ui", "--host", "0.0.0.0"]).host == "0.0.0.0"
+    assert parser.parse_args(["ui"]).bind_host == "127.0.0.1"
+    assert parser.parse_args(["ui", "--host", "0.0.0.0"]).bind_host == "0.0.0.0"
     blocked = build_parser(PluginHost(disable_plugins=["mlflow"]))
     with pytest.raises(SystemExit):  # the command belongs to the mlflow plugin
         blocked.parse_args(["ui"])

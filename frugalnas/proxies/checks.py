@@ -88,9 +88,9 @@ def check_proxy(proxy: Proxy | str, host: Any = None) -> list[str]:
     the rules passed, raises :class:`ProxyCheckError` at the first broken one."""
     if isinstance(proxy, str):
         if host is None:
-            from frugalnas.core.plugins import get_host
+            from frugalnas.core.plugins import PluginHost
 
-            host = get_host()
+            host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         proxy = host.create("proxies", proxy)
     passed = []
 

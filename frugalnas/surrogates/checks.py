@@ -26,9 +26,9 @@ class SurrogateCheckError(FrugalnasError, AssertionError):
 def _resolve(surrogate: Any, host: Any = None) -> tuple[str, Any]:
     if isinstance(surrogate, str):
         if host is None:
-            from frugalnas.core.plugins import get_host
+            from frugalnas.core.plugins import PluginHost
 
-            host = get_host()
+            host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         return surrogate, host.create("surrogates", surrogate)
     if inspect.isclass(surrogate) or (callable(surrogate) and not hasattr(surrogate, "fit")):
         return getattr(surrogate, "__name__", repr(surrogate)), surrogate()

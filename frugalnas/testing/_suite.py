@@ -112,9 +112,7 @@ def quiet_host(host: Any = None) -> Any:
     from frugalnas.core.plugins import PluginHost
 
     if host is None:
-        from frugalnas.core.plugins import get_host
-
-        host = get_host()
+        host = PluginHost()  # a fresh host of the installed plugins, not a shared one
     if not any(host.has_plugin(p) for p in QUIET_PLUGINS):
         return host
     if _QUIET_HOSTS is None:

@@ -52,9 +52,9 @@ def check_proxy(proxy: Any, host: Any = None) -> list[str]:
     ``ProxyCheckError``) at the first broken one."""
     if isinstance(proxy, str):
         if host is None:
-            from frugalnas.core.plugins import get_host
+            from frugalnas.core.plugins import PluginHost
 
-            host = get_host()
+            host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         proxy = host.create("proxies", proxy)
     suite = ProxyChecks(proxy)
     suite.run()

@@ -50,9 +50,9 @@ def check_surrogate(surrogate: Any, host: Any = None) -> list[str]:
     ``SurrogateCheckError``) at the first broken rule."""
     if isinstance(surrogate, str):
         if host is None:
-            from frugalnas.core.plugins import get_host
+            from frugalnas.core.plugins import PluginHost
 
-            host = get_host()
+            host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         name, surrogate = surrogate, host.create("surrogates", surrogate)
         return SurrogateChecks(surrogate, name=name).run()
     return SurrogateChecks(surrogate).run()
