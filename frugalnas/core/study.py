@@ -256,6 +256,8 @@ class Study:
         self.planned_trials = n_trials
         self._start()
         try:
+            if strategy_protocol.should_stop(self.strategy, self):
+                return  # a reopened study whose search already ended runs no extra trial
             self.optuna_study.optimize(self._run_trial, n_trials=n_trials, timeout=timeout,
                                        n_jobs=n_jobs, catch=tuple(catch),
                                        callbacks=[self._stop_when_strategy_is_done,
