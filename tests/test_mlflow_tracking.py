@@ -194,3 +194,42 @@ def test_ui_passes_sigterm_to_the_server_and_waits_for_it(tmp_path):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
     left = [p for p in server_pids() if not open(f"/proc/{p}/stat").read().split()[2] == "Z"]
     assert left == [], f"server processes left after SIGTERM: {left}"
+
+
+def test_a_tracking_server_that_goes_away_never_holds_the_study_up(stores, monkeypatch):
+    """The server answers the check, then fails every call (MLflow retries each for minutes):
+    the trials run, the study's end gives up on MLflow after STALL_SECONDS without progress
+    and says so; the storage keeps everything for the next reconciliation."""
+    import http.server
+    import threading
+    import time
+
+    from frugalnas.tracking.mlflow import tracker
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path.endswith("/health") else 503)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(tracker, "STALL_SECONDS", 2.0)
+    storage, _ = stores
+    try:
+        start = time.monotonic()
+        study = frugalnas.create_study(
+            storage=storage, study_name="gone",
+            plugin_options={"mlflow": {"tracking_uri": f"http://127.0.0.1:{server.server_port}"}})
+        study.optimize(n_trials=3)
+        assert time.monotonic() - start < 30
+    finally:
+        server.shutdown()
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    errors = study.plugin_state["mlflow"]["errors"]
+    assert any("made no progress for 2 s" in e for e in errors), errors

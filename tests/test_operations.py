@@ -136,6 +136,8 @@ def test_four_workers_run_exactly_n_trials_without_duplicates(tmp_path):
     trials = _trials(tmp_path)
     assert sorted(t.number for t in trials) == list(range(n))
     assert all(t.state == TrialState.COMPLETE for t in trials)
+    archs = [t.user_attrs["architecture"] for t in trials]
+    assert len(set(archs)) == n, "two workers evaluated the same architecture"
     log = _log(tmp_path)
     started = [num for e, num, _ in log if e == "start"]
     assert sorted(started) == list(range(n)), "a trial was evaluated twice or not at all"
@@ -180,6 +182,24 @@ def test_a_worker_killed_while_its_strategy_proposes_leaves_a_trial_that_becomes
     _assert_stale_closed(tmp_path, killed)
     trial_runs, _ = _runs(tmp_path)
     assert sum(r.info.status == "FINISHED" for r in trial_runs) == n
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_worker_at_once_with_its_trial_failed_and_its_run_closed(tmp_path):
+    _prepare(tmp_path)
+    worker = _worker(tmp_path, 3, seconds=0.2, name="terminated")
+    (tmp_path / "control" / str(worker.pid)).touch()  # its first trial hangs
+    _wait_for(lambda: any(e == "hang" for e, _, _ in _log(tmp_path)), 120,
+              "the worker to start its trial", [worker])
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 130
+    out = (tmp_path / "terminated.out").read_text()
+    assert "interrupted" in out and "Traceback" not in out, out
+    trials = _trials(tmp_path)
+    assert [t.state for t in trials] == [TrialState.FAIL]   # at once: no heartbeat, no grace
+    trial_runs, parents = _runs(tmp_path)
+    assert [(r.info.status, r.data.tags["state"]) for r in trial_runs] == [("KILLED", "FAIL")]
+    assert parents[0].info.status == "FINISHED"
 
 
 @pytest.mark.slow
@@ -378,3 +398,26 @@ def test_a_worker_never_evaluates_an_architecture_twice_unless_asked(tmp_path):
 
 def _trials_of(storage: str, name: str):
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def test_every_fault_in_the_operations_table_names_tests_that_exist():
+    """docs/operations.md's table of faults: each row names at least one test, and each
+    named test exists (``tests/FILE.py::NAME`` or ``::NAME`` for the file named before)."""
+    import re
+
+    text = (REPO / "docs" / "operations.md").read_text()
+    table = text[text.index("## Faults tried"):]
+    table = table[:table.index("\n## ", 5)]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) >= 12
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        refs = re.findall(r"`(tests/[\w/]+\.py)?(?:::(\w+))?`", cells[-1])
+        assert refs, f"no test named in: {row}"
+        current = None
+        for path, name in refs:
+            current = path or current
+            assert current, row
+            source = (REPO / current).read_text()
+            if name:
+                assert f"def {name}(" in source, f"{current}::{name} does not exist"

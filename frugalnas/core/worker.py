@@ -502,10 +502,31 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     # trials failed while this worker waits below are still reported to MLflow.
     study._start()
     try:
-        _work(study, quota, timeout, heartbeat)
+        with _terminate_as_interrupt():
+            _work(study, quota, timeout, heartbeat)
     finally:
         study.finish()
     return study
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (what a scheduler or ``kill`` sends) stops a worker as Ctrl-C does: its trial
+    is recorded FAIL at once (not after the grace), and its MLflow writes are drained."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int | None) -> None:

@@ -53,6 +53,9 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: Study user attribute: the id that tags this study's MLflow runs (``frugalnas.study_id``), so
 #: that two studies with one name (in-memory studies run twice) never share runs.
 UID_ATTR = "frugalnas_mlflow_study_id"
+#: A study's end waits for its MLflow writes while they make progress; after this many
+#: seconds without one (a tracking server gone away) it stops waiting.
+STALL_SECONDS = 120.0
 
 
 def resolve_tracking_uri(option: str | None) -> str:
@@ -110,12 +113,24 @@ class _Writer:
     def submit(self, fn: Any) -> None:
         self.jobs.put(fn)
 
-    def drain(self) -> None:
-        self.jobs.join()
+    def drain(self, stall: float | None = None) -> bool:
+        """Wait until every submitted job ran; give up (False) when none finished for
+        ``stall`` seconds (a tracking server gone away: MLflow retries each call for
+        minutes)."""
+        stall = STALL_SECONDS if stall is None else stall
+        left, since = self.jobs.unfinished_tasks, time.monotonic()
+        while self.jobs.unfinished_tasks:
+            time.sleep(0.02)
+            now_left = self.jobs.unfinished_tasks
+            if now_left != left:
+                left, since = now_left, time.monotonic()
+            elif time.monotonic() - since > stall:
+                return False
+        return True
 
     def close(self) -> None:
         self.jobs.put(None)
-        self.thread.join(timeout=60)
+        self.thread.join(timeout=5)
 
 
 class StudyTracker:
@@ -334,8 +349,13 @@ class StudyTracker:
 
     def close(self) -> None:
         self.writer.submit(self._locked(self._close))
-        self.writer.drain()
-        self.writer.close()
+        if self.writer.drain():
+            self.writer.close()
+        else:
+            self.writer.errors.append(
+                f"MLflow at {self.uri} made no progress for {STALL_SECONDS:g} s; "
+                f"{self.writer.jobs.unfinished_tasks} write(s) dropped (the next start of the "
+                "study writes them from the storage)")
 
 
 # Trackers still open, so that interpreter exit drains their writes (a study used through
