@@ -31,7 +31,6 @@ from frugalnas.core.cost import count_flops, count_params
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
-from frugalnas.core.latency import measure_latency
 from frugalnas.core.training import TrainConfig, seed_everything, train
 from frugalnas.export import formats as fmt
 from frugalnas.export.formats import FORMATS, ExportError
@@ -338,6 +337,8 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     # -- latency on this machine -------------------------------------------------------------
     latency_info: dict[str, Any] | None = None
     if latency:
+        from frugalnas.core.latency import measure_latency
+
         # one thread: batch-1 latency of a small network is per-call overhead, and on a busy
         # machine several threads mostly measure the wait for each other
         stats = measure_latency(clean, data.input_shape, 1, "cpu", min_run_time=0.2,
