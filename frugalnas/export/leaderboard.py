@@ -222,7 +222,7 @@ def leaderboard_html(rows: Sequence[Mapping[str, Any]],
         cells_html.append(f"<code>{esc(cells[2])}</code>")
         cells_html += [esc(c) for c in cells[3:]]
         cls = ' class="pareto"' if row.get("front") == 1 else ""
-        tds = "".join(f'<td class="{"arch" if k == 2 else "num" if k != 0 else ""}">{c}</td>'
+        tds = "".join(f'<td class="{"arch" if k == 2 else "num"}">{c}</td>'
                       for k, c in enumerate(cells_html))
         body.append(f"<tr{cls}>{tds}</tr>")
     note = ("<p>Rows in bold are on the Pareto front.</p>"
