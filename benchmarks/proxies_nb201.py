@@ -105,7 +105,8 @@ def correlation_ci(score: np.ndarray, acc: np.ndarray, boots: np.ndarray) -> dic
 
 def evaluate_row(score: np.ndarray, acc: np.ndarray, n_boot: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
-    boots = rng.integers(0, len(score), size=(n_boot, len(score))) if n_boot else np.zeros((0, 0), int)
+    n = len(score)
+    boots = rng.integers(0, n, size=(n_boot, n)) if n_boot else np.zeros((0, 0), int)
     return [correlation_ci(score, acc[:, j], boots) for j in range(acc.shape[1])]
 
 
@@ -171,7 +172,8 @@ def plain_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> floa
     return elapsed
 
 
-def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: int, C: int) -> None:
+def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: int,
+         C: int) -> None:
     host, space = get_host(), NB201Space(N=N, C=C)
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for index in indices:
@@ -190,7 +192,8 @@ def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: 
         print(f"cell {index}: " + ", ".join(f"{n} {ratios[n][-1]:.2f}x" for n in names), flush=True)
     print(f"\nmedian over {len(indices)} cells, fastest of {repeat}: proxy time / forward+backward")
     for n in names:
-        print(f"{n:<18} {np.median(ratios[n]):6.2f}x  (cells: {', '.join(f'{r:.2f}' for r in ratios[n])})")
+        cells = ", ".join(f"{r:.2f}" for r in ratios[n])
+        print(f"{n:<18} {np.median(ratios[n]):6.2f}x  (cells: {cells})")
 
 
 def main() -> None:

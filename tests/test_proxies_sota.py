@@ -19,7 +19,8 @@ from frugalnas.spaces.nb201.space import NB201Space
 HOST = PluginHost()
 NEW = ("zico", "meco", "swap", "swap_reg", "az_expressivity", "az_progressivity",
        "az_trainability", "ntk_cond", "linear_regions", "epe_nas")
-CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+CELL = ("|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|"
+        "skip_connect~2|")
 
 
 def small_net(cell: str = CELL, seed: int = 0) -> nn.Module:

@@ -146,7 +146,7 @@ KILLED_RUN = textwrap.dedent("""
         g = torch.Generator().manual_seed(0)
         data = (torch.randn(8, 3, 8, 8, generator=g), torch.randint(0, 10, (8,), generator=g))
         space = NB201Space(N=1, C=4)
-        archs = [str(space.from_index(i)) for i in range(40)]
+        archs = [str(space.from_index(i)) for i in range(16)]
         ProxyRunner(space="nb201", space_options={"N": 1, "C": 4}, proxies=%r, data=data,
                     seed=0, cache_dir=sys.argv[1], workers=int(sys.argv[2]), progress=False,
                     num_classes=10).run(archs)
@@ -169,21 +169,21 @@ def test_a_killed_run_resumes_scoring_only_the_missing_cells(tmp_path, workers):
                 break
             if proc.poll() is not None:
                 pytest.fail("the run ended before it could be killed")
-            time.sleep(0.2)
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
     done = ScoreCache(cache_dir / CACHE_FILE)
     cells = {k[1] for k in done.entries}
-    assert 3 <= len(cells) < 40
+    assert 3 <= len(cells) < 16
     space = NB201Space(N=1, C=4)
-    all_archs = [str(space.from_index(i)) for i in range(40)]
+    all_archs = [str(space.from_index(i)) for i in range(16)]
     before = {k: v["value"] for k, v in done.entries.items()}
     complete = sum(all(any(k[1] == a and k[2].startswith(p + ":") for k in done.entries)
                        for p in PROXIES) for a in all_archs)
     resumed = runner(cache_dir).run(all_archs)
     assert all(resumed.complete) and resumed.cached == complete
-    assert resumed.scored == 40 - complete
+    assert resumed.scored == 16 - complete
     after = ScoreCache(cache_dir / CACHE_FILE).entries
     assert all(after[k]["value"] == v for k, v in before.items())  # nothing rescored
     fresh = runner(None).run(all_archs)

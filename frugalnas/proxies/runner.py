@@ -381,13 +381,16 @@ def _init_state(config: dict[str, Any]) -> None:
         targets=None if config["targets"] is None else config["targets"].to(device))
 
 
-def _score_one(arch_text: str, proxies: list[str]) -> dict[str, tuple[float | None, float, str | None]]:
+Outcome = tuple[float | None, float, str | None]  # value, seconds, error
+
+
+def _score_one(arch_text: str, proxies: list[str]) -> dict[str, Outcome]:
     """Build the network of ``arch_text`` (seeded) and score it with each proxy:
     ``{proxy: (value, seconds, error)}``."""
     space, device = _STATE["space"], _STATE["device"]
     cfg = _STATE["config"]
     x, y = _STATE["inputs"], _STATE["targets"]
-    out: dict[str, tuple[float | None, float, str | None]] = {}
+    out: dict[str, Outcome] = {}
     try:
         arch = space.parse(arch_text)
         torch.manual_seed(int(cfg["seed"]))
