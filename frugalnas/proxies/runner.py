@@ -180,14 +180,14 @@ class ProxyRunner:
                  proxy_options: dict[str, dict[str, Any]] | None = None,
                  num_classes: int | None = None, devices: Sequence[str] | None = None,
                  threads: int | None = None, progress: bool = True):
-        from frugalnas.core.plugins import get_host
+        from frugalnas.core.plugins import PluginHost
 
         if data is None:
             raise ConfigError("ProxyRunner needs the batch to score on: data=(inputs, targets)")
         if not proxies or isinstance(proxies, str):
             raise ConfigError(f"invalid runner proxies {proxies!r}; give a list of proxy names")
         check_range("workers", workers, 1)
-        self.host = host if host is not None else get_host()
+        self.host = host if host is not None else PluginHost()
         self.space_options = dict(space_options or {})
         if isinstance(space, str):
             self.space_name = space
