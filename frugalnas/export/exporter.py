@@ -214,7 +214,9 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
                  else f"constraint {constraint}" if constraint is not None else "best")
     seed = study.config.seed if seed is None else int(seed)
     cfg = train_config(study, epochs, train_options)
-    data, data_name, data_options = _load_dataset(study, dataset, dataset_options, seed)
+    # the study's split (its seed), so the test examples are the ones search never saw
+    data, data_name, data_options = _load_dataset(study, dataset, dataset_options,
+                                                  study.config.seed)
     if not data.has_test:
         raise ConfigError(f"dataset {data_name!r} of study {study.name!r} has no test split to "
                           "measure the exported network on; recreate it with a test split "
@@ -367,7 +369,7 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
                    "cost": search_cost, "strategy": config.strategy,
                    "estimator": config.estimator,
                    "estimator_options": dict(config.estimator_options)},
-        "dataset": {"name": data_name, "options": data_options, "seed": seed,
+        "dataset": {"name": data_name, "options": data_options, "seed": study.config.seed,
                     "input_shape": list(data.input_shape), "num_classes": data.num_classes,
                     "train_examples": len(data.train_x), "valid_examples": len(data.valid_x),
                     "test_examples": len(test_x), "trained_on": "train+valid",
