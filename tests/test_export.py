@@ -285,6 +285,24 @@ def test_export_refuses_what_it_cannot_measure(tmp_path):
     assert not any((tmp_path / n).exists() for n in "abcde")
 
 
+def test_top_k_exports_each_into_its_folder(tmp_path):
+    study = table_study(n=4)
+    results = frugalnas.export_study(study, tmp_path, top=2, epochs=1, formats=(),
+                                     train_options={"max_steps": 2}, latency=False,
+                                     progress=False)
+    ranked = [t.number for t in frugalnas.export.select_trials(study, top=2)]
+    assert [r.trial for r in results] == ranked and [r.rank for r in results] == [1, 2]
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert [e["folder"] for e in index] == [f"rank{i + 1}-trial{n}" for i, n in enumerate(ranked)]
+    for r in results:
+        assert (r.out / "state_dict.pt").is_file() and (r.out / "report.json").is_file()
+        assert r.report["selection"] == "top 2" and r.report["mlflow"] is None
+        assert 0 <= r.test_accuracy <= 100 and r.report["test_examples"] == 359
+    single = frugalnas.export_study(study, tmp_path / "one", top=1, epochs=1, formats=(),
+                                    train_options={"max_steps": 2}, latency=False, progress=False)
+    assert single.trial == ranked[0] and (tmp_path / "one" / "report.json").is_file()
+
+
 # -- search never reads the test split ---------------------------------------------------------
 class PoisonedTestSplit:
     """A dataset plugin: digits whose test split is NaN images with impossible labels (or

@@ -135,7 +135,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 1
     results = result if isinstance(result, list) else [result]
     if args.json:
-        print(json.dumps([r.report for r in results] if len(results) > 1 else results[0].report,
+        print(json.dumps([r.report for r in results] if isinstance(result, list) else result.report,
                          indent=2, default=str))
         return 0
     for r in results:

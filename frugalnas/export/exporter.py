@@ -229,10 +229,11 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         backend, own_backend = study.backend, False
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    several = top is not None and top > 1
     results = []
     try:
         for rank, frozen in enumerate(picks, start=1):
-            folder = out if len(picks) == 1 else out / f"rank{rank}-trial{frozen.number}"
+            folder = out / f"rank{rank}-trial{frozen.number}" if several else out
             folder.mkdir(parents=True, exist_ok=True)
             results.append(_export_one(
                 study, frozen, rank, folder, data=data, data_name=data_name,
@@ -246,7 +247,7 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         backend.release()
         if own_backend:
             backend.close()
-    if len(picks) > 1:
+    if several:
         index = [{"rank": r.rank, "trial": r.trial, "folder": r.out.name,
                   "architecture": str(r.architecture), "test_accuracy": r.test_accuracy,
                   "model_uri": r.model_uri} for r in results]
