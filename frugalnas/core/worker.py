@@ -563,10 +563,14 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
                     "architectures in a row that other trials already evaluated or run (is the "
                     "search space exhausted?); this worker stops")
             return  # timeout, or the strategy's search is over
-        # The quota counts running trials. Trials of live workers finish; trials of dead
-        # workers become FAIL once their heartbeat is stale, which frees their slots.
-        running = study.optuna_study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if not running or not heartbeat:
+        # The quota counts running and queued trials. Queued ones (retries, a trial whose
+        # worker died while creating it) run next; trials of live workers finish; trials of
+        # dead workers become FAIL once their heartbeat is stale, which frees their slots.
+        trials = study.optuna_study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        if any(t.state == TrialState.WAITING for t in trials):
+            continue
+        if not trials or not heartbeat:
             return
         time.sleep(min(float(heartbeat), 5.0))
         with quiet_experimental():
