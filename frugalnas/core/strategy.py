@@ -87,6 +87,11 @@ def bind(sampler: optuna.samplers.BaseSampler, study: Any) -> None:
             hook(study)
 
 
+def can_stop(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether any strategy of the chain can end the search (has ``should_stop``)."""
+    return any(callable(getattr(s, "should_stop", None)) for s in strategy_chain(sampler))
+
+
 def should_stop(sampler: optuna.samplers.BaseSampler, study: Any) -> bool:
     """Whether any strategy of the chain says the search is over."""
     for s in strategy_chain(sampler):

@@ -58,23 +58,40 @@ def _arch_of(trial: FrozenTrial, space: SearchSpace,
     return None
 
 
+#: A finished trial as read once: its architecture (``None``: not of this space) and, when it
+#: completed, its values. Finished trials never change, so a sampler keeps these across calls.
+FinishedEntry = tuple[Architecture | None, list[float] | None]
+
+
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
-                 parsed: dict[str, Architecture | None] | None = None) -> History:
+                 parsed: dict[str, Architecture | None] | None = None,
+                 finished: dict[tuple[str, int], FinishedEntry] | None = None) -> History:
     """The study's history as seen by the trial numbered ``exclude``. ``parsed`` caches
-    architecture strings already parsed (a sampler keeps one across calls)."""
+    architecture strings already parsed and ``finished`` the trials already read in a final
+    state (a sampler keeps both across calls, so each call parses only what is new)."""
     parsed = {} if parsed is None else parsed
+    finished = {} if finished is None else finished
     hist = History()
-    for t in sorted(optuna_compat.fresh_trials(study), key=lambda t: t.number):
-        if t.number == exclude:
+    name = study.study_name
+    by_number = sorted((t.number, t) for t in optuna_compat.fresh_trials(study))
+    for number, t in by_number:
+        if number == exclude:
             continue
-        arch = _arch_of(t, space, parsed)
+        entry = finished.get((name, number))
+        if entry is None:
+            arch = _arch_of(t, space, parsed)
+            done = t.state == TrialState.COMPLETE and t.values is not None
+            entry = (arch, list(t.values) if done else None)
+            if t.state.is_finished():
+                finished[(name, number)] = entry
+        arch, values = entry
         if arch is None:
             continue
         hist.seen.add(arch.key)
-        if t.state == TrialState.COMPLETE and t.values is not None:
+        if values is not None:
             hist.archs.append(arch)
-            hist.values.append(list(t.values))
-            hist.numbers.append(t.number)
+            hist.values.append(values)
+            hist.numbers.append(number)
     return hist
 
 
@@ -156,6 +173,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
         self.warm_start_options = dict(warm_start_options or {})
         self.host = host
         self._parsed: dict[str, Architecture | None] = {}
+        self._finished: dict[tuple[str, int], FinishedEntry] = {}
         self.report: Callable[[dict[str, float], int], None] | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._warm: list[Architecture] | None = None
@@ -178,7 +196,8 @@ class ArchSampler(optuna.samplers.BaseSampler):
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
         it would choose them; none already evaluated or running (while the space has room)."""
         check_range("k", k, 1)
-        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed)
+        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
+                            finished=self._finished)
         rng = self._rng(trial)
         out: list[Architecture] = []
         for _ in range(k):
@@ -209,7 +228,8 @@ class ArchSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
             return {}
-        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed)
+        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
+                            finished=self._finished)
         arch = self._next(study, trial, hist, self._rng(trial))
         return {k: v for k, v in arch.decisions.items() if k in search_space}
 
