@@ -229,6 +229,27 @@ def test_no_trial_completed_exits_1_with_the_reasons_on_one_line(tmp_path):
         "evaluation failure")
 
 
+def test_a_worker_whose_trials_all_fail_gives_up(tmp_path):
+    # Failed trials do not count towards --n-trials, so without the limit this never ends.
+    (tmp_path / "failing_estimator.py").write_text(FAILING_ESTIMATOR)
+    storage = f"sqlite:///{tmp_path / 'w.db'}"
+    proc = cli("worker", "-p", "failing_estimator", "--estimator", "always-fails",
+               "--no-tracking", "-q", "--storage", storage, "--study-name", "w",
+               "--n-trials", "5", "--max-failures", "3", cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "frugalnas: error: the last 3 trials of this worker failed (3 x RuntimeError: simulated "
+        "evaluation failure); it stops (raise --max-failures, or 0 to never stop)")
+    study = optuna.load_study(study_name="w", storage=storage)
+    assert [t.state.name for t in study.trials] == ["FAIL"] * 3
+
+
+def test_max_failures_must_be_a_count(tmp_path):
+    proc = cli("worker", "--no-tracking", "--storage", f"sqlite:///{tmp_path / 'w.db'}",
+               "--n-trials", "2", "--max-failures", "-1", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 2 and "invalid max_failures -1" in proc.stderr
+
+
 # -- the Python API -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("url, fragments", [

@@ -15,8 +15,9 @@ from typing import Any
 
 from frugalnas.core.config import StudyConfig, check_run_settings, load_run_file
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
-                                   call_each_plugin, one_line)
+                                   one_line)
 from frugalnas.core.plugins import KINDS, PluginHost
+from frugalnas.core.worker import DEFAULT_MAX_FAILURES
 from frugalnas.core.storage_url import check_storage_url
 
 OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset")
@@ -85,7 +86,7 @@ def _call_hook(plugin_host: PluginHost, hook: str, **kwargs: Any) -> None:
             raise exc
         raise PluginError(f"plugin {plugin!r} failed in {hook}: {one_line(exc)}") from exc
 
-    call_each_plugin(getattr(plugin_host.hook, hook), kwargs, failed)
+    plugin_host.call_each(hook, kwargs, failed)
 
 
 def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig, dict[str, Any]]:
@@ -281,7 +282,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if n_trials is None:
         raise ConfigError("a worker needs the study's total number of trials: --n-trials N")
     check_storage_url(storage)
-    check_worker_settings(args.heartbeat, args.grace, args.retries)
+    check_worker_settings(args.heartbeat, args.grace, args.retries, args.max_failures)
     if args.heartbeat and storage.startswith("journal:"):
         raise ConfigError("heartbeats need an RDB storage (sqlite/postgresql/mysql URL); "
                           f"got {storage!r}")
@@ -292,7 +293,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 0
     study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
                        heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
-                       timeout=run.get("timeout"), host=host)
+                       timeout=run.get("timeout"), host=host, max_failures=args.max_failures)
     states = [t.state.name for t in study.trials]
     print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
           f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
@@ -334,6 +335,9 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     worker.add_argument("--heartbeat", type=int, help="seconds between heartbeats (enables stale-trial detection)")
     worker.add_argument("--grace", type=int, help="seconds without heartbeat before a trial is stale (default 2x heartbeat)")
     worker.add_argument("--retries", type=int, default=0, help="re-run a stale trial's architecture up to N times")
+    worker.add_argument("--max-failures", type=int, default=DEFAULT_MAX_FAILURES,
+                        help="stop after this many of the worker's trials failed in a row "
+                             f"(default {DEFAULT_MAX_FAILURES}; 0: never)")
     worker.set_defaults(func=cmd_worker)
     plugins = sub.add_parser("plugins", help="list plugins and the components they register")
     plugins.add_argument("--json", action="store_true")

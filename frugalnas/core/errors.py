@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 
 class FrugalnasError(Exception):
@@ -94,33 +93,3 @@ def one_line(exc: BaseException) -> str:
     """``Type: message`` on one line (the first line of the message)."""
     text = f"{type(exc).__name__}: {exc}".strip()
     return text.splitlines()[0][:2000] if text else type(exc).__name__
-
-
-def call_each_plugin(caller: Any, kwargs: Mapping[str, Any],
-                     on_error: Callable[[str, BaseException], None]) -> None:
-    """Call each implementation of the pluggy hook ``caller`` in pluggy's order, so that an
-    exception names the plugin that raised it: ``on_error(plugin_name, exc)`` is called for it
-    (and may re-raise) and the next implementation still runs. Hooks with wrapper
-    implementations are called through pluggy as a whole; a failure is then attributed from
-    the traceback."""
-    impls = caller.get_hookimpls()
-    if any(getattr(i, "hookwrapper", False) or getattr(i, "wrapper", False) for i in impls):
-        try:
-            caller(**kwargs)
-        except Exception as exc:
-            on_error(_culprit(exc, impls), exc)
-        return
-    for impl in reversed(impls):
-        try:
-            impl.function(*[kwargs[name] for name in impl.argnames])
-        except Exception as exc:
-            on_error(impl.plugin_name, exc)
-
-
-def _culprit(exc: BaseException, impls: list[Any]) -> str:
-    codes = {getattr(i.function, "__code__", None): i.plugin_name for i in impls}
-    name, tb = "(unknown plugin)", exc.__traceback__
-    while tb is not None:
-        name = codes.get(tb.tb_frame.f_code, name)
-        tb = tb.tb_next
-    return name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -226,6 +226,27 @@ class PluginHost:
     def hook(self) -> Any:
         return self.pm.hook
 
+    def call_each(self, hook: str, kwargs: Mapping[str, Any],
+                  on_error: Callable[[str, BaseException], None]) -> None:
+        """Call each implementation of the hook named ``hook`` in pluggy's order, so that an
+        exception names the plugin that raised it: ``on_error(plugin_name, exc)`` is called for
+        it (and may re-raise) and the next implementation still runs. Hooks with wrapper
+        implementations are called through pluggy as a whole; a failure is then attributed
+        from the traceback."""
+        caller = getattr(self.hook, hook)
+        impls = caller.get_hookimpls()
+        if any(getattr(i, "hookwrapper", False) or getattr(i, "wrapper", False) for i in impls):
+            try:
+                caller(**kwargs)
+            except Exception as exc:
+                on_error(_culprit(exc, impls), exc)
+            return
+        for impl in reversed(impls):
+            try:
+                impl.function(*[kwargs[name] for name in impl.argnames])
+            except Exception as exc:
+                on_error(impl.plugin_name, exc)
+
     def spec(self) -> dict[str, Any]:
         """What rebuilds this host elsewhere: ``PluginHost(**host.spec())``."""
         return {"plugins": list(self.named_plugins), "disable_plugins": sorted(self.blocked),
@@ -236,6 +257,15 @@ class PluginHost:
 
 
 _default_host: PluginHost | None = None
+
+
+def _culprit(exc: BaseException, impls: list[Any]) -> str:
+    codes = {getattr(i.function, "__code__", None): i.plugin_name for i in impls}
+    name, tb = "(unknown plugin)", exc.__traceback__
+    while tb is not None:
+        name = codes.get(tb.tb_frame.f_code, name)
+        tb = tb.tb_next
+    return name
 
 
 def get_host(plugins: Sequence[Any] = (), disable_plugins: Iterable[str] = ()) -> PluginHost:

@@ -22,7 +22,7 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.config import StudyConfig
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
-                                   PluginHookError, TrialFailure, call_each_plugin, one_line)
+                                   PluginHookError, TrialFailure, one_line)
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  METRICS_ATTR)
@@ -210,8 +210,8 @@ class Study:
     def _notify(self, hook: str, **kwargs: Any) -> None:
         """Call a lifecycle hook implementation by implementation: one that raises is
         recorded in :attr:`plugin_errors` (and reported once on stderr) and the others run."""
-        call_each_plugin(getattr(self.host.hook, hook), kwargs,
-                         lambda plugin, exc: self._plugin_failed(plugin, hook, exc))
+        self.host.call_each(hook, kwargs,
+                            lambda plugin, exc: self._plugin_failed(plugin, hook, exc))
 
     def _plugin_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
         with self._errors_lock:
@@ -258,11 +258,14 @@ class Study:
         try:
             if strategy_protocol.should_stop(self.strategy, self):
                 return  # a reopened study whose search already ended runs no extra trial
+            # optuna deep-copies every finished trial for each callback list, so the stop
+            # check is only passed when a strategy of the chain can end the search.
+            stops = strategy_protocol.can_stop(self.strategy)
+            all_callbacks = [self._stop_when_strategy_is_done] if stops else []
+            all_callbacks += list(callbacks or [])
             self.optuna_study.optimize(self._run_trial, n_trials=n_trials, timeout=timeout,
                                        n_jobs=n_jobs, catch=tuple(catch),
-                                       callbacks=[self._stop_when_strategy_is_done,
-                                                  *(callbacks or [])],
-                                       gc_after_trial=False)
+                                       callbacks=all_callbacks or None, gc_after_trial=False)
         finally:
             self.finish()
 
@@ -428,7 +431,7 @@ def check_config(host: PluginHost, config: StudyConfig,
         raise PluginError(f"plugin {plugin!r} failed in frugalnas_check_config: "
                           f"{one_line(exc)}") from exc
 
-    call_each_plugin(host.hook.frugalnas_check_config, {"config": config, "host": host}, failed)
+    host.call_each("frugalnas_check_config", {"config": config, "host": host}, failed)
     return estimator
 
 

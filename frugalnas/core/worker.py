@@ -48,6 +48,8 @@ COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, Tr
 TAKEN_STATES = COUNTED_STATES
 #: A worker whose strategy proposes this many taken architectures in a row stops.
 MAX_DUPLICATES_IN_A_ROW = 20
+#: A worker stops after this many of its own trials failed in a row (``max_failures``).
+DEFAULT_MAX_FAILURES = 10
 SUPPORTED_URLS = "sqlite:///PATH, journal:PATH, postgresql://..., mysql://..."
 
 
@@ -442,8 +444,22 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
 
 
-def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int) -> None:
-    """Raise ConfigError for heartbeat/grace/retries values that cannot work."""
+class WorkerGaveUp(FrugalnasError):
+    """Every one of a worker's last ``max_failures`` trials failed."""
+
+    def __init__(self, max_failures: int, reasons: list[str]):
+        counts: dict[str, int] = {}
+        for r in reasons:
+            counts[r] = counts.get(r, 0) + 1
+        common = "; ".join(f"{n} x {r}" for r, n in sorted(counts.items(), key=lambda kv: -kv[1])[:3])
+        super().__init__(f"the last {max_failures} trials of this worker failed ({common}); it "
+                         "stops (raise --max-failures, or 0 to never stop)")
+
+
+def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int,
+                          max_failures: int = DEFAULT_MAX_FAILURES) -> None:
+    """Raise ConfigError for heartbeat/grace/retries/max_failures values that cannot work."""
+    check_range("max_failures", max_failures, 0)
     if heartbeat is not None:
         check_range("heartbeat (seconds)", heartbeat, 1)
     if grace is not None:
@@ -460,16 +476,20 @@ def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int
 
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
-               timeout: float | None = None, host: Any = None, repeats: bool = False) -> Any:
+               timeout: float | None = None, host: Any = None, repeats: bool = False,
+               max_failures: int = DEFAULT_MAX_FAILURES) -> Any:
     """Join (or create) the study and run trials until it has ``n_trials``; returns the Study.
-    ``repeats=True`` lets the strategy evaluate an architecture another trial has."""
+    ``repeats=True`` lets the strategy evaluate an architecture another trial has. The worker
+    gives up (:class:`WorkerGaveUp`) after ``max_failures`` of its own trials failed in a row
+    (failed trials do not count towards ``n_trials``, so it would otherwise never end); 0
+    never gives up."""
     from dataclasses import asdict
 
     from frugalnas.core.study import create_study
 
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"invalid n_trials {n_trials!r} for a worker; expected an integer >= 1")
-    check_worker_settings(heartbeat, grace, retries)
+    check_worker_settings(heartbeat, grace, retries, max_failures)
     holder: dict[str, Any] = {}
     with quiet_experimental():
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) \
@@ -503,7 +523,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     study._start()
     try:
         with _terminate_as_interrupt():
-            _work(study, quota, timeout, heartbeat)
+            _work(study, quota, timeout, heartbeat, max_failures)
     finally:
         study.finish()
     return study
@@ -529,14 +549,23 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int | None) -> None:
+def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int | None,
+          max_failures: int = DEFAULT_MAX_FAILURES) -> None:
     from frugalnas.core import strategy as strategy_protocol
 
     start = time.monotonic()
     stop: dict[str, str] = {}
+    failed: list[str] = []  # reasons of this worker's trials that failed in a row
 
     def after_trial(ostudy: optuna.Study, frozen: FrozenTrial) -> None:
-        if quota.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
+        if frozen.state == TrialState.FAIL:
+            failed.append(str(frozen.user_attrs.get(FAIL_REASON_ATTR, "no reason recorded")))
+        else:
+            failed.clear()
+        if max_failures and len(failed) >= max_failures:
+            stop["reason"] = "failures"
+            ostudy.stop()
+        elif quota.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
             stop["reason"] = "duplicates"
             ostudy.stop()
         elif strategy_protocol.should_stop(study.strategy, study):
@@ -557,6 +586,8 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
             quota.end_proposal(error=exc)
             raise
         else:
+            if stop.get("reason") == "failures":
+                raise WorkerGaveUp(max_failures, failed)
             if stop.get("reason") == "duplicates":
                 raise ConfigError(
                     f"strategy {study.config.strategy!r} proposed {MAX_DUPLICATES_IN_A_ROW} "
