@@ -170,7 +170,8 @@ def write(tracker: Any, run: TrialRun, existing: list[Any], *, fill_only: bool =
         params = [Param(k, v) for k, v in run.params.items()]
         metrics = run.metrics
         partial, had_reason = True, False
-    tags = [RunTag(k, v) for k, v in run.tags.items()]
+    # a new run got its tags with create_run: one write fewer
+    tags = [RunTag(k, v) for k, v in run.tags.items()] if existing else []
     if run.state != "FAIL" and had_reason:
         client.delete_tag(run_id, "fail_reason")
     client.log_batch(run_id, params=params,
@@ -182,11 +183,14 @@ def write(tracker: Any, run: TrialRun, existing: list[Any], *, fill_only: bool =
     return run_id
 
 
-def trial_runs(tracker: Any, number: int | None = None) -> list[Any]:
-    """The study's trial runs (of trial ``number`` only, when given)."""
+def trial_runs(tracker: Any, number: int | None = None, since_ms: int | None = None) -> list[Any]:
+    """The study's trial runs (of trial ``number`` only, when given; started at or after
+    ``since_ms``, when given)."""
     flt = (f"tags.`{TAG_STUDY_ID}` = '{tracker.uid}' and tags.`{TAG_ROLE}` = 'trial'")
     if number is not None:
         flt += f" and tags.`{TAG_TRIAL}` = '{number}'"
+    if since_ms is not None:
+        flt += f" and attributes.start_time >= {int(since_ms)}"
     out, token = [], None
     while True:
         page = tracker.client.search_runs([tracker.experiment_id], filter_string=flt,
@@ -197,6 +201,35 @@ def trial_runs(tracker: Any, number: int | None = None) -> list[Any]:
             return out
 
 
+#: How much earlier than its trial's start (as this process saw it) a run for the trial may
+#: start: a reconciliation dates a run by optuna's ``datetime_start`` (set a little before).
+START_SLACK_MS = 10 * 60 * 1000
+
+
+def existing_trial_runs(tracker: Any, trials: list[tuple[int, int | None]]) -> dict[int, list[Any]]:
+    """The runs that exist for the trials ``(number, start in ms or None)`` a process is about
+    to write, by number: one search for the whole batch, limited to runs started since the
+    earliest of them (a search of every trial run when a start is unknown)."""
+    if not trials:
+        return {}
+    wanted = {number for number, _ in trials}
+    starts = [s for _, s in trials]
+    if len(trials) == 1 and starts[0] is None:
+        found = trial_runs(tracker, trials[0][0])
+    else:
+        since = None if None in starts else min(s for s in starts if s is not None) - START_SLACK_MS
+        found = trial_runs(tracker, since_ms=since)
+    out: dict[int, list[Any]] = {}
+    for r in found:
+        try:
+            number = int(r.data.tags[TAG_TRIAL])
+        except (KeyError, ValueError):
+            continue
+        if number in wanted:
+            out.setdefault(number, []).append(r)
+    return out
+
+
 def needs_repair(run: Any, expected: TrialRun) -> bool:
     tags = run.data.tags
     return (run.info.status == "RUNNING" or run.info.status != expected.status
@@ -205,12 +238,28 @@ def needs_repair(run: Any, expected: TrialRun) -> bool:
             or (expected.state == "FAIL" and not tags.get("fail_reason")))
 
 
-def reconcile(tracker: Any) -> dict[str, int]:
+def unchecked_trials(trials: list[FrozenTrial], known: dict[int, str]) -> list[FrozenTrial]:
+    """The finished trials of ``trials`` whose run this process has not written or checked
+    in the state the storage now gives (``known``: trial number -> state)."""
+    return [t for t in trials
+            if t.state in FINISHED_STATES and known.get(t.number) != t.state.name]
+
+
+def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
+              trials: list[FrozenTrial] | None = None,
+              known: dict[int, str] | None = None) -> dict[str, int]:
     """Make the study's trial runs agree with its storage; returns what it changed:
-    ``created`` runs, ``repaired`` runs (closed, state fixed), ``removed`` duplicates."""
+    ``created`` runs, ``repaired`` runs (closed, state fixed), ``removed`` duplicates.
+
+    One search for the study's trial runs and one read of its trials (``trials``, when the
+    caller has read them); on a study whose runs are all there and right, nothing is
+    written. Trials in ``skip`` (those this process has run and is about to write itself) are
+    left alone. ``known`` (trial number -> state) receives every trial whose run is right
+    afterwards."""
     from frugalnas.core import optuna_compat
 
-    trials = optuna_compat.fresh_trials(tracker.study.optuna_study)
+    if trials is None:
+        trials = optuna_compat.fresh_trials(tracker.study.optuna_study)
     by_number: dict[int, list[Any]] = {}
     for r in trial_runs(tracker):
         try:
@@ -219,7 +268,7 @@ def reconcile(tracker: Any) -> dict[str, int]:
             continue
     changes = {"created": 0, "repaired": 0, "removed": 0}
     for frozen in trials:
-        if frozen.state not in FINISHED_STATES:
+        if frozen.state not in FINISHED_STATES or frozen.number in skip:
             continue
         runs = by_number.get(frozen.number, [])
         if len(runs) == 1:
@@ -228,8 +277,12 @@ def reconcile(tracker: Any) -> dict[str, int]:
             if (runs[0].info.status != "RUNNING" and tags.get("state") == expected_state
                     and tags.get("mlflow.parentRunId") == tracker.parent_run_id
                     and (expected_state != "FAIL" or tags.get("fail_reason"))):
+                if known is not None:
+                    known[frozen.number] = expected_state
                 continue  # the common case, decided without building the run
         expected = from_trial(tracker, frozen)
+        if known is not None:
+            known[frozen.number] = expected.state
         if not runs:
             write(tracker, expected, [])
             changes["created"] += 1

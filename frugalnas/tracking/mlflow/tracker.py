@@ -45,7 +45,8 @@ from frugalnas.core.plugins import hookimpl
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto
 from frugalnas.tracking.mlflow.reconcile import (TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL,
-                                                 from_result, reconcile, trial_runs, write)
+                                                 existing_trial_runs, from_result, reconcile,
+                                                 unchecked_trials, write)
 
 PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri",)
@@ -149,6 +150,16 @@ class StudyTracker:
         self.lock = study_lock(study, "mlflow")
         self.writer = _Writer()
         self.started_ms: dict[int, int] = {}
+        # Trials this process runs and has not written yet: a reconciliation leaves them to
+        # the queued write (a study's trials can finish before the writer has connected).
+        self.inflight: set[int] = set()
+        # Finished trials waiting for the writer; one flush job writes all that have queued.
+        self.pending: list[tuple[int, tuple[Any, ...], int | None]] = []
+        self.pending_lock = threading.Lock()
+        self.flush_scheduled = False
+        # Trial number -> state of the runs this process wrote or found right: the
+        # reconciliation at the end searches MLflow only when the storage has others.
+        self.known: dict[int, str] = {}
         self.artifact_dirs: dict[str, Path] = {}
         self.trial_values: list[tuple[int, float]] = []
         self.experiment_id = ""
@@ -214,10 +225,22 @@ class StudyTracker:
             self.parent_run_id = run.info.run_id
             self.remember_artifact_dir(run)
             self._log_config()
-        self._reconcile()
+        self._reconcile(at_start=True)
 
-    def _reconcile(self) -> None:
-        changes = reconcile(self)
+    def _reconcile(self, at_start: bool = False) -> None:
+        """Reconcile MLflow with the storage. At the start, the trials this process is about
+        to write are left to it; at the end, nothing is read from MLflow when every finished
+        trial in the storage is one whose run this process wrote or checked."""
+        from frugalnas.core import optuna_compat
+
+        trials = optuna_compat.fresh_trials(self.study.optuna_study)
+        skip: set[int] = set()
+        if at_start:
+            with self.pending_lock:
+                skip = set(self.inflight) | {item[0] for item in self.pending}
+        elif not unchecked_trials(trials, self.known):
+            return
+        changes = reconcile(self, skip=skip, trials=trials, known=self.known)
         for k, v in changes.items():
             self.reconciled[k] += v
         if any(changes.values()):
@@ -242,15 +265,28 @@ class StudyTracker:
                 "strategy": cfg.strategy, "estimator": cfg.estimator, "backend": cfg.backend,
                 "space": cfg.space}
 
-    def _finish_trial(self, number: int, arch: Any, state: str, values: list[float] | None,
-                      result: Any, error: str | None, started_ms: int | None) -> None:
-        """Write the trial's run complete with params, metrics, tags and artifacts; if a run
-        for the trial exists (a reconciliation wrote it from the storage, or the trial went
-        stale), complete that one instead."""
-        run = from_result(self, number, arch, state, values, result, error, started_ms)
-        write(self, run, trial_runs(self, number))
-        if values and len(values) == 1 and state == "COMPLETE":
-            self.trial_values.append((number, float(values[0])))
+    def _flush_trials(self) -> None:
+        """Write every finished trial queued so far: one search for runs that already exist
+        for them (another process's reconciliation may have written one), then each run
+        complete with params, metrics, tags and artifacts (create, one ``log_batch``,
+        terminate), or the existing run completed instead."""
+        with self.pending_lock:
+            batch, self.pending = self.pending, []
+            self.flush_scheduled = False
+        if not batch:
+            return
+        existing = existing_trial_runs(self, [(number, started) for number, _, started in batch])
+        try:
+            for number, args, started in batch:
+                arch, state, values, result, error = args
+                run = from_result(self, number, arch, state, values, result, error, started)
+                write(self, run, existing.get(number, []))
+                self.known[number] = state
+                if values and len(values) == 1 and state == "COMPLETE":
+                    self.trial_values.append((number, float(values[0])))
+        finally:
+            for number, _, _ in batch:
+                self.inflight.discard(number)
 
     def write_artifact(self, run_id: str, name: str, content: str | bytes) -> None:
         """Write an artifact file: straight into a local artifact folder (no MLflow round trip
@@ -339,10 +375,16 @@ class StudyTracker:
     # -- called from hooks ---------------------------------------------------------------
     def trial_started(self, number: int) -> None:
         self.started_ms[number] = int(time.time() * 1000)
+        self.inflight.add(number)
 
     def trial_finished(self, number: int, *args: Any) -> None:
         started = self.started_ms.pop(number, None)
-        self.writer.submit(self._locked(lambda: self._finish_trial(number, *args, started)))
+        with self.pending_lock:
+            self.pending.append((number, args, started))
+            self.inflight.add(number)
+            schedule, self.flush_scheduled = not self.flush_scheduled, True
+        if schedule:
+            self.writer.submit(self._locked(self._flush_trials))
 
     def study_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.writer.submit(self._locked(lambda: self._log_study_metrics(dict(metrics), step)))
