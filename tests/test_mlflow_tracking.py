@@ -233,3 +233,147 @@ def test_a_tracking_server_that_goes_away_never_holds_the_study_up(stores, monke
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     errors = study.plugin_state["mlflow"]["errors"]
     assert any("made no progress for 2 s" in e for e in errors), errors
+
+
+# -- review at a glance: leaderboard, plots with units, hypervolume, feasibility ----------------
+def _parent(client, runs):
+    return [r for r in runs if r.data.tags.get("frugalnas.role") == "study"][0]
+
+
+def _artifact_text(client, run_id, path):
+    with open(client.download_artifacts(run_id, path)) as fh:
+        return fh.read()
+
+
+def test_two_objective_study_logs_hypervolume_per_trial_and_a_leaderboard(stores):
+    from frugalnas.multiobjective.hypervolume import hypervolume
+
+    storage, uri = stores
+    study = frugalnas.create_study(storage=storage, study_name="hv", seed=3,
+                                   plugin_options={"mlflow": {"tracking_uri": uri}},
+                                   objectives=["value", "latency_ms_pixel3"],
+                                   directions=["maximize", "minimize"])
+    study.optimize(n_trials=12)
+    assert study.plugin_state["mlflow"]["errors"] == []
+    client, runs = runs_of(uri, "hv")
+    parent = _parent(client, runs)
+    done = sorted(study.completed_trials(), key=lambda t: t.number)
+    # the default reference: worst value per objective, 10% of the range further out
+    ref = json.loads(parent.data.params["hypervolume_reference"])
+    acc = [t.values[0] for t in done]
+    lat = [t.values[1] for t in done]
+    assert ref == pytest.approx([min(acc) - 0.1 * (max(acc) - min(acc)),
+                                 max(lat) + 0.1 * (max(lat) - min(lat))])
+    assert study.optuna_study.user_attrs["frugalnas_mlflow_hypervolume_reference"] == \
+        pytest.approx(ref)
+    hist = sorted(client.get_metric_history(parent.info.run_id, "hypervolume"),
+                  key=lambda m: m.step)
+    assert [m.step for m in hist] == [t.number for t in done]
+    for m in hist:
+        upto = [t.values for t in done if t.number <= m.step]
+        assert m.value == pytest.approx(hypervolume(upto, ref, ["maximize", "minimize"]))
+    assert [m.value for m in hist] == sorted(m.value for m in hist) and hist[-1].value > 0
+    names = [a.path for a in client.list_artifacts(parent.info.run_id)]
+    assert {"leaderboard.html", "pareto_front.png", "pareto_front.json"} <= set(names)
+    html = _artifact_text(client, parent.info.run_id, "leaderboard.html")
+    trial_runs = {int(r.data.tags["frugalnas.trial_number"]): r for r in runs
+                  if r.data.tags.get("frugalnas.role") == "trial"}
+    for t in done:  # every architecture whole, with a link to its run
+        assert str(t.architecture) in html
+        assert (f"http://127.0.0.1:5000/#/experiments/{parent.info.experiment_id}/runs/"
+                f"{trial_runs[t.number].info.run_id}") in html
+    assert "latency_ms_pixel3 \u2193" in html and html.count('class="pareto"') == \
+        len(study.optuna_study.best_trials)
+    front = json.loads(_artifact_text(client, parent.info.run_id, "pareto_front.json"))
+    assert {f["number"] for f in front} == {t.number for t in study.optuna_study.best_trials}
+    assert set(front[0]["values"]) == {"value", "latency_ms_pixel3"}
+
+
+def test_hypervolume_reference_option_and_its_errors(stores):
+    from frugalnas.core.errors import ConfigError
+
+    storage, uri = stores
+    opts = {"tracking_uri": uri, "hypervolume_reference": [0, 100]}
+    study = frugalnas.create_study(storage=storage, study_name="hvref", seed=1,
+                                   plugin_options={"mlflow": opts},
+                                   objectives=["value", "latency_ms_pixel3"],
+                                   directions=["maximize", "minimize"])
+    study.optimize(n_trials=3)  # fewer trials than the default needs: the option applies at once
+    client, runs = runs_of(uri, "hvref")
+    parent = _parent(client, runs)
+    assert json.loads(parent.data.params["hypervolume_reference"]) == [0.0, 100.0]
+    assert len(client.get_metric_history(parent.info.run_id, "hypervolume")) == 3
+    for bad, words in ((["a", 1], "invalid mlflow hypervolume_reference ['a', 1]"),
+                       ([1.0], "expected 2 finite number(s)"),
+                       ([0, float("inf")], "invalid mlflow hypervolume_reference")):
+        with pytest.raises(ConfigError, match=None) as info:
+            frugalnas.create_study(objectives=["value", "latency_ms_pixel3"],
+                                   directions=["maximize", "minimize"],
+                                   plugin_options={"mlflow": {"tracking_uri": uri,
+                                                              "hypervolume_reference": bad}})
+        assert words in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="several objectives"):
+        frugalnas.create_study(plugin_options={"mlflow": {"tracking_uri": uri,
+                                                          "hypervolume_reference": [0]}})
+    with pytest.raises(ConfigError, match="invalid mlflow ui_url 'localhost:5000'"):
+        frugalnas.create_study(plugin_options={"mlflow": {"tracking_uri": uri,
+                                                          "ui_url": "localhost:5000"}})
+
+
+def test_single_objective_review_names_the_objective_and_keeps_architectures_whole(stores):
+    storage, uri = stores
+    study = frugalnas.create_study(storage=storage, study_name="one", seed=2,
+                                   plugin_options={"mlflow": {"tracking_uri": uri}})
+    study.optimize(n_trials=5)
+    client, runs = runs_of(uri, "one")
+    parent = _parent(client, runs)
+    best = str(study.best_trial.architecture)
+    assert parent.data.tags["best_architecture"] == best
+    assert parent.data.tags["best_trial"] == str(study.best_trial.number)
+    assert _artifact_text(client, parent.info.run_id, "best_architecture.txt") == best
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"leaderboard.html", "best_so_far.png"} <= names
+    html = _artifact_text(client, parent.info.run_id, "leaderboard.html")
+    assert html.count("<tr") == 6 and best in html
+    # the plot's y axis: the objective and what it stands for, with its unit
+    from frugalnas.tracking.mlflow.drawing import objective_label
+
+    assert objective_label("value", "valid_accuracy_cifar10") == \
+        "value = valid_accuracy_cifar10 (%)"
+    assert objective_label("latency_ms_pixel3") == "latency_ms_pixel3 (ms)"
+    assert objective_label("params") == "params (count)"
+    assert objective_label("accuracy") == "accuracy (%)"
+    assert objective_label("proxy_synflow", units={"proxy_synflow": "score"}) == \
+        "proxy_synflow (score)"
+
+
+def test_long_architecture_strings_are_kept_whole():
+    from frugalnas.tracking.mlflow.reconcile import MAX_PARAM_LENGTH, architecture_param
+
+    short = "dag:" + "x" * 100
+    assert architecture_param(short) == short
+    long = "dag:" + "y" * (MAX_PARAM_LENGTH + 500)
+    param = architecture_param(long)
+    assert len(param) <= MAX_PARAM_LENGTH and param.endswith("(whole string in architecture.txt)")
+
+
+def test_trials_of_a_constrained_study_are_tagged_feasible(stores):
+    import inspect
+
+    storage, uri = stores
+    if "constraints" not in inspect.signature(frugalnas.create_study).parameters and \
+            "constraints" not in frugalnas.StudyConfig.__dataclass_fields__:
+        pytest.skip("this checkout has no constrained studies")
+    study = frugalnas.create_study(storage=storage, study_name="feas", seed=4,
+                                   plugin_options={"mlflow": {"tracking_uri": uri}},
+                                   constraints={"latency_ms_pixel3": 10.0})
+    study.optimize(n_trials=8)
+    client, runs = runs_of(uri, "feas")
+    trial_runs = {int(r.data.tags["frugalnas.trial_number"]): r for r in runs
+                  if r.data.tags.get("frugalnas.role") == "trial"}
+    for t in study.completed_trials():
+        feasible = t.user_attrs["metrics"]["latency_ms_pixel3"] <= 10.0
+        assert trial_runs[t.number].data.tags["feasible"] == ("true" if feasible else "false")
+    parent = _parent(client, runs)
+    html = _artifact_text(client, parent.info.run_id, "leaderboard.html")
+    assert "<th>feasible</th>" in html

@@ -20,7 +20,11 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from frugalnas.core import keys
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
+
+#: Trial user attribute that says whether a trial met the study's constraints.
+FEASIBLE_ATTR: str = getattr(keys, "FEASIBLE_ATTR", "feasible")
 
 #: Input shape and classes used to count a network's size when the study has no dataset.
 FALLBACK_INPUT = ((3, 32, 32), 10)
@@ -111,6 +115,29 @@ def _number(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+def _feasible(v: Any) -> bool | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "yes")
+    return bool(v)
+
+
+def recorded_sizes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fill ``params`` and ``flops`` of rows built with ``sizes=False`` from what the trials
+    recorded, without building any network: ``params`` from the cost (the candidate's
+    parameters), ``flops`` from an estimator metric ``flops`` (forward FLOPs per example)
+    where there is one. Returns ``rows``."""
+    for row in rows:
+        if row.get("params") is None:
+            p = (row.get("cost") or {}).get("params")
+            row["params"] = int(p) if p else None
+        if row.get("flops") is None:
+            f = (row.get("metrics") or {}).get("flops")
+            row["flops"] = float(f) if f else None
+    return rows
+
+
 def leaderboard_rows(study: Any, *, limit: int | None = None, sizes: bool = True,
                      input_shape: Sequence[int] | None = None,
                      num_classes: int | None = None) -> list[dict[str, Any]]:
@@ -121,7 +148,8 @@ def leaderboard_rows(study: Any, *, limit: int | None = None, sizes: bool = True
     with one objective), ``params`` and ``flops`` (the network's parameters and forward FLOPs
     per example at the dataset's input shape; ``None`` with ``sizes=False`` or where the
     network cannot be built), ``cost`` (what evaluating the trial cost: ``seconds``, ``flops``,
-    ``epochs``, ...), ``metrics`` (the estimator's metrics) and ``datetime_complete`` (ISO
+    ``epochs``, ...), ``metrics`` (the estimator's metrics), ``feasible`` (whether the trial
+    met the study's constraints; ``None`` without constraints) and ``datetime_complete`` (ISO
     text). ``limit`` keeps the first rows (sizes are only counted for those)."""
     objectives = list(study.config.objectives)
     directions = list(study.directions)
@@ -155,7 +183,7 @@ def leaderboard_rows(study: Any, *, limit: int | None = None, sizes: bool = True
             "rank": rank, "trial": t.number, "architecture": str(arch) if arch is not None else "",
             "values": {name: float(v) for name, v in zip(objectives, t.values)},
             "front": fronts[i], "params": params, "flops": flops, "cost": cost,
-            "metrics": metrics,
+            "metrics": metrics, "feasible": _feasible(t.user_attrs.get(FEASIBLE_ATTR)),
             "datetime_complete": t.datetime_complete.isoformat() if t.datetime_complete else None,
         })
     return rows
@@ -183,17 +211,25 @@ def _seconds(v: Any) -> str:
     return "-" if v is None else f"{float(v):.3g} s"
 
 
-def _columns(objectives: Mapping[str, str | None]) -> list[str]:
+def _columns(objectives: Mapping[str, str | None], feasible: bool = False) -> list[str]:
     arrows = {"maximize": " \u2191", "minimize": " \u2193"}
     return (["rank", "trial", "architecture"]
             + [f"{name}{arrows.get(d or '', '')}" for name, d in objectives.items()]
+            + (["feasible"] if feasible else [])
             + ["params", "FLOPs", "cost (time)", "cost (FLOPs)"])
 
 
-def _cells(row: Mapping[str, Any], objectives: Mapping[str, str | None]) -> list[str]:
+def _has_feasibility(rows: Sequence[Mapping[str, Any]]) -> bool:
+    return any(r.get("feasible") is not None for r in rows)
+
+
+def _cells(row: Mapping[str, Any], objectives: Mapping[str, str | None],
+           feasible: bool = False) -> list[str]:
     cost = row.get("cost") or {}
+    ok = row.get("feasible")
     return ([str(row.get("rank", "")), str(row.get("trial", "")), str(row.get("architecture", ""))]
             + [fmt_number((row.get("values") or {}).get(name)) for name in objectives]
+            + ([("-" if ok is None else "yes" if ok else "no")] if feasible else [])
             + [fmt_number(row.get("params")), fmt_number(row.get("flops")),
                _seconds(cost.get("seconds")), fmt_number(cost.get("flops"))])
 
@@ -201,18 +237,24 @@ def _cells(row: Mapping[str, Any], objectives: Mapping[str, str | None]) -> list
 def leaderboard_html(rows: Sequence[Mapping[str, Any]],
                      objectives: Sequence[str] | Mapping[str, str],
                      run_links: Mapping[int, str] | None = None, *,
-                     title: str = "frugalnas leaderboard") -> str:
+                     title: str = "frugalnas leaderboard", notes: Sequence[str] = ()) -> str:
     """A self-contained HTML page with the rows of :func:`leaderboard_rows` as a table.
     ``objectives`` names the value columns (a mapping name -> ``maximize``/``minimize`` adds
     an arrow); ``run_links`` maps trial numbers to URLs (their MLflow runs), which the trial
-    numbers then link to. Pareto-front rows (front 1) of a multi-objective study are marked."""
+    numbers and an "MLflow run" column then link to. Pareto-front rows (front 1) of a
+    multi-objective study are marked; a ``feasible`` column appears when any row says whether
+    it met the study's constraints. ``notes`` are extra paragraphs (plain text) under the
+    title."""
     objs = _directions(objectives)
     links = {int(k): str(v) for k, v in (run_links or {}).items()}
+    feasible = _has_feasibility(rows)
     esc = html.escape
-    head = "".join(f"<th>{esc(c)}</th>" for c in _columns(objs))
+    head = "".join(f"<th>{esc(c)}</th>" for c in _columns(objs, feasible))
+    if links:
+        head += "<th>MLflow run</th>"
     body = []
     for row in rows:
-        cells = _cells(row, objs)
+        cells = _cells(row, objs, feasible)
         trial = row.get("trial")
         if trial is not None and int(trial) in links:
             cells_html = [esc(cells[0]),
@@ -222,11 +264,16 @@ def leaderboard_html(rows: Sequence[Mapping[str, Any]],
         cells_html.append(f"<code>{esc(cells[2])}</code>")
         cells_html += [esc(c) for c in cells[3:]]
         cls = ' class="pareto"' if row.get("front") == 1 else ""
+        if links:
+            url = links.get(int(trial)) if trial is not None else None
+            cells_html.append(f'<a href="{esc(url, quote=True)}" target="_blank">run</a>'
+                              if url else "-")
         tds = "".join(f'<td class="{"arch" if k == 2 else "num"}">{c}</td>'
                       for k, c in enumerate(cells_html))
         body.append(f"<tr{cls}>{tds}</tr>")
     note = ("<p>Rows in bold are on the Pareto front.</p>"
             if any(r.get("front") is not None for r in rows) else "")
+    note += "".join(f"<p>{esc(n)}</p>" for n in notes)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>
@@ -255,12 +302,13 @@ def leaderboard_table(rows: Sequence[Mapping[str, Any]],
     from rich.table import Table
 
     objs = _directions(objectives)
+    feasible = _has_feasibility(rows)
     table = Table(title=title, show_lines=False, header_style="bold")
-    for k, col in enumerate(_columns(objs)):
+    for k, col in enumerate(_columns(objs, feasible)):
         if col == "architecture":
             table.add_column(col, overflow="fold", ratio=1, min_width=20)
         else:
             table.add_column(col, justify="right" if k != 2 else "left", no_wrap=True)
     for row in rows:
-        table.add_row(*_cells(row, objs), style="bold" if row.get("front") == 1 else None)
+        table.add_row(*_cells(row, objs, feasible), style="bold" if row.get("front") == 1 else None)
     return table

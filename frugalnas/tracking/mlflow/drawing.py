@@ -1,4 +1,5 @@
-"""PNG drawings for MLflow: a cell's graph, and a study's best-so-far curve / Pareto front."""
+"""PNG drawings for MLflow: a cell's graph, and a study's best-so-far curve / Pareto front,
+with axes named after the objectives and their units (:func:`objective_label`)."""
 
 from __future__ import annotations
 
@@ -89,8 +90,41 @@ def _png_image(img) -> bytes:
     return buf.getvalue()
 
 
+#: Units of objectives and metrics recognised by name (first match wins): frugalnas's
+#: accuracies are percentages, latencies ``latency_ms_*`` milliseconds, cost fields as in
+#: :class:`frugalnas.core.cost.Cost`. The plugin option ``mlflow.units`` adds or overrides.
+UNIT_RULES: tuple[tuple[str, str], ...] = (
+    ("accuracy", "%"), ("latency_ms", "ms"), ("_ms", "ms"), ("seconds", "s"),
+    ("peak_memory", "bytes"), ("memory", "bytes"), ("energy_mj", "mJ"), ("params", "count"),
+    ("flops", "FLOPs"), ("epochs", "epochs"))
+
+
+def unit_of(name: str, units: dict[str, str] | None = None) -> str | None:
+    """The unit of objective or metric ``name``: from ``units`` (exact name), else from
+    :data:`UNIT_RULES`, else ``None``."""
+    if units and name in units:
+        return units[name] or None
+    low = name.lower()
+    for part, unit in UNIT_RULES:
+        if part in low:
+            return unit
+    return None
+
+
+def objective_label(name: str, alias: str | None = None,
+                    units: dict[str, str] | None = None) -> str:
+    """An axis label: the objective's name, what it stands for when it is the estimator's
+    ``value`` (``alias``, the metric it equals) and its unit, e.g. ``accuracy (%)``,
+    ``value = valid_accuracy_cifar10 (%)``, ``params (count)``."""
+    shown = f"{name} = {alias}" if alias and alias != name else name
+    unit = unit_of(name, units) or (unit_of(alias, units) if alias else None)
+    return f"{shown} ({unit})" if unit else shown
+
+
 def draw_best_so_far(numbers: Sequence[int], values: Sequence[float], maximize: bool,
-                     title: str) -> bytes:
+                     title: str, ylabel: str = "objective") -> bytes:
+    """Each trial's value and the best so far, against the trial number; ``ylabel`` names
+    the objective (:func:`objective_label`)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6, 4))
@@ -102,22 +136,37 @@ def draw_best_so_far(numbers: Sequence[int], values: Sequence[float], maximize: 
     ax.scatter(numbers, values, s=8, alpha=0.5, label="trial value")
     ax.step(numbers, curve, where="post", color="tab:red", label="best so far")
     ax.set_xlabel("trial number")
-    ax.set_ylabel("objective")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return _png(fig)
 
 
 def draw_pareto(points: Sequence[Sequence[float]], front: Sequence[Sequence[float]],
-                names: Sequence[str], title: str) -> bytes:
+                names: Sequence[str], title: str,
+                directions: Sequence[str] | None = None) -> bytes:
+    """Every trial of a two-objective study, the Pareto front highlighted (joined as the
+    staircase it dominates when ``directions`` are given); ``names`` are the axis labels
+    (:func:`objective_label`)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4))
+    fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
-    ax.scatter([p[0] for p in points], [p[1] for p in points], s=8, alpha=0.4, label="trials")
+    ax.scatter([p[0] for p in points], [p[1] for p in points], s=10, alpha=0.35,
+               color="tab:blue", label="trials")
     front = sorted(front)
-    ax.plot([p[0] for p in front], [p[1] for p in front], "o-", color="tab:red", ms=4,
-            label="Pareto front")
+    if directions is not None and len(front) > 1:
+        # a staircase: between two front points, the region the front still dominates
+        # (sorted by the first objective: each point holds until the next when the first is
+        # minimised, from the previous one when it is maximised)
+        where = "post" if directions[0] == "minimize" else "pre"
+        ax.step([p[0] for p in front], [p[1] for p in front], where=where, color="tab:red",
+                lw=1.2, alpha=0.8)
+    elif len(front) > 1:
+        ax.plot([p[0] for p in front], [p[1] for p in front], "-", color="tab:red", lw=1.2)
+    ax.scatter([p[0] for p in front], [p[1] for p in front], s=28, color="tab:red",
+               edgecolor="black", linewidth=0.5, zorder=3, label=f"Pareto front ({len(front)})")
+    ax.grid(alpha=0.3)
     ax.set_xlabel(names[0])
     ax.set_ylabel(names[1])
     ax.set_title(title, fontsize=9)

@@ -24,7 +24,15 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from frugalnas.core import keys
 from frugalnas.core.keys import ARCHITECTURE_ATTR, COST_ATTR, FAIL_REASON_ATTR, METRICS_ATTR
+
+#: Trial user attribute that says whether a trial met the study's constraints (the key of
+#: ``frugalnas.core.keys`` where it exists).
+FEASIBLE_ATTR: str = getattr(keys, "FEASIBLE_ATTR", "feasible")
+#: MLflow's longest parameter value; a longer architecture string is also written whole as
+#: the artifact ``architecture.txt``.
+MAX_PARAM_LENGTH = 6000
 
 TAG_STUDY = "frugalnas.study"
 TAG_STUDY_ID = "frugalnas.study_id"
@@ -59,9 +67,18 @@ class TrialRun:
     end_ms: int | None = None
 
 
+def architecture_param(text: str) -> str:
+    """The ``architecture`` parameter: the whole string, or, beyond MLflow's limit, its start
+    with a pointer to ``architecture.txt`` (which then holds it whole)."""
+    if len(text) <= MAX_PARAM_LENGTH:
+        return text
+    marker = " ... (whole string in architecture.txt)"
+    return text[:MAX_PARAM_LENGTH - len(marker)] + marker
+
+
 def _arch_params(arch: Any) -> dict[str, str]:
-    params = {k: str(v) for k, v in arch.decisions.items()}
-    params["architecture"] = str(arch)[:6000]
+    params = {k: architecture_param(str(v)) for k, v in arch.decisions.items()}
+    params["architecture"] = architecture_param(str(arch))
     return params
 
 
@@ -69,13 +86,29 @@ def _arch_artifacts(tracker: Any, arch: Any) -> dict[str, str | bytes]:
     from frugalnas.tracking.mlflow.drawing import draw_cell
 
     space = tracker.study.space
-    return {"architecture.json": json.dumps(arch.to_dict(), indent=2),
-            "cell.png": draw_cell(str(arch), space.cell_graph(arch), arch.decisions)}
+    text = str(arch)
+    out: dict[str, str | bytes] = {
+        "architecture.json": json.dumps(arch.to_dict(), indent=2),
+        "cell.png": draw_cell(text, space.cell_graph(arch), arch.decisions)}
+    if len(text) > MAX_PARAM_LENGTH:
+        out["architecture.txt"] = text
+    return out
+
+
+def feasible_tag(value: Any) -> str | None:
+    """``"true"``/``"false"`` for a trial's feasibility user attribute, ``None`` without one."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return "true" if value.strip().lower() in ("true", "1", "yes") else "false"
+    return "true" if value else "false"
 
 
 def from_result(tracker: Any, number: int, arch: Any, state: str, values: list[float] | None,
-                result: Any, error: str | None, started_ms: int | None) -> TrialRun:
-    """The run of a trial this process just finished (with the estimator's artifacts)."""
+                result: Any, error: str | None, started_ms: int | None,
+                feasible: bool | None = None) -> TrialRun:
+    """The run of a trial this process just finished (with the estimator's artifacts);
+    ``feasible``: whether it met the study's constraints (``None`` without constraints)."""
     now = int(time.time() * 1000)
     metrics: dict[str, float] = {}
     if result is not None:
@@ -85,6 +118,8 @@ def from_result(tracker: Any, number: int, arch: Any, state: str, values: list[f
     tags = {**tracker.trial_tags(number), "state": state}
     if error:
         tags["fail_reason"] = error[:4000]
+    if (flag := feasible_tag(feasible)) is not None:
+        tags["feasible"] = flag
     run = TrialRun(number, state, run_status(state, error), metrics=metrics, tags=tags,
                    start_ms=started_ms or now, end_ms=now)
     if arch is not None:
@@ -122,6 +157,8 @@ def from_trial(tracker: Any, frozen: FrozenTrial) -> TrialRun:
     tags = {**tracker.trial_tags(frozen.number), "state": state}
     if error and state == "FAIL":
         tags["fail_reason"] = str(error)[:4000]
+    if (flag := feasible_tag(frozen.user_attrs.get(FEASIBLE_ATTR))) is not None:
+        tags["feasible"] = flag
     start = frozen.datetime_start.timestamp() * 1000 if frozen.datetime_start else None
     end = frozen.datetime_complete.timestamp() * 1000 if frozen.datetime_complete else None
     run = TrialRun(frozen.number, state, run_status(state, error if state == "FAIL" else None),
@@ -131,7 +168,10 @@ def from_trial(tracker: Any, frozen: FrozenTrial) -> TrialRun:
         run.params = _arch_params(arch)
         run.artifacts = _arch_artifacts(tracker, arch)
     elif frozen.user_attrs.get(ARCHITECTURE_ATTR):
-        run.params = {"architecture": str(frozen.user_attrs[ARCHITECTURE_ATTR])[:6000]}
+        text = str(frozen.user_attrs[ARCHITECTURE_ATTR])
+        run.params = {"architecture": architecture_param(text)}
+        if len(text) > MAX_PARAM_LENGTH:
+            run.artifacts["architecture.txt"] = text
     return run
 
 
@@ -238,24 +278,25 @@ def needs_repair(run: Any, expected: TrialRun) -> bool:
             or (expected.state == "FAIL" and not tags.get("fail_reason")))
 
 
-def unchecked_trials(trials: list[FrozenTrial], known: dict[int, str]) -> list[FrozenTrial]:
+def unchecked_trials(trials: list[FrozenTrial],
+                     known: dict[int, tuple[str, str]]) -> list[FrozenTrial]:
     """The finished trials of ``trials`` whose run this process has not written or checked
-    in the state the storage now gives (``known``: trial number -> state)."""
+    in the state the storage now gives (``known``: trial number -> (state, run id))."""
     return [t for t in trials
-            if t.state in FINISHED_STATES and known.get(t.number) != t.state.name]
+            if t.state in FINISHED_STATES and known.get(t.number, ("",))[0] != t.state.name]
 
 
 def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
               trials: list[FrozenTrial] | None = None,
-              known: dict[int, str] | None = None) -> dict[str, int]:
+              known: dict[int, tuple[str, str]] | None = None) -> dict[str, int]:
     """Make the study's trial runs agree with its storage; returns what it changed:
     ``created`` runs, ``repaired`` runs (closed, state fixed), ``removed`` duplicates.
 
     One search for the study's trial runs and one read of its trials (``trials``, when the
     caller has read them); on a study whose runs are all there and right, nothing is
     written. Trials in ``skip`` (those this process has run and is about to write itself) are
-    left alone. ``known`` (trial number -> state) receives every trial whose run is right
-    afterwards."""
+    left alone. ``known`` (trial number -> (state, run id)) receives every trial whose run is
+    right afterwards."""
     from frugalnas.core import optuna_compat
 
     if trials is None:
@@ -278,13 +319,13 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
                     and tags.get("mlflow.parentRunId") == tracker.parent_run_id
                     and (expected_state != "FAIL" or tags.get("fail_reason"))):
                 if known is not None:
-                    known[frozen.number] = expected_state
+                    known[frozen.number] = (expected_state, runs[0].info.run_id)
                 continue  # the common case, decided without building the run
         expected = from_trial(tracker, frozen)
-        if known is not None:
-            known[frozen.number] = expected.state
         if not runs:
-            write(tracker, expected, [])
+            run_id = write(tracker, expected, [])
+            if known is not None:
+                known[frozen.number] = (expected.state, run_id)
             changes["created"] += 1
             continue
         if len(runs) > 1:
@@ -297,6 +338,10 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
                     "fail_reason", expected.tags.get("fail_reason", NO_REASON))
                 expected.status = keep.info.status if keep.info.status != "RUNNING" \
                     else expected.status
-            write(tracker, expected, runs, fill_only=True)
+            run_id = write(tracker, expected, runs, fill_only=True)
             changes["repaired"] += 1
+        else:
+            run_id = keep.info.run_id
+        if known is not None:
+            known[frozen.number] = (expected.state, run_id)
     return changes

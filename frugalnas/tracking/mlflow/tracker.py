@@ -16,10 +16,23 @@ one storage take turns under one lock (``frugalnas.core.worker.study_lock``), so
 parent run per study and one run per trial. The tracking URI is checked before the first
 trial (:mod:`frugalnas.tracking.mlflow.checks`).
 
+The parent run also carries the review of the study (:meth:`StudyTracker._write_review`):
+``leaderboard.html`` (every completed trial ranked, its architecture whole, objective values,
+feasibility, size, cost and a link to its run), the best-so-far plot or, with two
+objectives, the Pareto plot, axes named with units; it is rewritten at the end of each
+session, after a reconciliation that changed something and, while trials finish, at most
+every :data:`REVIEW_SECONDS`. A study with several objectives logs ``hypervolume`` on the
+parent run after every trial (step = trial number), against a reference point that is fixed
+once (:func:`default_reference`) and logged as the parent parameter
+``hypervolume_reference``.
+
 Options (``plugin_options={"mlflow": {...}}``, ``-o mlflow.KEY=VALUE``): ``tracking_uri``
-(default: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``). The plugin also adds the
-``--tracking-uri``/``--no-tracking`` flags to ``run`` and ``worker``, and the ``frugalnas ui``
-command.
+(default: ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``); ``hypervolume_reference``
+(one number per objective, in the objectives' units); ``ui_url`` (the MLflow UI the
+leaderboard links to, default ``http://127.0.0.1:5000``, where ``frugalnas ui`` serves);
+``units`` (``{objective or metric: unit}`` for plot axes, beyond the units frugalnas knows).
+The plugin also adds the ``--tracking-uri``/``--no-tracking`` flags to ``run`` and
+``worker``, and the ``frugalnas ui`` command.
 """
 
 from __future__ import annotations
@@ -41,16 +54,28 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError
+from frugalnas.core.keys import ARCHITECTURE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
-from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto
-from frugalnas.tracking.mlflow.reconcile import (TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL,
+from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
+from frugalnas.tracking.mlflow.reconcile import (FEASIBLE_ATTR, MAX_PARAM_LENGTH, TAG_ROLE,
+                                                 TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL,
                                                  existing_trial_runs, from_result, reconcile,
                                                  unchecked_trials, write)
 
 PLUGIN = "mlflow"
-OPTIONS = ("tracking_uri",)
+OPTIONS = ("tracking_uri", "hypervolume_reference", "ui_url", "units")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+DEFAULT_UI_URL = "http://127.0.0.1:5000"
+#: While trials finish, the leaderboard and plots are rewritten at most this often.
+REVIEW_SECONDS = 30.0
+#: Study user attribute: the hypervolume reference point, once fixed (JSON list).
+HV_REFERENCE_ATTR = "frugalnas_mlflow_hypervolume_reference"
+#: Completed trials needed before the default hypervolume reference is fixed (the end of a
+#: session fixes it with fewer).
+HV_MIN_TRIALS = 10
+#: The default reference lies this fraction of the observed range beyond the worst value.
+HV_MARGIN = 0.1
 #: Study user attribute: the id that tags this study's MLflow runs (``frugalnas.study_id``), so
 #: that two studies with one name (in-memory studies run twice) never share runs.
 UID_ATTR = "frugalnas_mlflow_study_id"
@@ -81,6 +106,47 @@ def prepare_tracking_store(uri: str) -> None:
     path = Path(uri[len("sqlite:///"):]).resolve()
     with file_lock(path.with_name(path.name + ".frugalnas.lock")):
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+
+
+def default_reference(points: list[list[float]], directions: list[str],
+                      margin: float = HV_MARGIN) -> list[float]:
+    """The default hypervolume reference point: per objective, the worst value among
+    ``points``, moved ``margin`` times the observed range further from the optimum (``margin``
+    times the value, or ``margin`` itself at 0, when every point has the same value), so that
+    the extreme trials add volume too."""
+    ref = []
+    for k, d in enumerate(directions):
+        col = [float(p[k]) for p in points]
+        worst = min(col) if d == "maximize" else max(col)
+        span = max(col) - min(col)
+        pad = margin * span if span > 0 else (margin * abs(worst) or margin)
+        ref.append(worst - pad if d == "maximize" else worst + pad)
+    return ref
+
+
+def parse_reference(value: Any, n_objectives: int) -> list[float]:
+    """The ``hypervolume_reference`` option as floats (a list, or text such as ``[0, 30]`` or
+    ``0,30``); :class:`ConfigError` naming the value when it is not one finite number per
+    objective."""
+    import math
+
+    items = value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            items = json.loads(text)
+        except ValueError:
+            items = [v for v in text.strip("[]()").split(",") if v.strip()]
+    try:
+        ref = [float(v) for v in items]
+        ok = all(math.isfinite(v) for v in ref) and not isinstance(items, (str, bytes))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or len(ref) != n_objectives:
+        raise ConfigError(f"invalid mlflow hypervolume_reference {value!r}; expected {n_objectives} "
+                          f"finite number(s), one per objective, in the objectives' units "
+                          "(e.g. [0, 100])")
+    return ref
 
 
 def artifact_root(uri: str) -> str | None:
@@ -149,6 +215,14 @@ class StudyTracker:
         self.client: Any = None
         self.lock = study_lock(study, "mlflow")
         self.writer = _Writer()
+        options = study.config.plugin_options.get(PLUGIN, {})
+        self.ui_url = str(options.get("ui_url") or DEFAULT_UI_URL).rstrip("/")
+        self.units: dict[str, str] = {str(k): str(v) for k, v in (options.get("units") or {}).items()}
+        self.hv_option = options.get("hypervolume_reference")
+        self.hv_reference: list[float] | None = None
+        # own completed trials of a multi-objective study whose hypervolume is not logged yet
+        self.hv_pending: list[tuple[int, list[float]]] = []
+        self.review_at = time.monotonic()
         self.started_ms: dict[int, int] = {}
         # Trials this process runs and has not written yet: a reconciliation leaves them to
         # the queued write (a study's trials can finish before the writer has connected).
@@ -157,9 +231,9 @@ class StudyTracker:
         self.pending: list[tuple[int, tuple[Any, ...], int | None]] = []
         self.pending_lock = threading.Lock()
         self.flush_scheduled = False
-        # Trial number -> state of the runs this process wrote or found right: the
+        # Trial number -> (state, run id) of the runs this process wrote or found right: the
         # reconciliation at the end searches MLflow only when the storage has others.
-        self.known: dict[int, str] = {}
+        self.known: dict[int, tuple[str, str]] = {}
         self.artifact_dirs: dict[str, Path] = {}
         self.trial_values: list[tuple[int, float]] = []
         self.experiment_id = ""
@@ -225,9 +299,10 @@ class StudyTracker:
             self.parent_run_id = run.info.run_id
             self.remember_artifact_dir(run)
             self._log_config()
-        self._reconcile(at_start=True)
+        if any(self._reconcile(at_start=True).values()):
+            self._write_review()
 
-    def _reconcile(self, at_start: bool = False) -> None:
+    def _reconcile(self, at_start: bool = False) -> dict[str, int]:
         """Reconcile MLflow with the storage. At the start, the trials this process is about
         to write are left to it; at the end, nothing is read from MLflow when every finished
         trial in the storage is one whose run this process wrote or checked."""
@@ -239,7 +314,7 @@ class StudyTracker:
             with self.pending_lock:
                 skip = set(self.inflight) | {item[0] for item in self.pending}
         elif not unchecked_trials(trials, self.known):
-            return
+            return {"created": 0, "repaired": 0, "removed": 0}
         changes = reconcile(self, skip=skip, trials=trials, known=self.known)
         for k, v in changes.items():
             self.reconciled[k] += v
@@ -248,6 +323,7 @@ class StudyTracker:
                   f"storage: {changes['created']} run(s) created, {changes['repaired']} "
                   f"repaired, {changes['removed']} duplicate(s) removed", file=sys.stderr,
                   flush=True)
+        return changes
 
     def _log_config(self) -> None:
         from mlflow.entities import Param
@@ -276,17 +352,166 @@ class StudyTracker:
         if not batch:
             return
         existing = existing_trial_runs(self, [(number, started) for number, _, started in batch])
+        done: list[tuple[int, list[float]]] = []
         try:
             for number, args, started in batch:
-                arch, state, values, result, error = args
-                run = from_result(self, number, arch, state, values, result, error, started)
-                write(self, run, existing.get(number, []))
-                self.known[number] = state
-                if values and len(values) == 1 and state == "COMPLETE":
-                    self.trial_values.append((number, float(values[0])))
+                arch, state, values, result, error, feasible = args
+                run = from_result(self, number, arch, state, values, result, error, started,
+                                  feasible)
+                self.known[number] = (state, write(self, run, existing.get(number, [])))
+                if values and state == "COMPLETE":
+                    if len(values) == 1:
+                        self.trial_values.append((number, float(values[0])))
+                    else:
+                        done.append((number, [float(v) for v in values]))
         finally:
             for number, _, _ in batch:
                 self.inflight.discard(number)
+        self._log_hypervolume(done)
+        if time.monotonic() - self.review_at >= REVIEW_SECONDS:
+            self._write_review()
+
+    # -- the review of the study on its parent run -----------------------------------------
+    def _value_alias(self, name: str, done: list[Any]) -> str | None:
+        """For the objective ``value``: the estimator metric it equals on the first completed
+        trials (``valid_accuracy_cifar10`` for the NB201 table), so that axes say what it is."""
+        if name != "value" or not done:
+            return None
+        sample = done[:3]
+        first = sample[0].user_attrs.get(METRICS_ATTR) or {}
+        index = self.study.config.objectives.index(name)
+        for key in first:
+            if key != "value" and all(
+                    isinstance((t.user_attrs.get(METRICS_ATTR) or {}).get(key), (int, float))
+                    and abs(float(t.user_attrs[METRICS_ATTR][key]) - float(t.values[index])) < 1e-9
+                    for t in sample):
+                return key
+        return None
+
+    def objective_labels(self, done: list[Any]) -> list[str]:
+        """Axis labels of the study's objectives, with units."""
+        return [objective_label(n, self._value_alias(n, done), self.units)
+                for n in self.study.config.objectives]
+
+    def run_links(self) -> dict[int, str]:
+        """Trial number -> URL of its run in the MLflow UI at ``ui_url``."""
+        return {n: f"{self.ui_url}/#/experiments/{self.experiment_id}/runs/{run_id}"
+                for n, (_, run_id) in self.known.items() if run_id}
+
+    def _write_review(self) -> None:
+        """The review of the study on its parent run, from the storage: ``leaderboard.html``,
+        the best-so-far plot (one objective: also ``best_value``, ``best_architecture``) or
+        the Pareto plot and ``pareto_front.json`` (two objectives)."""
+        from optuna.trial import TrialState
+
+        from frugalnas.export.leaderboard import leaderboard_html, leaderboard_rows, recorded_sizes
+
+        self.review_at = time.monotonic()
+        ostudy = self.study.optuna_study
+        done = [t for t in ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.values is not None]
+        if not done:
+            return
+        dirs = list(self.study.directions)
+        names = list(self.study.config.objectives)
+        labels = self.objective_labels(done)
+        if len(dirs) == 1:
+            png = draw_best_so_far([t.number for t in done], [t.values[0] for t in done],
+                                   dirs[0] == "maximize", f"study {self.study.name}",
+                                   ylabel=labels[0])
+            self.write_artifact(self.parent_run_id, "best_so_far.png", png)
+            best = ostudy.best_trial
+            arch = str(best.user_attrs.get(ARCHITECTURE_ATTR, ""))
+            self.client.log_metric(self.parent_run_id, "best_value", float(best.value))
+            self.client.set_tag(self.parent_run_id, "best_trial", str(best.number))
+            self.client.set_tag(self.parent_run_id, "best_architecture",
+                                arch if len(arch) <= MAX_PARAM_LENGTH
+                                else arch[:MAX_PARAM_LENGTH] + " ... (best_architecture.txt)")
+            self.write_artifact(self.parent_run_id, "best_architecture.txt", arch)
+        elif len(dirs) == 2:
+            front = ostudy.best_trials
+            png = draw_pareto([t.values for t in done], [t.values for t in front], labels,
+                              f"study {self.study.name}: Pareto front "
+                              f"({len(front)} of {len(done)} trials)", dirs)
+            self.write_artifact(self.parent_run_id, "pareto_front.png", png)
+            front_json = [{"number": t.number, "values": dict(zip(names, t.values)),
+                           "architecture": t.user_attrs.get(ARCHITECTURE_ATTR)}
+                          for t in sorted(front, key=lambda t: t.number)]
+            self.write_artifact(self.parent_run_id, "pareto_front.json",
+                                json.dumps(front_json, indent=2))
+            self.client.log_metric(self.parent_run_id, "pareto_front_size", float(len(front)))
+        rows = recorded_sizes(leaderboard_rows(self.study, sizes=False))
+        notes = [f"Written by frugalnas's MLflow plugin from the optuna storage ({len(done)} "
+                 "completed trial(s) at the time). params: the candidate's parameters as the "
+                 "estimator recorded them; `frugalnas report --storage URL --study-name NAME` "
+                 "also counts forward FLOPs.",
+                 f"Trial links open the MLflow UI at {self.ui_url} (plugin option "
+                 "mlflow.ui_url); MLflow's artifact viewer does not follow links, so open this "
+                 "file on its own (download it) to use them."]
+        html = leaderboard_html(rows, dict(zip(names, dirs)), self.run_links(),
+                                title=f"study {self.study.name}: leaderboard", notes=notes)
+        self.write_artifact(self.parent_run_id, "leaderboard.html", html)
+
+    def _hv_reference(self, points: list[list[float]], final: bool) -> list[float] | None:
+        """The hypervolume reference: the option, else the one the study fixed before, else
+        :func:`default_reference` of ``points`` (fixed now, once there are
+        :data:`HV_MIN_TRIALS` points, or at the end of a session); logged as the parent
+        parameter ``hypervolume_reference``."""
+        from mlflow.entities import Param
+
+        dirs = list(self.study.directions)
+        ostudy = self.study.optuna_study
+        source = "option mlflow.hypervolume_reference"
+        if self.hv_option is not None:
+            ref = parse_reference(self.hv_option, len(dirs))
+        elif ostudy.user_attrs.get(HV_REFERENCE_ATTR):
+            ref = [float(v) for v in ostudy.user_attrs[HV_REFERENCE_ATTR]]
+            source = "default: worst value seen per objective, pushed out by 10% of the range"
+        elif points and (final or len(points) >= HV_MIN_TRIALS):
+            ref = default_reference(points, dirs)
+            ostudy.set_user_attr(HV_REFERENCE_ATTR, ref)
+            source = "default: worst value seen per objective, pushed out by 10% of the range"
+        else:
+            return None
+        try:
+            self.client.log_batch(self.parent_run_id, params=[
+                Param("hypervolume_reference", json.dumps(ref)),
+                Param("hypervolume_reference_source", source)])
+        except Exception:  # already logged by another session or worker
+            pass
+        return ref
+
+    def _log_hypervolume(self, own: list[tuple[int, list[float]]], final: bool = False) -> None:
+        """``hypervolume`` on the parent run at the step of each of this process's completed
+        trials: the volume dominated by every completed trial numbered up to it."""
+        from mlflow.entities import Metric
+        from optuna.trial import TrialState
+
+        from frugalnas.multiobjective.hypervolume import hypervolume
+
+        dirs = list(self.study.directions)
+        if len(dirs) < 2:
+            return
+        self.hv_pending.extend(own)
+        if not self.hv_pending:
+            return
+        points = {t.number: list(t.values) for t in self.study.optuna_study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)) if t.values is not None}
+        for number, values in self.hv_pending:
+            points.setdefault(number, values)
+        if self.hv_reference is None:
+            self.hv_reference = self._hv_reference(list(points.values()), final)
+            if self.hv_reference is None:
+                return
+        ordered = sorted(points.items())
+        now, metrics = int(time.time() * 1000), []
+        for number, _ in sorted(self.hv_pending):
+            upto = [v for n, v in ordered if n <= number]
+            metrics.append(Metric("hypervolume", hypervolume(upto, self.hv_reference, dirs),
+                                  now, number))
+        for k in range(0, len(metrics), 900):
+            self.client.log_batch(self.parent_run_id, metrics=metrics[k:k + 900])
+        self.hv_pending.clear()
 
     def write_artifact(self, run_id: str, name: str, content: str | bytes) -> None:
         """Write an artifact file: straight into a local artifact folder (no MLflow round trip
@@ -350,25 +575,9 @@ class StudyTracker:
 
         self._reconcile()
         self._log_trial_values()
-        ostudy = self.study.optuna_study
-        done = ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        dirs = self.study.directions
-        if done and len(dirs) == 1:
-            png = draw_best_so_far([t.number for t in done], [t.value for t in done],
-                                   dirs[0] == "maximize", f"study {self.study.name}")
-            self.write_artifact(self.parent_run_id, "best_so_far.png", png)
-            best = ostudy.best_trial
-            self.client.log_metric(self.parent_run_id, "best_value", float(best.value))
-            self.client.set_tag(self.parent_run_id, "best_architecture",
-                                best.user_attrs.get("architecture", ""))
-        elif done and len(dirs) == 2:
-            front = [t.values for t in ostudy.best_trials]
-            png = draw_pareto([t.values for t in done], front, self.study.config.objectives,
-                              f"study {self.study.name}: Pareto front")
-            self.write_artifact(self.parent_run_id, "pareto_front.png", png)
-            front_json = [{"number": t.number, "values": t.values,
-                           "architecture": t.user_attrs.get("architecture")} for t in ostudy.best_trials]
-            self.write_artifact(self.parent_run_id, "pareto_front.json", json.dumps(front_json, indent=2))
+        self._log_hypervolume([], final=True)
+        self._write_review()
+        done = self.study.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         self.client.log_metric(self.parent_run_id, "n_complete_trials", float(len(done)))
         self.client.set_terminated(self.parent_run_id, status="FINISHED")
 
@@ -378,6 +587,8 @@ class StudyTracker:
         self.inflight.add(number)
 
     def trial_finished(self, number: int, *args: Any) -> None:
+        """Queue the write of a finished trial; ``args``: architecture, state, values,
+        result, error, feasible."""
         started = self.started_ms.pop(number, None)
         with self.pending_lock:
             self.pending.append((number, args, started))
@@ -417,6 +628,21 @@ def frugalnas_check_config(config: Any, host: Any) -> None:
         if key not in OPTIONS:
             raise ConfigError(f"unknown option {key!r} for plugin {PLUGIN!r}; valid options: "
                               f"{', '.join(OPTIONS)}")
+    if options.get("hypervolume_reference") is not None:
+        if len(config.objectives) < 2:
+            raise ConfigError("mlflow hypervolume_reference is for studies with several "
+                              f"objectives; this study has one ({config.objectives[0]!r})")
+        parse_reference(options["hypervolume_reference"], len(config.objectives))
+    ui_url = options.get("ui_url")
+    if ui_url is not None and (not isinstance(ui_url, str)
+                               or not ui_url.startswith(("http://", "https://"))):
+        raise ConfigError(f"invalid mlflow ui_url {ui_url!r}; expected the MLflow UI's address, "
+                          "such as http://127.0.0.1:5000")
+    units = options.get("units")
+    if units is not None and (not isinstance(units, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in units.items())):
+        raise ConfigError(f"invalid mlflow units {units!r}; expected {{name: unit}}, such as "
+                          '{"latency_ms_pixel3": "ms"}')
     uri = options.get("tracking_uri")
     if uri is not None and not isinstance(uri, str):
         raise ConfigError(f"invalid mlflow tracking_uri {uri!r}; expected a URI such as "
@@ -543,7 +769,11 @@ def frugalnas_trial_finished(study: Any, trial: Any, architecture: Any, state: s
                              values: list[float] | None, result: Any, error: str | None) -> None:
     tracker = tracker_for(study)
     if tracker is not None:
-        tracker.trial_finished(trial.number, architecture, state, values, result, error)
+        feasible = None
+        if getattr(study.config, "constraints", None):
+            feasible = trial.user_attrs.get(FEASIBLE_ATTR)
+        tracker.trial_finished(trial.number, architecture, state, values, result, error,
+                               feasible)
 
 
 @hookimpl
