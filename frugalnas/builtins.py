@@ -19,4 +19,5 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "mlflow": "frugalnas.tracking.mlflow.tracker",
     "progress": "frugalnas.progress",
     "export": "frugalnas.export",
+    "multiobjective": "frugalnas.multiobjective",
 }

@@ -162,16 +162,20 @@ def test_a_prescreen_refuses_a_sampler_that_cannot_propose_several_candidates():
                                strategy_options={"inner": "si-evolution"}, **OFF)
 
 
-def test_two_objective_train_studies_complete_and_report_nothing_per_step():
-    study = frugalnas.create_study(
-        estimator="train", dataset="synthetic", space_options=SMALL, seed=0,
-        dataset_options={"n": 96, "size": 8}, directions=["maximize", "minimize"],
-        objectives=["value", "params"], estimator_options={"epochs": 2, "batch_size": 32},
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=0, n_warmup_steps=0), **OFF)
+def test_two_objective_train_studies_complete_and_report_vectors_per_step():
+    kwargs = dict(estimator="train", dataset="synthetic", space_options=SMALL, seed=0,
+                  dataset_options={"n": 96, "size": 8}, directions=["maximize", "minimize"],
+                  objectives=["value", "params"],
+                  estimator_options={"epochs": 2, "batch_size": 32}, **OFF)
+    with pytest.raises(ConfigError, match="pruner 'MedianPruner' prunes on one objective.*"
+                                          "'pareto'"):
+        frugalnas.create_study(pruner=optuna.pruners.MedianPruner(), **kwargs)
+    study = frugalnas.create_study(**kwargs)
     study.optimize(3)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     assert all(t.values[1] > 0 for t in study.trials)
-    assert all(t.intermediate_values == {} for t in study.trials)
+    assert all(t.intermediate_values == {} for t in study.trials)  # optuna's: one objective
+    assert all(sorted(t.user_attrs["intermediate_values"]) == ["1", "2"] for t in study.trials)
 
 
 def test_single_objective_pruning_still_sees_every_epoch():

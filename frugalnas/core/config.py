@@ -38,6 +38,14 @@ class StudyConfig:
     #: Options for plugins by plugin name (e.g. ``{"mlflow": {"tracking_uri": ...}}``); each
     #: plugin checks its own in ``frugalnas_check_config`` before the first trial.
     plugin_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Upper bounds by metric name (``{"latency_ms_pixel3": 10.0}``): a trial is feasible when
+    #: every named metric is at or under its bound. Names are checked against the
+    #: estimator's metrics before the first trial.
+    constraints: dict[str, float] = field(default_factory=dict)
+    #: A registered pruner by name (``"pareto"`` for several objectives, ``"median"``, ...)
+    #: and its options; ``None``: no pruning (or the pruner object given to create_study).
+    pruner: str | None = None
+    pruner_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("space", "strategy", "estimator", "backend"):
@@ -78,6 +86,17 @@ class StudyConfig:
             raise ConfigError(f"invalid plugin_options {self.plugin_options!r}; expected "
                               "{plugin name: {option: value}}")
 
+        check_constraints(self.constraints)
+        if self.pruner is not None and (not isinstance(self.pruner, str) or not self.pruner):
+            raise ConfigError(f"invalid pruner {self.pruner!r}; expected a pruner name such as "
+                              "'pareto' or 'median'")
+        if not isinstance(self.pruner_options, dict):
+            raise ConfigError(f"invalid pruner_options {self.pruner_options!r}; expected a "
+                              "table/dict")
+        if self.pruner_options and self.pruner is None:
+            raise ConfigError(f"pruner_options {self.pruner_options!r} given without a pruner; "
+                              "set pruner= (e.g. 'pareto')")
+
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> "StudyConfig":
         check_keys("study config", data, [f.name for f in fields(cls)])
@@ -94,6 +113,38 @@ class StudyConfig:
         """The fields in which ``other`` differs, as ``field: ours -> theirs`` lines."""
         mine, theirs = asdict(self), asdict(other)
         return [f"{k}: {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+
+def check_constraints(constraints: Any) -> None:
+    """Raise ConfigError for constraints that are not ``{metric name: finite number}``."""
+    if not isinstance(constraints, dict):
+        raise ConfigError(f"invalid constraints {constraints!r}; expected {{metric name: upper "
+                          "bound}, e.g. {'latency_ms_pixel3': 10.0}")
+    for name, bound in constraints.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"invalid constraint name {name!r}; expected a metric name")
+        if (not isinstance(bound, (int, float)) or isinstance(bound, bool)
+                or not math.isfinite(bound)):
+            raise ConfigError(f"invalid bound {bound!r} for constraint {name!r}; expected a "
+                              f"finite number (upper bound: {name} <= bound)")
+    for name in list(constraints):
+        constraints[name] = float(constraints[name])
+
+
+def parse_constraint(text: str) -> tuple[str, float]:
+    """``"NAME<=VALUE"`` (the ``--constraint`` flag) as ``(NAME, VALUE)``."""
+    name, sep, raw = text.partition("<=")
+    name = name.strip()
+    if not sep or not name:
+        raise ConfigError(f"malformed constraint {text!r}; expected NAME<=VALUE, e.g. "
+                          "latency_ms_pixel3<=10")
+    try:
+        bound = float(raw)
+    except ValueError:
+        raise ConfigError(f"invalid bound {raw.strip()!r} in constraint {text!r}; expected a "
+                          "number, e.g. latency_ms_pixel3<=10") from None
+    check_constraints({name: bound})
+    return name, bound
 
 
 def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:

@@ -83,6 +83,14 @@ def frugalnas_datasets() -> dict[str, Factory]:
     :class:`frugalnas.core.data.Dataset`."""
 
 
+@hookspec
+def frugalnas_pruners() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` (with ``directions=`` when it
+    declares that parameter) returns an ``optuna.pruners.BasePruner``. A pruner for several
+    objectives also has ``prune_vector(study, trial_number, step, values) -> bool``, which the
+    study calls with each intermediate objective vector."""
+
+
 # -- configuration and commands ----------------------------------------------------------
 @hookspec
 def frugalnas_check_config(config: StudyConfig, host: PluginHost) -> None:

@@ -17,3 +17,16 @@ FAIL_REASON_ATTR = "fail_reason"
 PRESCREEN_ATTR = "frugalnas_prescreen"
 #: Prefix of trial system attributes a strategy records (``frugalnas:<metric>``).
 STRATEGY_METRIC_PREFIX = "frugalnas:"
+#: Trial user attribute of a study with constraints: ``{metric: value - bound}`` for each
+#: constraint (optuna's convention: a trial is feasible when every entry is <= 0).
+CONSTRAINTS_ATTR = "constraints"
+#: Trial user attribute of a study with constraints: ``True`` when every constraint holds.
+FEASIBLE_ATTR = "feasible"
+#: Trial user attribute of a study with constraints: the total relative violation,
+#: ``sum(max(0, value - bound) / |bound|)`` (0.0 for a feasible trial); strategies rank
+#: infeasible trials by it.
+VIOLATION_ATTR = "violation"
+#: Trial user attribute of a study with several objectives whose estimator reports per step:
+#: ``{str(step): [value of each objective, in the study's objective order]}``, written after
+#: every step (multi-objective pruning reads it, the MLflow plugin can log it).
+INTERMEDIATE_ATTR = "intermediate_values"

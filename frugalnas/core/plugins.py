@@ -38,6 +38,7 @@ KINDS: dict[str, str] = {
     "strategies": "strategy",
     "backends": "backend",
     "datasets": "dataset",
+    "pruners": "pruner",
 }
 
 

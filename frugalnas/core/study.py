@@ -24,8 +24,9 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, TrialFailure, one_line)
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
-from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, COST_ATTR, FAIL_REASON_ATTR,
-                                 METRICS_ATTR)
+from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, CONSTRAINTS_ATTR, COST_ATTR,
+                                 FAIL_REASON_ATTR, FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR,
+                                 VIOLATION_ATTR)
 from frugalnas.core.plugins import PluginHost, get_host
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
@@ -107,6 +108,9 @@ class Study:
         #: a count). Such a failure never changes a trial's state; ``frugalnas run`` exits 1.
         self.plugin_errors: list[PluginHookError] = []
         self._errors_lock = threading.Lock()
+        #: Intermediate objective vectors of this process's running trials, by trial number.
+        self._intermediate: dict[int, dict[str, list[float]]] = {}
+        self._unreported: set[str] = set()
 
     # -- components (created on first use) ----------------------------------------------
     @property
@@ -187,13 +191,16 @@ class Study:
                 result = self.evaluate(arch, trial)
             values = self.objective_values(result)
         except optuna.TrialPruned as exc:
+            self._intermediate.pop(trial.number, None)
             self._finished(trial, arch, "PRUNED", None, None, str(exc))
             raise
         except Exception as exc:
+            self._intermediate.pop(trial.number, None)
             reason = failure_reason(exc)
             trial.set_user_attr(FAIL_REASON_ATTR, reason)
             self._finished(trial, arch, "FAIL", None, None, reason)
             raise
+        self._intermediate.pop(trial.number, None)
         self._record(trial, result)
         self._finished(trial, arch, "COMPLETE", values, result, None)
         return values if len(values) > 1 else values[0]
@@ -201,6 +208,71 @@ class Study:
     def _record(self, trial: optuna.Trial, result: EstimateResult) -> None:
         trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in result.metrics.items()})
         trial.set_user_attr(COST_ATTR, asdict(result.cost))
+        if self.config.constraints:
+            self._record_constraints(trial, result.objective)
+
+    def _record_constraints(self, trial: Any, lookup: Callable[[str], float]) -> None:
+        """Each constraint's ``value - bound`` (optuna's convention: <= 0 is feasible), the
+        feasibility and the total relative violation, as user attributes; with optuna >= 5
+        also ``trial.set_constraint``, which optuna's samplers and best trials read."""
+        diffs: dict[str, float] = {}
+        for name, bound in self.config.constraints.items():
+            try:
+                value = float(lookup(name))
+            except KeyError:
+                raise TrialFailure(f"constraint {name!r}: estimator {self.config.estimator!r} "
+                                   "did not produce this metric") from None
+            if not math.isfinite(value):
+                raise TrialFailure(f"constraint {name!r}: the metric is not finite: {value}")
+            diffs[name] = value - bound
+        violation = sum(max(0.0, d) / max(abs(b), 1e-12)
+                        for d, b in zip(diffs.values(), self.config.constraints.values()))
+        trial.set_user_attr(CONSTRAINTS_ATTR, diffs)
+        trial.set_user_attr(FEASIBLE_ATTR, violation == 0.0)
+        trial.set_user_attr(VIOLATION_ATTR, violation)
+        if hasattr(trial, "set_constraint"):  # optuna >= 5
+            for name, d in diffs.items():
+                trial.set_constraint(name, d)
+
+    def report_step(self, trial: Any, metrics: dict[str, float], step: int, *,
+                    last: bool = False) -> None:
+        """An estimator's intermediate metrics after ``step`` (an epoch): ``metrics`` maps
+        metric names (``value``, metrics, cost fields so far) to numbers.
+
+        One objective: its value goes to optuna's ``trial.report`` and the study's pruner
+        decides, as with optuna. Several objectives: the vector of the objectives' values is
+        stored on the trial (user attribute :data:`INTERMEDIATE_ATTR`, ``{step: vector}``) and a
+        pruner with ``prune_vector(study, trial_number, step, values)`` (such as ``pareto``)
+        decides, except after the ``last`` step (the final result follows: stopping would save
+        nothing). Raises ``optuna.TrialPruned`` when the pruner says stop."""
+        if trial is None or not hasattr(trial, "report"):
+            return
+        names = self.config.objectives
+        values = [metrics.get(name) for name in names]
+        if len(names) == 1:
+            if values[0] is None:
+                return
+            trial.report(float(values[0]), step)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at step {step} with value {values[0]:.4g}")
+            return
+        missing = [n for n, v in zip(names, values) if v is None]
+        if missing:
+            key = ",".join(missing)
+            if key not in self._unreported:
+                self._unreported.add(key)
+                print(f"frugalnas: warning: estimator {self.config.estimator!r} reports no "
+                      f"intermediate value of objective(s) {missing}; its trials are not "
+                      "pruned", file=sys.stderr, flush=True)
+            return
+        vector = [float(v) for v in values]
+        steps = self._intermediate.setdefault(trial.number, {})
+        steps[str(step)] = vector
+        trial.set_user_attr(INTERMEDIATE_ATTR, dict(steps))
+        decide = getattr(self.optuna_study.pruner, "prune_vector", None)
+        if not last and callable(decide) and decide(self.optuna_study, trial.number, step, vector):
+            text = ", ".join(f"{n}={v:.4g}" for n, v in zip(names, vector))
+            raise optuna.TrialPruned(f"pruned at step {step}: ({text}) is dominated")
 
     def _finished(self, trial: Any, arch: Architecture, state: str, values: list[float] | None,
                   result: EstimateResult | None, error: str | None) -> None:
@@ -298,6 +370,17 @@ class Study:
         if state is None:
             state = TrialState.COMPLETE if values is not None else TrialState.FAIL
         vals = None if values is None else ([float(values)] if isinstance(values, (int, float)) else list(values))
+        if (result is None and vals is not None and state == TrialState.COMPLETE
+                and self.config.constraints):
+            by_name = dict(zip(self.config.objectives, vals))
+
+            def lookup(name: str) -> float:
+                if name not in by_name:
+                    raise ConfigError(f"constraint {name!r} is not an objective; tell() needs "
+                                      "the EstimateResult (tell(candidate, result)) to check it")
+                return by_name[name]
+
+            self._record_constraints(candidate.trial, lookup)
         frozen = self.optuna_study.tell(candidate.trial, vals if state == TrialState.COMPLETE else None,
                                         state=state)
         self._finished(candidate.trial, candidate.architecture, state.name, vals, result, None)
@@ -312,17 +395,54 @@ class Study:
         return [TrialRecord(t, self.space) for t in
                 self.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
 
+    def feasible_trials(self) -> list[TrialRecord]:
+        """The completed trials that meet every constraint (all of them without constraints)."""
+        return [t for t in self.completed_trials() if t.user_attrs.get(FEASIBLE_ATTR, True)]
+
     @property
     def best_trial(self) -> TrialRecord:
-        return TrialRecord(self.optuna_study.best_trial, self.space)
+        """The best completed trial that meets the study's constraints. A ValueError says
+        when no trial completed, or when none of the completed ones is feasible (naming the
+        least violating one)."""
+        if len(self.directions) > 1:
+            raise RuntimeError("a study with several objectives has no single best trial; use "
+                               "best_trials (its Pareto front)")
+        if not self.config.constraints:
+            return TrialRecord(self.optuna_study.best_trial, self.space)
+        feasible = self.feasible_trials()
+        if not feasible:
+            raise ValueError(self._no_feasible_message())
+        sign = -1.0 if self.directions[0] == "maximize" else 1.0
+        return min(feasible, key=lambda t: (sign * t.values[0], t.number))
 
     @property
     def best_trials(self) -> list[TrialRecord]:
-        return [TrialRecord(t, self.space) for t in self.optuna_study.best_trials]
+        """The Pareto front of the completed trials that meet the constraints (trial-number
+        order); an empty list when no trial completed or none is feasible."""
+        if not self.config.constraints:
+            return [TrialRecord(t, self.space) for t in self.optuna_study.best_trials]
+        feasible = self.feasible_trials()
+        signs = [1.0 if d == "maximize" else -1.0 for d in self.directions]
+        vecs = [[s * v for s, v in zip(signs, t.values)] for t in feasible]
+        front = [t for t, v in zip(feasible, vecs)
+                 if not any(all(a >= b for a, b in zip(w, v)) and w != v for w in vecs)]
+        return sorted(front, key=lambda t: t.number)
 
     @property
     def best_value(self) -> float:
-        return self.optuna_study.best_value
+        return float(self.best_trial.values[0])
+
+    def _no_feasible_message(self) -> str:
+        done = self.completed_trials()
+        bounds = ", ".join(f"{k} <= {v:g}" for k, v in self.config.constraints.items())
+        if not done:
+            return f"no trial completed yet (constraints: {bounds})"
+        worst = min(done, key=lambda t: t.user_attrs.get(VIOLATION_ATTR, math.inf))
+        diffs = worst.user_attrs.get(CONSTRAINTS_ATTR, {})
+        near = ", ".join(f"{k} = {self.config.constraints[k] + d:g}" for k, d in diffs.items()
+                         if k in self.config.constraints)
+        return (f"no feasible trial: none of the {len(done)} completed trial(s) meets the "
+                f"constraints {bounds} (closest: trial {worst.number}, {near})")
 
     @property
     def best_architecture(self) -> Architecture:
@@ -380,14 +500,38 @@ def trial_timeout(seconds: float | None) -> Iterator[None]:
 
 def make_strategy(host: PluginHost, space: SearchSpace,
                   config: StudyConfig) -> optuna.samplers.BaseSampler:
-    """The study's strategy, created by name with the study's space, seed and host."""
+    """The study's strategy, created by name with the study's space, seed and host (and the
+    study's ``constraints`` for a factory that declares that parameter)."""
+    extra: dict[str, Any] = {}
+    if config.constraints and "constraints" in host.registry("strategies").get(
+            config.strategy).options():
+        extra["constraints"] = dict(config.constraints)
     return host.create("strategies", config.strategy, space=space, seed=config.seed,
-                       **config.strategy_options)
+                       **extra, **config.strategy_options)
+
+
+def make_pruner(host: PluginHost, config: StudyConfig) -> optuna.pruners.BasePruner:
+    """The study's pruner, created by name (``config.pruner``) with its options (and the
+    study's ``directions`` for a factory that declares that parameter)."""
+    extra: dict[str, Any] = {}
+    if "directions" in host.registry("pruners").get(config.pruner).options():
+        extra["directions"] = list(config.directions)
+    return host.create("pruners", config.pruner, **extra, **config.pruner_options)
+
+
+def check_pruner(pruner: Any, n_objectives: int, name: str) -> None:
+    """A study with several objectives needs a pruner that decides on objective vectors
+    (``prune_vector``); optuna's own pruners take one intermediate value."""
+    if isinstance(pruner, optuna.pruners.NopPruner) or n_objectives == 1:
+        return
+    if not callable(getattr(pruner, "prune_vector", None)):
+        raise ConfigError(f"pruner {name!r} prunes on one objective; this study has "
+                          f"{n_objectives}: use a multi-objective pruner such as 'pareto'")
 
 
 #: The option group of each component kind, as the command line names it (``-o GROUP.KEY``).
 GROUPS = {"search_spaces": "space", "strategies": "strategy", "estimators": "estimator",
-          "backends": "backend", "datasets": "dataset"}
+          "backends": "backend", "datasets": "dataset", "pruners": "pruner"}
 
 
 def check_config(host: PluginHost, config: StudyConfig,
@@ -421,6 +565,16 @@ def check_config(host: PluginHost, config: StudyConfig,
         if name not in declared:
             raise ConfigError(f"objective {name!r} is not a metric of estimator "
                               f"{config.estimator!r}; it produces: {', '.join(declared)}")
+    for name in config.constraints:
+        if name not in declared:
+            raise ConfigError(f"constraint {name!r} is not a metric of estimator "
+                              f"{config.estimator!r}; valid constraint names: "
+                              f"{', '.join(declared)}")
+    if config.pruner is not None:
+        comp = host.registry("pruners").get(config.pruner)
+        _check_component(comp, "pruners", config.pruner_options, supplied=("directions",))
+        check_pruner(_guarded(comp, "creating it", make_pruner, host, config),
+                     len(config.directions), config.pruner)
     if config.dataset is None and estimator.needs_dataset:
         raise ConfigError(f"estimator {config.estimator!r} needs a dataset; set dataset= "
                           f"(registered: {', '.join(host.registry('datasets').names())})")
@@ -481,7 +635,7 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
                  directions: list[str] | None = None, objectives: list[str] | None = None,
                  storage: str | optuna.storages.BaseStorage | None = None,
                  study_name: str | None = None, load_if_exists: bool = False,
-                 pruner: optuna.pruners.BasePruner | None = None,
+                 pruner: str | optuna.pruners.BasePruner | None = None,
                  plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
                  host: PluginHost | None = None, **options: Any) -> Study:
     """Create (or with ``load_if_exists`` reopen) a study.
@@ -490,15 +644,19 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     (names or objects) and ``disable_plugins`` blocks some; ``host`` gives a ready plugin host
     instead. Further keyword options are :class:`StudyConfig` fields (``seed``,
     ``space_options``, ``estimator_options``, ``backend_options``, ``dataset_options``,
-    ``strategy_options``, ``plugin_options``, ``trial_timeout``). Unlike plain optuna, no
-    pruner is used unless ``pruner`` is given (training estimators report validation accuracy
-    per epoch)."""
+    ``strategy_options``, ``plugin_options``, ``trial_timeout``, ``constraints``,
+    ``pruner_options``). Unlike plain optuna, no pruner is used unless ``pruner`` is given: a
+    registered pruner's name (``"pareto"`` for several objectives, ``"median"``, ...; stored
+    with the study) or an optuna pruner object (training estimators report per epoch)."""
     if direction is not None and directions is not None:
         raise ConfigError("give either direction= or directions=, not both")
     dirs = directions if directions is not None else [direction or "maximize"]
     sampler_obj = strategy if isinstance(strategy, optuna.samplers.BaseSampler) else None
     strategy_name = type(strategy).__name__ if sampler_obj is not None else strategy
     str_plugins = [p for p in plugins if isinstance(p, str)]
+    pruner_obj = pruner if isinstance(pruner, optuna.pruners.BasePruner) else None
+    if pruner is not None and pruner_obj is None:
+        options["pruner"] = pruner
     cfg = dict(space=space, strategy=strategy_name, estimator=estimator, backend=backend,
                dataset=dataset, directions=list(dirs),
                objectives=list(objectives) if objectives is not None else
@@ -513,9 +671,13 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     host = host if host is not None else get_host(plugins, config.disable_plugins)
     estimator_obj = check_config(host, config)
     space_obj, sampler = build_components(host, config, sampler_obj)
+    if pruner_obj is not None:
+        check_pruner(pruner_obj, len(config.directions), type(pruner_obj).__name__)
+    elif config.pruner is not None:
+        pruner_obj = make_pruner(host, config)
     with _storage_errors(storage):
         ostudy = optuna.create_study(storage=open_storage(storage), sampler=sampler,
-                                     pruner=pruner or optuna.pruners.NopPruner(),
+                                     pruner=pruner_obj or optuna.pruners.NopPruner(),
                                      study_name=study_name, directions=config.directions,
                                      load_if_exists=load_if_exists)
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
@@ -574,6 +736,8 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
         raise ConfigError(f"study {study_name!r} was created with the sampler object "
                           f"{config.strategy!r}; pass strategy= to load_study")
     space_obj, strategy = build_components(host, config, strategy)
+    if pruner is None and config.pruner is not None:
+        pruner = make_pruner(host, config)
     ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy,
                                pruner=pruner or optuna.pruners.NopPruner())
     return Study(ostudy, config, host, space_obj, estimator_obj)

@@ -14,7 +14,10 @@ from frugalnas.estimators.train import TrainEstimator
 
 
 class LowFidelityEstimator(TrainEstimator):
-    """Short training on reduced data, resolution or width; scores validation accuracy (%)."""
+    """Short training on reduced data, resolution or width; scores validation accuracy (%).
+
+    ``report_every_epoch=True`` reports after each full epoch as ``train`` does (for a
+    pruner; off by default, since low-fidelity budgets are often a fraction of an epoch)."""
 
     provides = (*TrainEstimator.provides, "fidelity_subset", "fidelity_epochs")
 
@@ -23,10 +26,14 @@ class LowFidelityEstimator(TrainEstimator):
     def __init__(self, epochs: float = 1.0, subset: float = 0.25, resize: int | None = None,
                  width: int | None = None, depth: int | None = None, batch_size: int = 64,
                  lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
-                 optimizer: str = "sgd", max_steps: int | None = None):
+                 optimizer: str = "sgd", max_steps: int | None = None,
+                 report_every_epoch: bool = False):
+        if not isinstance(report_every_epoch, bool):
+            raise ConfigError(f"invalid low-fidelity report_every_epoch {report_every_epoch!r}; "
+                              "expected true or false")
         super().__init__(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                          weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps,
-                         report_every_epoch=False)
+                         report_every_epoch=report_every_epoch)
         if not 0 < subset <= 1:
             raise ConfigError(f"invalid low-fidelity subset {subset!r}; valid range: (0, 1]")
         for what, v in (("resize", resize), ("width", width), ("depth", depth)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -17,8 +18,13 @@ from frugalnas.core.training import TrainConfig, accuracy, seed_everything, trai
 class TrainEstimator(Estimator):
     """Trains the candidate from scratch for a budget of epochs; scores validation accuracy (%).
 
-    ``latency=True`` also measures the trained network's inference latency on the backend's
-    device (:func:`frugalnas.core.latency.measure_latency`, batches of ``latency_batch_size``
+    After each full epoch it reports the validation accuracy, the epoch's training loss, the
+    parameters, the latency (when measured) and the cost so far to the study
+    (``Study.report_step``): optuna's pruners see the objective of a single-objective study,
+    the ``pareto`` pruner the objective vector of a multi-objective one.
+
+    ``latency=True`` also measures the network's inference latency on the backend's
+    device (before training: it does not depend on the weights) (:func:`frugalnas.core.latency.measure_latency`, batches of ``latency_batch_size``
     at the dataset's input shape, timed for about ``latency_min_run_time`` seconds) and adds
     the metrics ``latency_ms`` (median) and ``latency_ms_iqr`` (spread)."""
 
@@ -57,21 +63,42 @@ class TrainEstimator(Estimator):
         backend = context.backend
         model = backend.prepare(model)
         backend.reset_peak_memory()
-
-        def on_epoch(epoch: int, loss: float) -> None:
-            if self.report_every_epoch and context.trial is not None:
-                context.report(accuracy(model, backend, data.valid_x, data.valid_y), epoch)
-
-        report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch)
-        acc = accuracy(model, backend, data.valid_x, data.valid_y)
-        metrics = {"valid_accuracy": acc,
-                   "train_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))}
+        metrics: dict[str, float] = {}
         artifacts: dict[str, str | bytes] = {}
         if self.latency:
+            # Inference time does not depend on the weights, so it is measured before
+            # training: every per-epoch report (multi-objective pruning) then has it.
             stats = measure_latency(model, data.input_shape, self.latency_batch_size,
                                     backend.device, min_run_time=self.latency_min_run_time)
             metrics.update(stats.metrics())
             artifacts["latency.json"] = json.dumps(stats.to_dict(), indent=1)
+        batches_per_epoch = -(-len(data.train_x) // self.config.batch_size)
+        total_steps = max(1, math.ceil(self.config.epochs * batches_per_epoch))
+        if self.config.max_steps is not None:
+            total_steps = min(total_steps, self.config.max_steps)
+        eval_flops = flops_per_sample * len(data.valid_x)
+
+        def on_epoch(epoch: int, loss: float) -> None:
+            if not self.report_every_epoch or context.trial is None:
+                return
+            acc = accuracy(model, backend, data.valid_x, data.valid_y)
+            report_step = getattr(context.study, "report_step", None)
+            if not callable(report_step):
+                context.report(acc, epoch)
+                return
+            samples = epoch * batches_per_epoch * self.config.batch_size
+            # What each objective would be if training stopped now (cost fields so far).
+            report_step(context.trial, {
+                "value": acc, "valid_accuracy": acc, "train_loss": loss, **metrics,
+                "params": float(params), "epochs": float(epoch),
+                "flops": 3.0 * flops_per_sample * samples + eval_flops * epoch,
+                "seconds": time.perf_counter() - start}, epoch,
+                last=epoch * batches_per_epoch >= total_steps)
+
+        report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch)
+        acc = accuracy(model, backend, data.valid_x, data.valid_y)
+        metrics.update({"valid_accuracy": acc,
+                        "train_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))})
         samples = report.steps * self.config.batch_size
         flops = 3.0 * flops_per_sample * samples + flops_per_sample * len(data.valid_x)
         cost = Cost(seconds=time.perf_counter() - start, flops=flops, params=params,

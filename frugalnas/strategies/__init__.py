@@ -1,6 +1,7 @@
 """Search strategies (built-in plugin ``strategies``): regularized evolution, local search,
 surrogate-assisted evolution, BANANAS and the proxy pre-screen wrapper, each an optuna sampler
-that rebuilds its state from the study's storage. Random search is the plugin ``random``
+that rebuilds its state from the study's storage; and optuna's TPE, NSGA-II/III and GP samplers
+by name (``tpe``, ``nsga2``, ``nsga3``, ``gp``). Random search is the plugin ``random``
 (:mod:`frugalnas.strategies.random`)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from frugalnas.core.plugins import hookimpl
 from frugalnas.strategies.base import ArchSampler, strategy_factory
 from frugalnas.strategies.local_search import LocalSearchSampler
+from frugalnas.strategies.optuna_samplers import optuna_strategies
 from frugalnas.strategies.prescreen import prescreen_strategy
 from frugalnas.strategies.regularized import RegularizedEvolutionSampler
 from frugalnas.strategies.surrogate_search import BananasSampler, SurrogateEvolutionSampler
@@ -26,4 +28,4 @@ STRATEGIES: dict[str, type[ArchSampler]] = {
 @hookimpl
 def frugalnas_strategies() -> dict[str, Any]:
     return {**{name: strategy_factory(cls) for name, cls in STRATEGIES.items()},
-            "prescreen": prescreen_strategy}
+            "prescreen": prescreen_strategy, **optuna_strategies()}

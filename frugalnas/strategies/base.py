@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX
+from frugalnas.core.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX, VIOLATION_ATTR
 from frugalnas.core.space import SearchSpace
 
 
@@ -36,6 +36,9 @@ class History:
     values: list[list[float]] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)
+    #: Each completed trial's total relative constraint violation (0.0: feasible, or a study
+    #: without constraints); user attribute :data:`~frugalnas.core.keys.VIOLATION_ATTR`.
+    violations: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.archs)
@@ -60,7 +63,7 @@ def _arch_of(trial: FrozenTrial, space: SearchSpace,
 
 #: A finished trial as read once: its architecture (``None``: not of this space) and, when it
 #: completed, its values. Finished trials never change, so a sampler keeps these across calls.
-FinishedEntry = tuple[Architecture | None, list[float] | None]
+FinishedEntry = tuple[Architecture | None, list[float] | None, float]
 
 
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
@@ -81,10 +84,11 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
         if entry is None:
             arch = _arch_of(t, space, parsed)
             done = t.state == TrialState.COMPLETE and t.values is not None
-            entry = (arch, list(t.values) if done else None)
+            entry = (arch, list(t.values) if done else None,
+                     float(t.user_attrs.get(VIOLATION_ATTR, 0.0)))
             if t.state.is_finished():
                 finished[(name, number)] = entry
-        arch, values = entry
+        arch, values, violation = entry
         if arch is None:
             continue
         hist.seen.add(arch.key)
@@ -92,6 +96,7 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
             hist.archs.append(arch)
             hist.values.append(values)
             hist.numbers.append(number)
+            hist.violations.append(violation)
     return hist
 
 
@@ -127,12 +132,26 @@ def crowding(obj: np.ndarray) -> np.ndarray:
     return dist
 
 
-def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirection]) -> np.ndarray:
+def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirection],
+            violations: Sequence[float] | None = None) -> np.ndarray:
     """One scalar per trial, higher is better. One objective: the value, negated when it is
     minimised. Several: ``-rank + 0.99 * c / (1 + c)`` with the non-dominated rank and the
-    crowding distance ``c`` within that rank (NSGA-II's order, as a number)."""
+    crowding distance ``c`` within that rank (NSGA-II's order, as a number).
+
+    With ``violations`` (each trial's total relative constraint violation), Deb's constrained
+    domination: the fitness above ranks the feasible trials (violation 0) among themselves, and
+    every infeasible trial scores below all of them, lower the larger its violation."""
     if not len(values):
         return np.zeros(0)
+    if violations is not None and any(v > 0 for v in violations):
+        viol = np.asarray(violations, dtype=float)
+        feasible = viol <= 0
+        out = np.empty(len(values))
+        if feasible.any():
+            out[feasible] = fitness([values[i] for i in np.where(feasible)[0]], directions)
+        floor = float(out[feasible].min()) if feasible.any() else 0.0
+        out[~feasible] = floor - 1.0 - viol[~feasible]
+        return out
     signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions])
     obj = np.asarray(values, dtype=float) * signs
     if obj.shape[1] == 1:
@@ -291,8 +310,10 @@ class ArchSampler(optuna.samplers.BaseSampler):
             return rng.choice(fresh)
         return self.fresh_random(History(seen=blocked), rng)
 
-    def fitness(self, study: optuna.Study, values: Sequence[Sequence[float]]) -> np.ndarray:
-        return fitness(values, study.directions)
+    def fitness(self, study: optuna.Study, values: Sequence[Sequence[float]],
+                violations: Sequence[float] | None = None) -> np.ndarray:
+        """Higher is better; infeasible trials (``violations`` > 0) below every feasible one."""
+        return fitness(values, study.directions, violations)
 
     def emit(self, study: optuna.Study, trial: FrozenTrial, metrics: dict[str, float],
              step: int) -> None:

@@ -16,14 +16,15 @@ class LocalSearchSampler(ArchSampler):
     """Local search: evaluate unseen one-edit neighbours of the best architecture so far.
 
     At a local optimum (all neighbours seen) it continues from the next best architecture
-    that still has unseen neighbours (best-first)."""
+    that still has unseen neighbours (best-first). With constraints, feasible architectures
+    come first and infeasible ones by increasing violation."""
 
     def __init__(self, space, seed: int = 0, n_init: int = 5, **options):
         super().__init__(space, seed, n_init, **options)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
-        fit = self.fitness(study, hist.values)
+        fit = self.fitness(study, hist.values, hist.violations)
         order = sorted(range(len(hist)), key=lambda i: (-fit[i], hist.numbers[i]))
         for i in order:
             fresh = [n for n in self.space.neighbours(hist.archs[i]) if n.key not in hist.seen]

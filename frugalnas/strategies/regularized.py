@@ -28,7 +28,8 @@ class RegularizedEvolutionSampler(ArchSampler):
 
     def population(self, study: optuna.Study, hist: History) -> tuple[list[Architecture], list[float]]:
         archs = hist.archs[-self.population_size:]
-        fit = self.fitness(study, hist.values[-self.population_size:])
+        fit = self.fitness(study, hist.values[-self.population_size:],
+                           hist.violations[-self.population_size:])
         return archs, list(fit)
 
     def tournament(self, archs: list[Architecture], fit: list[float], rng: random.Random) -> Architecture:

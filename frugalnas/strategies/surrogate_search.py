@@ -74,7 +74,7 @@ class SurrogateMixin:
     def score(self, study: optuna.Study, trial: FrozenTrial, hist: History,
               candidates: list[Architecture], rng: random.Random) -> np.ndarray:
         """Acquisition values of ``candidates`` under a surrogate fitted on ``hist``."""
-        y = self.fitness(study, hist.values)
+        y = self.fitness(study, hist.values, hist.violations)
         key = (trial.number, len(hist))
         if self._fitted is None or self._fitted[0] != key:  # once per trial, even for k proposals
             X = self._encode(hist.archs)
@@ -149,7 +149,7 @@ class BananasSampler(SurrogateMixin, ArchSampler):
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
-        fit = self.fitness(study, hist.values)
+        fit = self.fitness(study, hist.values, hist.violations)
         top = [hist.archs[i] for i in sorted(range(len(hist)),
                                              key=lambda i: (-fit[i], hist.numbers[i]))[:self.top_k]]
         chosen: dict[str, Architecture] = {}

@@ -32,6 +32,8 @@ def _suite_class(kind: str) -> type[Suite]:
         from frugalnas.testing.proxies import ProxyChecks as cls
     elif kind == "surrogates":
         from frugalnas.testing.surrogates import SurrogateChecks as cls
+    elif kind == "pruners":
+        from frugalnas.testing.pruners import PrunerChecks as cls
     else:
         from frugalnas.core.plugins import KINDS
 

@@ -1,0 +1,235 @@
+"""Hardware-aware search on the NAS-Bench-201 table: CIFAR-10 accuracy against inference
+latency on a Pixel 3 phone (``latency_ms_pixel3``, HW-NAS-Bench / HELP data).
+
+Two experiments, each ``--queries`` table look-ups per run for ``--seeds`` seeds, every run a
+real frugalnas study (``nb201-table`` estimator, in-memory storage):
+
+* **mo** -- two objectives: maximise CIFAR-10 validation accuracy (the benchmark's selection
+  metric), minimise Pixel 3 latency. For each strategy that handles two objectives the table
+  prints the hypervolume of the front found after 25, 50 and 100 queries (mean +- std over
+  seeds), on (validation accuracy, latency) -- what the search saw -- and on (test accuracy,
+  latency) of the same cells. Reference point: (80 % accuracy, 40 ms): every cell is
+  faster than 40 ms (the slowest takes 36.8 ms), and the floor of 80 % keeps the cheap
+  cells (10 % accuracy at 0.01 ms) from dominating the measure. The hypervolume of the whole
+  table's front is printed as the ceiling, and each mean as a percentage of it.
+  Strategies: ``nsga2`` and ``tpe`` (optuna's multi-objective samplers), ``random``, and
+  frugalnas's ``regularized-evolution``,
+  ``local-search`` and ``surrogate-evolution``, which rank trials by non-dominated rank and
+  crowding distance (NSGA-II's order) when a study has several objectives.
+* **constrained** -- one objective (validation accuracy; ``--select-on test``: test accuracy)
+  with the constraint ``latency_ms_pixel3 <= 10``. Per strategy: the mean test accuracy of the
+  study's ``best_trial`` (the best *feasible* trial) after 25, 50, 100 queries, the fraction of
+  feasible trials, and how often the best trial was infeasible (must be 0). The feasible
+  optimum is printed from the table.
+
+``--cache FILE`` keeps finished runs (JSON lines), so an interrupted run resumes.
+
+    nice -n 5 python benchmarks/hw_nb201.py --cache hw.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+DEVICE = "pixel3"
+METRIC = f"latency_ms_{DEVICE}"
+BOUND = 10.0
+REFERENCE = (80.0, 40.0)
+DIRECTIONS = ("maximize", "minimize")
+MO_STRATEGIES = ("nsga2", "tpe", "random", "regularized-evolution", "local-search",
+                 "surrogate-evolution")
+CONSTRAINED_STRATEGIES = ("random", "regularized-evolution", "local-search",
+                          "surrogate-evolution", "bananas", "tpe")
+#: Options used here (light surrogates, as in benchmarks/search_nb201.py).
+OPTIONS = {
+    "surrogate-evolution": {"quality_every": 0,
+                            "surrogate_options": {"n_models": 3, "n_estimators": 100}},
+    "bananas": {"quality_every": 0, "surrogate_options": {"epochs": 100}},
+    "nsga2": {"population_size": 20},
+}
+MARKS = (25, 50, 100)
+
+
+def run_one(job: tuple[str, str, int, int, str]) -> dict:
+    """One study: the cells it evaluated (in order) with their numbers, and its best trial(s)
+    after each mark."""
+    import optuna
+    import torch
+
+    import frugalnas
+    from frugalnas.spaces.nb201.space import NB201Space
+
+    torch.set_num_threads(1)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    experiment, name, seed, queries, select_on = job
+    space = NB201Space()
+    common = dict(strategy=name, estimator="nb201-table", seed=seed,
+                  strategy_options=OPTIONS.get(name, {}), disable_plugins=["mlflow", "progress"],
+                  estimator_options={"dataset": "cifar10", "select_on": select_on})
+    if experiment == "mo":
+        study = frugalnas.create_study(objectives=["value", METRIC], directions=list(DIRECTIONS),
+                                       **common)
+    else:
+        study = frugalnas.create_study(constraints={METRIC: BOUND}, **common)
+    start = time.perf_counter()
+    best: dict[int, list[int]] = {}
+    done = 0
+    for mark in [m for m in MARKS if m <= queries] + ([queries] if queries not in MARKS else []):
+        study.optimize(n_trials=mark - done)
+        done = mark
+        if experiment == "mo":
+            best[mark] = [t.number for t in study.best_trials]
+        else:
+            try:
+                best[mark] = [study.best_trial.number]
+            except ValueError:  # no feasible trial yet
+                best[mark] = []
+    seconds = time.perf_counter() - start
+    trials = sorted(study.trials, key=lambda t: t.number)
+    return {"experiment": experiment, "strategy": name, "seed": seed, "queries": queries,
+            "select_on": select_on, "seconds": seconds,
+            "cells": [space.index(t.architecture) for t in trials],
+            "feasible": [bool(t.user_attrs.get("feasible", True)) for t in trials],
+            "best": {str(k): v for k, v in best.items()}}
+
+
+def table_front_hv(score: np.ndarray, latency: np.ndarray) -> float:
+    from frugalnas.multiobjective.hypervolume import hypervolume
+
+    pts = np.stack([score, latency], 1)
+    order = np.lexsort((latency, -score))  # best accuracy first, then lower latency
+    front, best_lat = [], np.inf
+    for i in order:
+        if latency[i] < best_lat:
+            front.append(pts[i])
+            best_lat = latency[i]
+    return hypervolume(front, REFERENCE, DIRECTIONS)
+
+
+def summarise(done: list[dict], args: argparse.Namespace) -> None:
+    from frugalnas.multiobjective.hypervolume import hypervolume
+    from frugalnas.spaces.nb201.table import nb201_data
+
+    data = nb201_data()
+    valid, test = data.valid_accuracy_cifar10, data.test_accuracy[:, 0]
+    latency = data.latency(DEVICE)
+    marks = [m for m in MARKS if m <= args.queries]
+    feasible = latency <= BOUND
+    if "mo" in args.experiments:
+        print(f"\n## accuracy vs {METRIC}: hypervolume, reference point {REFERENCE} "
+              f"(accuracy %, ms); {args.seeds} seeds, {args.queries} queries")
+        ceiling = table_front_hv(valid, latency)
+        print(f"table front (ceiling): valid {ceiling:.1f}, "
+              f"test {table_front_hv(test, latency):.1f}")
+        print(f"{'strategy':24s}{'seeds':>6s}" + "".join(f"{'HV valid @' + str(q):>18s}"
+                                                       for q in marks)
+              + f"{'% ceiling':>10s}{'HV test @' + str(args.queries):>18s}{'front':>7s}"
+              + f"{'s/run':>7s}")
+        for name in args.mo_strategies:
+            runs = [r for r in done if r["experiment"] == "mo" and r["strategy"] == name
+                    and r["seed"] < args.seeds and r["queries"] == args.queries]
+            if not runs:
+                continue
+            hv = {q: [] for q in marks}
+            hv_test, sizes = [], []
+            for r in runs:
+                for q in marks:
+                    cells = r["cells"][:q]
+                    hv[q].append(hypervolume([(valid[c], latency[c]) for c in cells],
+                                             REFERENCE, DIRECTIONS))
+                cells = r["cells"][:args.queries]
+                hv_test.append(hypervolume([(test[c], latency[c]) for c in cells], REFERENCE,
+                                           DIRECTIONS))
+                sizes.append(len(r["best"][str(args.queries)]))
+            cols = "".join(f"{np.mean(hv[q]):10.1f} +-{np.std(hv[q]):5.1f}" for q in marks)
+            ratio = 100 * np.mean(hv[marks[-1]]) / ceiling
+            secs = np.mean([r["seconds"] for r in runs])
+            print(f"{name:24s}{len(runs):6d}{cols}{ratio:9.1f}%{np.mean(hv_test):10.1f} +-"
+                  f"{np.std(hv_test):5.1f}{np.mean(sizes):7.1f}{secs:7.1f}")
+    if "constrained" in args.experiments:
+        for select_on in args.select_on:
+            score = valid if select_on == "valid" else test
+            oracle = int(np.flatnonzero(feasible)[np.argmax(score[feasible])])
+            print(f"\n## {METRIC} <= {BOUND:g}: best feasible trial, select on {select_on}, "
+                  f"report test; {args.seeds} seeds")
+            print(f"feasible cells: {feasible.sum()} of {len(feasible)} "
+                  f"({100 * feasible.mean():.1f} %); feasible optimum: best test accuracy "
+                  f"{test[feasible].max():.2f} %; best {select_on} cell {oracle}: valid "
+                  f"{valid[oracle]:.2f}, test {test[oracle]:.2f}, {latency[oracle]:.2f} ms")
+            print(f"{'strategy':24s}{'seeds':>6s}" + "".join(f"{'test @' + str(q):>16s}"
+                                                           for q in marks)
+                  + f"{'feasible':>10s}{'infeas.best':>12s}{'s/run':>7s}")
+            for name in args.constrained_strategies:
+                runs = [r for r in done if r["experiment"] == "constrained"
+                        and r["strategy"] == name and r["seed"] < args.seeds
+                        and r["queries"] == args.queries and r["select_on"] == select_on]
+                if not runs:
+                    continue
+                cols, bad = "", 0
+                for q in marks:
+                    accs = []
+                    for r in runs:
+                        best = r["best"].get(str(q)) or []
+                        if best:
+                            cell = r["cells"][best[0]]
+                            bad += int(not feasible[cell])
+                            accs.append(test[cell])
+                    cols += f"{np.mean(accs):9.2f} +-{np.std(accs):4.2f}"
+                frac = np.mean([np.mean(r["feasible"]) for r in runs])
+                secs = np.mean([r["seconds"] for r in runs])
+                print(f"{name:24s}{len(runs):6d}{cols}{100 * frac:9.0f}%{bad:12d}{secs:7.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--experiments", default="mo,constrained")
+    parser.add_argument("--mo-strategies", default=",".join(MO_STRATEGIES))
+    parser.add_argument("--constrained-strategies", default=",".join(CONSTRAINED_STRATEGIES))
+    parser.add_argument("--select-on", default="valid,test",
+                        help="constrained experiment: valid (the benchmark's protocol), test, "
+                             "or both")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cache", type=Path, help="JSON-lines file of finished runs (resume)")
+    args = parser.parse_args()
+    for key in ("experiments", "mo_strategies", "constrained_strategies", "select_on"):
+        setattr(args, key, [s for s in getattr(args, key).split(",") if s])
+    done: list[dict] = []
+    if args.cache and args.cache.exists():
+        done = [json.loads(line) for line in args.cache.read_text().splitlines() if line]
+    have = {(r["experiment"], r["strategy"], r["seed"], r["queries"], r["select_on"])
+            for r in done}
+    jobs = []
+    if "mo" in args.experiments:
+        jobs += [("mo", n, s, args.queries, "valid") for n in args.mo_strategies
+                 for s in range(args.seeds)]
+    if "constrained" in args.experiments:
+        jobs += [("constrained", n, s, args.queries, sel) for sel in args.select_on
+                 for n in args.constrained_strategies for s in range(args.seeds)]
+    jobs = [j for j in jobs if j not in have]
+    wall = time.perf_counter()
+    if jobs:
+        with Pool(args.workers) as pool:
+            for res in pool.imap_unordered(run_one, jobs, chunksize=1):
+                done.append(res)
+                if args.cache:
+                    with args.cache.open("a") as fh:
+                        fh.write(json.dumps(res) + "\n")
+                print(f"  {res['experiment']} {res['strategy']} seed {res['seed']} "
+                      f"({res['select_on']}): {res['seconds']:.1f}s", file=sys.stderr,
+                      flush=True)
+    print(f"({len(jobs)} runs in {time.perf_counter() - wall:.0f}s wall, {args.workers} "
+          "workers)", file=sys.stderr)
+    summarise(done, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Pruning with several objectives: stop a trial whose intermediate objective vector is
+dominated by those of earlier trials at the same step.
+
+optuna's ``Trial.report`` takes one value and its pruners compare one number per step
+(optuna issue #3450 asks for more). In a frugalnas study with several objectives the estimator
+reports a dict of metrics after each epoch (:meth:`frugalnas.core.study.Study.report_step`);
+the study keeps the vector of the objectives' values on the trial (user attribute
+:data:`~frugalnas.core.keys.INTERMEDIATE_ATTR`) and asks the pruner's :meth:`prune_vector`.
+
+The rule of :class:`ParetoPruner` (``pareto``) at step ``s``: collect the vectors that the other
+trials of the study (finished or running) reported at the same step ``s``; sort them together
+with the trial's own vector into non-dominated fronts (Deb et al., "A fast and elitist
+multiobjective genetic algorithm: NSGA-II", IEEE TEVC 2002); stop the trial when its vector is
+not on one of the first ``keep_fronts`` fronts (with the default 1: when some earlier trial was
+better or equal in every objective and strictly better in one at that step). It is the
+multi-objective counterpart of the median stopping rule (Golovin et al., "Google Vizier",
+KDD 2017), which compares a trial with earlier trials at the same step; replacing "worse than
+the median" by "dominated" follows the non-dominated ranking used by multi-objective
+successive halving (Schmucker et al., "Multi-objective asynchronous successive halving",
+arXiv:2106.12639, 2021). Warm-up as in optuna's MedianPruner: nothing is pruned before
+``n_startup_trials`` trials have finished or before step ``n_warmup_steps``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.keys import INTERMEDIATE_ATTR
+
+VALID_DIRECTIONS = ("maximize", "minimize")
+
+
+def nondominated_rank(points: np.ndarray, index: int) -> int:
+    """The non-dominated front (0 = the Pareto front) of row ``index`` of ``points``, every
+    objective maximised."""
+    remaining = np.arange(len(points))
+    rank = 0
+    while len(remaining):
+        sub = points[remaining]
+        ge = (sub[:, None, :] >= sub[None, :, :]).all(-1)
+        gt = (sub[:, None, :] > sub[None, :, :]).any(-1)
+        dominated = (ge & gt).any(0)
+        if index in remaining[~dominated]:
+            return rank
+        remaining = remaining[dominated]
+        rank += 1
+    raise ValueError(f"row {index} is not in points")  # pragma: no cover
+
+
+def intermediate_vectors(trial: FrozenTrial, n_objectives: int) -> dict[int, list[float]]:
+    """A trial's intermediate objective vectors by step: the user attribute
+    :data:`INTERMEDIATE_ATTR` of a multi-objective frugalnas trial, or optuna's
+    ``intermediate_values`` (as 1-vectors) in a single-objective study."""
+    stored = trial.user_attrs.get(INTERMEDIATE_ATTR)
+    if stored:
+        return {int(k): [float(x) for x in v] for k, v in stored.items()}
+    if n_objectives == 1:
+        return {int(k): [float(v)] for k, v in trial.intermediate_values.items()}
+    return {}
+
+
+class ParetoPruner(optuna.pruners.BasePruner):
+    """Stops a trial whose intermediate objective vector at a step is dominated by the vectors
+    of other trials at the same step (not on the first ``keep_fronts`` non-dominated fronts).
+
+    ``n_startup_trials``: no pruning until that many trials have finished (COMPLETE or
+    PRUNED). ``n_warmup_steps``: no pruning at steps below it. ``interval_steps``: decide every
+    that many steps after the warm-up. ``min_trials_at_step``: at least that many other
+    trials must have reported the step. ``directions``: the study's (read from the study when
+    not given)."""
+
+    def __init__(self, directions: Sequence[str] | None = None, n_startup_trials: int = 5,
+                 n_warmup_steps: int = 0, interval_steps: int = 1, keep_fronts: int = 1,
+                 min_trials_at_step: int = 1):
+        check_range("pareto n_startup_trials", n_startup_trials, 0)
+        check_range("pareto n_warmup_steps", n_warmup_steps, 0)
+        check_range("pareto interval_steps", interval_steps, 1)
+        check_range("pareto keep_fronts", keep_fronts, 1)
+        check_range("pareto min_trials_at_step", min_trials_at_step, 1)
+        if directions is not None:
+            for d in directions:
+                if d not in VALID_DIRECTIONS:
+                    raise ConfigError(f"invalid direction {d!r} for pruner 'pareto'; valid: "
+                                      f"{', '.join(VALID_DIRECTIONS)}")
+        self.directions = list(directions) if directions is not None else None
+        self.n_startup_trials, self.n_warmup_steps = int(n_startup_trials), int(n_warmup_steps)
+        self.interval_steps, self.keep_fronts = int(interval_steps), int(keep_fronts)
+        self.min_trials_at_step = int(min_trials_at_step)
+
+    # -- frugalnas's route: a vector per step ----------------------------------------------
+    def prune_vector(self, study: optuna.Study, trial_number: int, step: int,
+                     values: Sequence[float]) -> bool:
+        """Whether the trial ``trial_number`` whose objective vector after ``step`` is
+        ``values`` should stop."""
+        if step < self.n_warmup_steps or (step - self.n_warmup_steps) % self.interval_steps:
+            return False
+        signs = self._signs(study, len(values))
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                          TrialState.PRUNED, TrialState.RUNNING))
+        finished = sum(1 for t in trials if t.number != trial_number and t.state.is_finished())
+        if finished < self.n_startup_trials:
+            return False
+        others = []
+        for t in trials:
+            if t.number == trial_number:
+                continue
+            vec = intermediate_vectors(t, len(values)).get(step)
+            if vec is not None and len(vec) == len(values):
+                others.append(vec)
+        if len(others) < self.min_trials_at_step:
+            return False
+        points = np.asarray([*others, list(values)], dtype=float) * signs
+        return nondominated_rank(points, len(others)) >= self.keep_fronts
+
+    # -- optuna's pruner API ---------------------------------------------------------------
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        """optuna's entry point: decides on the trial's latest reported step."""
+        vectors = intermediate_vectors(trial, len(study.directions))
+        if not vectors:
+            return False
+        step = max(vectors)
+        return self.prune_vector(study, trial.number, step, vectors[step])
+
+    def _signs(self, study: optuna.Study, n: int) -> np.ndarray:
+        if self.directions is not None:
+            dirs = self.directions
+        else:
+            dirs = ["maximize" if d == StudyDirection.MAXIMIZE else "minimize"
+                    for d in study.directions]
+        if len(dirs) != n:
+            raise ConfigError(f"pruner 'pareto' was given {len(dirs)} direction(s) {dirs}; the "
+                              f"reported vector has {n} value(s)")
+        return np.array([1.0 if d == "maximize" else -1.0 for d in dirs])
+
+    def __repr__(self) -> str:
+        return (f"ParetoPruner(n_startup_trials={self.n_startup_trials}, n_warmup_steps="
+                f"{self.n_warmup_steps}, interval_steps={self.interval_steps}, keep_fronts="
+                f"{self.keep_fronts})")
+
+
+def pareto_pruner(directions: Sequence[str] | None = None, n_startup_trials: int = 5,
+                  n_warmup_steps: int = 0, interval_steps: int = 1, keep_fronts: int = 1,
+                  min_trials_at_step: int = 1) -> ParetoPruner:
+    """Multi-objective pruning: stop a trial whose objective vector at a step is dominated by
+    other trials' vectors at that step (warm-up: n_startup_trials, n_warmup_steps)."""
+    return ParetoPruner(directions, n_startup_trials=n_startup_trials,
+                        n_warmup_steps=n_warmup_steps, interval_steps=interval_steps,
+                        keep_fronts=keep_fronts, min_trials_at_step=min_trials_at_step)
+
+
+def _optuna_pruner(name: str, cls: type, summary: str) -> Any:
+    """A factory for one of optuna's pruners, named in a run file (its options are the
+    class's keyword arguments; an unknown one is a ConfigError listing them)."""
+    import inspect
+
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=inspect.Parameter.empty)
+              for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    valid = [p.name for p in params]
+
+    def factory(**options: Any) -> optuna.pruners.BasePruner:
+        for key in options:
+            if key not in valid:
+                raise ConfigError(f"unknown option {key!r} for pruner {name!r}; valid options: "
+                                  f"{', '.join(valid) or '(none)'}")
+        return cls(**options)
+
+    factory.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    factory.__doc__ = summary
+    factory.__name__ = factory.__qualname__ = f"{cls.__name__}_factory"
+    return factory
+
+
+def builtin_pruners() -> dict[str, Any]:
+    """The pruners this package registers: ``pareto`` (several objectives) and optuna's
+    single-objective ones by name."""
+    p = optuna.pruners
+    return {
+        "pareto": pareto_pruner,
+        "median": _optuna_pruner("median", p.MedianPruner,
+                                 "optuna's median stopping rule (one objective)."),
+        "successive-halving": _optuna_pruner(
+            "successive-halving", p.SuccessiveHalvingPruner,
+            "optuna's asynchronous successive halving (one objective)."),
+        "hyperband": _optuna_pruner("hyperband", p.HyperbandPruner,
+                                    "optuna's Hyperband (one objective)."),
+        "nop": _optuna_pruner("nop", p.NopPruner, "No pruning."),
+    }
