@@ -13,14 +13,15 @@ import tomllib
 from dataclasses import asdict
 from typing import Any
 
-from frugalnas.core.config import StudyConfig, check_run_settings, load_run_file
+from frugalnas.core.config import (StudyConfig, check_run_settings, load_run_file,
+                                   parse_constraint)
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    one_line)
 from frugalnas.core.plugins import KINDS, PluginHost
 from frugalnas.core.worker import DEFAULT_MAX_FAILURES
 from frugalnas.core.storage_url import check_storage_url
 
-OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset")
+OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset", "pruner")
 
 
 def _parse_value(raw: str) -> Any:
@@ -67,6 +68,11 @@ def _study_args(parser: argparse.ArgumentParser, host: PluginHost) -> None:
     parser.add_argument("--study-name")
     parser.add_argument("--direction", action="append", choices=("maximize", "minimize"))
     parser.add_argument("--objective", action="append", help="objective name (repeat for several)")
+    parser.add_argument("--constraint", action="append", metavar="NAME<=VALUE",
+                        help="upper bound on a metric, e.g. latency_ms_pixel3<=10 (repeatable; "
+                             "adds to the run file's [constraints])")
+    parser.add_argument("--pruner", help="pruner name: 'pareto' (several objectives), 'median', "
+                                         "'successive-halving', 'hyperband', 'nop'")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="GROUP.KEY=VALUE",
                         help=f"a component option, GROUP one of {', '.join(OPTION_GROUPS)} "
                              "(e.g. -o estimator.epochs=2), or a plugin's option with the "
@@ -101,6 +107,11 @@ def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig
             data[name] = getattr(args, name)
     if args.trial_timeout is not None:
         data["trial_timeout"] = args.trial_timeout
+    for text in args.constraint or []:
+        name, bound = parse_constraint(text)
+        data.setdefault("constraints", {})[name] = bound
+    if args.pruner is not None:
+        data["pruner"] = args.pruner
     if args.direction:
         data["directions"] = args.direction
     if args.objective:
@@ -163,6 +174,11 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
                         "plugin": host.estimators().get(config.estimator).plugin,
                         "options": config.estimator_options}
     out["objectives"] = dict(zip(config.objectives, config.directions))
+    out["constraints"] = {name: f"<= {bound:g}" for name, bound in config.constraints.items()}
+    if config.pruner is not None:
+        out["pruner"] = {"name": config.pruner,
+                         "plugin": host.registry("pruners").get(config.pruner).plugin,
+                         "options": config.pruner_options}
     out["seed"] = config.seed
     out["plugin_options"] = config.plugin_options
     out["plugins"] = sorted(host.infos)
@@ -210,8 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         best = study.best_trials if len(config.directions) > 1 else [study.best_trial]
         for t in best:
             print(f"best trial {t.number}: values={t.values} architecture={t.architecture}")
-    except ValueError:
-        print("no completed trial")
+    except ValueError as exc:  # none completed, or none meets the constraints
+        print(str(exc) if config.constraints else "no completed trial")
     return _exit_status(study, completed == 0)
 
 
