@@ -1,8 +1,9 @@
 """The MLflow UI started by ``frugalnas ui``, checked end to end in headless Chromium.
 
-A finished 5-trial study is opened in the UI; Chromium renders MLflow's single-page app and
-the test reads the rendered DOM: the experiment's runs, the trial runs (compare view) and the
-parent run's best-so-far artifact; a screenshot of that artifact is kept as a test artifact.
+A finished 5-trial study is opened at the address ``frugalnas ui`` prints; Chromium renders
+MLflow's single-page app and the test reads the rendered DOM: the trial rows, their
+architectures and objective values, best first. The screenshot is kept as a test artifact
+under ``FRUGALNAS_TEST_ARTIFACTS`` (default tests/artifacts/).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -82,67 +82,128 @@ def _chromium(tmp_path: Path, url: str, *extra: str) -> str:
 
 def _dom(tmp_path: Path, url: str) -> str:
     """The visible text of the page Chromium rendered (tags dropped, whitespace collapsed)."""
-    html = _chromium(tmp_path, url, "--dump-dom")
+    html = _chromium(tmp_path, url, "--dump-dom", "--window-size=1600,1000")
     text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", html, flags=re.S)
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
-def test_mlflow_ui_shows_study_trials_and_best_so_far(tmp_path):
-    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
-    study = frugalnas.create_study(space="nb201", estimator="nb201-table", study_name="ui-study",
-                                   storage=f"sqlite:///{tmp_path / 'optuna.db'}", plugin_options={"mlflow": {"tracking_uri": uri}})
-    study.optimize(n_trials=5)
-    exp_id = study.plugin_state["mlflow"]["experiment_id"]
-    parent = study.plugin_state["mlflow"]["parent_run_id"]
-    client = MlflowClient(tracking_uri=uri)
-    trial_runs = {r.info.run_name: r.info.run_id for r in client.search_runs([exp_id])
-                  if r.data.tags.get("frugalnas.role") == "trial"}
-    assert sorted(trial_runs) == [f"trial {i}" for i in range(5)]
+def _artifact_dir() -> Path:
+    """Where screenshots are kept: ``FRUGALNAS_TEST_ARTIFACTS``, else tests/artifacts/ (git
+    ignores it)."""
+    path = Path(os.environ.get("FRUGALNAS_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
+
+def _start_ui(tmp_path: Path, uri: str, *extra: str) -> tuple[subprocess.Popen, str, str]:
+    """``frugalnas ui`` as a real process on a free port; returns it, the server's base URL
+    and the study address it printed, once the server answers."""
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    log = open(tmp_path / "ui.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "frugalnas.core.cli", "ui", "--tracking-uri", uri,
-                               "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                              cwd=tmp_path, start_new_session=True)
+    log_path = tmp_path / "ui.log"
+    log = open(log_path, "w")
+    server = subprocess.Popen([sys.executable, "-m", "frugalnas.core.cli", "ui", "--tracking-uri",
+                               uri, "--port", str(port), *extra], stdout=log,
+                              stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+    end = time.monotonic() + 120
+    while True:
+        try:
+            if _get(f"{base}/health").strip() == b"OK":
+                break
+        except OSError:
+            pass
+        if server.poll() is not None:
+            raise AssertionError(log_path.read_text()[-2000:])
+        if time.monotonic() > end:
+            _stop_group(server)
+            raise AssertionError("the UI did not come up in 120 s")
+        time.sleep(0.5)
+    printed = re.search(r"^study '[^']*': (http://\S+)$", log_path.read_text(), re.M)
+    assert printed, log_path.read_text()[-2000:]
+    return server, base, printed.group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_frugalnas_ui_opens_the_study_on_its_trial_rows(tmp_path):
+    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
+    study = frugalnas.create_study(space="nb201", estimator="nb201-table", study_name="ui-study",
+                                   storage=f"sqlite:///{tmp_path / 'optuna.db'}", seed=5,
+                                   plugin_options={"mlflow": {"tracking_uri": uri}})
+    study.optimize(n_trials=5)
+    # a second, older-looking study in the same store: --study-name picks ui-study, not it
+    other = frugalnas.create_study(estimator="nb201-table", study_name="other", seed=6,
+                                   plugin_options={"mlflow": {"tracking_uri": uri}})
+    other.optimize(n_trials=2)
+    exp_id = study.plugin_state["mlflow"]["experiment_id"]
+    parent = study.plugin_state["mlflow"]["parent_run_id"]
+
+    server, base, url = _start_ui(tmp_path, uri, "--study-name", "ui-study")
     try:
-        end = time.monotonic() + 120
-        while True:
-            try:
-                if _get(f"{base}/health").strip() == b"OK":
-                    break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp_path / "ui.log").read_text()[-2000:]
-            assert time.monotonic() < end, "the UI did not come up in 120 s"
-            time.sleep(0.5)
-        assert _listen_addresses(port) == {"127.0.0.1"}, _listen_addresses(port)
-
+        assert _listen_addresses(int(base.rsplit(":", 1)[1])) == {"127.0.0.1"}
+        # the training-runs view of the study's experiment, not MLflow 3's GenAI overview
+        assert url.startswith(f"{base}/#/experiments/{exp_id}/runs?")
+        assert "workflowType=machine_learning" in url and "viewStateShareKey=" in url
         listed = json.loads(_get(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent}"))
-        assert "best_so_far.png" in {f["path"] for f in listed["files"]}
+        assert {"best_so_far.png", "leaderboard.html"} <= {f["path"] for f in listed["files"]}
 
-        runs_page = _dom(tmp_path, f"{base}/#/experiments/{exp_id}/runs")
-        assert "ui-study" in runs_page and "study ui-study" in runs_page
-        assert "6 matching runs" in runs_page  # the parent run and its 5 trial runs
+        page = _dom(tmp_path, url)
+        assert "Detect Issues" not in page
+        assert "6 matching runs" in page  # the parent run and its 5 trial runs, as rows
+        for t in study.completed_trials():  # trial rows with their architecture and value
+            assert f"trial {t.number}" in page, f"trial {t.number} missing"
+            assert str(t.architecture) in page, f"architecture of trial {t.number} missing"
+            assert repr(float(t.value)) in page, f"value of trial {t.number} missing"
+        for column in ("objective_value", "architecture", "COMPLETE"):
+            assert column in page, (column, page[-3000:])
+        best = page.index(f"trial {study.best_trial.number}")
+        assert all(best <= page.index(f"trial {t.number}") for t in study.completed_trials())
 
-        ids = urllib.parse.quote(json.dumps(list(trial_runs.values())))
-        compare = _dom(tmp_path, f"{base}/#/compare-runs?runs={ids}&experiments=%5B%22{exp_id}%22%5D")
-        for name in trial_runs:
-            assert name in compare, f"{name} missing from the compare view"
-        assert "Comparing 5 Runs" in compare
-
-        artifact_url = f"{base}/#/experiments/{exp_id}/runs/{parent}/artifacts/best_so_far.png"
-        artifacts = _dom(tmp_path, artifact_url)
-        assert "best_so_far.png" in artifacts and "study_config.json" in artifacts
         shot = tmp_path / "ui.png"
-        _chromium(tmp_path, artifact_url, f"--screenshot={shot}", "--window-size=1400,900")
+        _chromium(tmp_path, url, f"--screenshot={shot}", "--window-size=1600,1000")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-        (REPO / "test-artifacts").mkdir(exist_ok=True)
-        shutil.copyfile(shot, REPO / "test-artifacts" / "ui.png")
+        shutil.copyfile(shot, _artifact_dir() / "ui_study_runs.png")
     finally:
         _stop_group(server)
+
+
+def test_ui_names_a_missing_study_in_one_line(tmp_path, capsys):
+    from frugalnas.core.cli import main
+
+    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
+    study = frugalnas.create_study(estimator="nb201-table", study_name="there",
+                                   plugin_options={"mlflow": {"tracking_uri": uri}})
+    study.optimize(n_trials=1)
+    rc = main(["ui", "--tracking-uri", uri, "--study-name", "missing", "--port", "1"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "no MLflow experiment for study 'missing'" in err and "there" in err
+    assert "Traceback" not in err
+
+
+def test_runs_view_url_and_shared_view(tmp_path):
+    from frugalnas.tracking.mlflow.tracker import (SHARED_VIEW_TAG, find_study_experiment,
+                                                   publish_runs_view, runs_view_url)
+
+    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
+    for name in ("first", "second"):
+        frugalnas.create_study(estimator="nb201-table", study_name=name,
+                               objectives=["value", "latency_ms_pixel3"],
+                               directions=["maximize", "minimize"],
+                               plugin_options={"mlflow": {"tracking_uri": uri}}).optimize(n_trials=2)
+    client = MlflowClient(tracking_uri=uri)
+    exp = find_study_experiment(client, None)
+    assert exp.name == "second"  # the most recent study
+    assert find_study_experiment(client, "first").name == "first"
+    assert find_study_experiment(client, exp.experiment_id).name == "second"
+    key = publish_runs_view(client, exp)
+    view = json.loads(client.get_experiment(exp.experiment_id).tags[SHARED_VIEW_TAG + key])
+    assert view["orderByKey"] == "metrics.`objective_value`" and view["orderByAsc"] is False
+    assert view["selectedColumns"][:3] == ["metrics.`objective_value`",
+                                           "metrics.`objective_latency_ms_pixel3`",
+                                           "params.`architecture`"]
+    url = runs_view_url("http://127.0.0.1:5000", exp.experiment_id, key)
+    assert url == (f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?"
+                   f"workflowType=machine_learning&compareRunsMode=TABLE&viewStateShareKey={key}")
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

@@ -670,8 +670,17 @@ def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -
 
 @hookimpl
 def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> None:
-    ui = subparsers.add_parser("ui", help="start the MLflow UI for the store in use")
+    ui = subparsers.add_parser(
+        "ui", help="start the MLflow UI for the store in use, on a study's runs",
+        description="Start the MLflow UI and print (or --open) the address of a study's "
+        "experiment on its training-runs view: every trial a row, best first, with the "
+        "objective, architecture, state and cost columns shown.")
     ui.add_argument("--tracking-uri")
+    ui.add_argument("--study-name", "--experiment", dest="experiment", metavar="NAME",
+                    help="the study (MLflow experiment name or id) to open (default: the most "
+                    "recently created frugalnas study in the store)")
+    ui.add_argument("--open", action="store_true",
+                    help="open the address in a web browser once the server answers")
     # dest is not "host": the command line keeps its plugin host in args.host
     ui.add_argument("--host", dest="bind_host", default="127.0.0.1",
                     help="address to bind (default 127.0.0.1)")
@@ -681,16 +690,129 @@ def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> Non
     ui.set_defaults(func=cmd_ui)
 
 
+#: Experiment tag prefix under which the MLflow UI looks up a shared view of the runs table
+#: (the URL parameter ``viewStateShareKey`` names it; MLflow 3's "share view" feature).
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+
+
+def find_study_experiment(client: Any, name: str | None) -> Any | None:
+    """The experiment of study ``name`` (an experiment name or id); without a name, the most
+    recently created experiment of a frugalnas study (tag ``frugalnas.study``), else ``None``.
+    :class:`ConfigError` naming the study and the studies there are when it is missing."""
+    if name:
+        exp = client.get_experiment_by_name(name)
+        if exp is None and name.isdigit():
+            try:
+                exp = client.get_experiment(name)
+            except Exception:
+                exp = None
+        if exp is None:
+            known = [e.name for e in client.search_experiments(max_results=50)
+                     if TAG_STUDY in e.tags]
+            raise ConfigError(f"no MLflow experiment for study {name!r} in this store; studies "
+                              f"there: {', '.join(sorted(known)) or 'none'}")
+        return exp
+    studies = [e for e in client.search_experiments(max_results=1000) if TAG_STUDY in e.tags]
+    if not studies:
+        return None
+    return max(studies, key=lambda e: (e.creation_time or 0, int(e.experiment_id)
+                                       if str(e.experiment_id).isdigit() else 0))
+
+
+def study_runs_view(client: Any, experiment: Any) -> tuple[str, dict[str, Any]]:
+    """A shared view of the experiment's runs table for the MLflow UI: trial runs as flat rows
+    (no collapsed parent: sorted by the first objective, best first) with the objective,
+    architecture, state, feasibility and cost columns selected. Returns the share key and the
+    view; :func:`publish_runs_view` stores it as an experiment tag."""
+    import hashlib
+
+    objectives, directions, constrained = ["value"], ["maximize"], False
+    parents = client.search_runs([experiment.experiment_id], max_results=1,
+                                 filter_string=f"tags.`{TAG_ROLE}` = 'study'",
+                                 order_by=["attributes.start_time DESC"])
+    if parents:
+        params = parents[0].data.params
+        try:
+            objectives = list(json.loads(params.get("objectives", '["value"]')))
+            directions = list(json.loads(params.get("directions", '["maximize"]')))
+            constrained = bool(json.loads(params.get("constraints", "{}") or "{}"))
+        except ValueError:
+            pass
+    columns = [f"metrics.`objective_{name}`" for name in objectives]
+    columns += ["params.`architecture`", "tags.`state`"]
+    if constrained:
+        columns.append("tags.`feasible`")
+    columns += ["metrics.`cost_seconds`", "metrics.`cost_params`", "metrics.`cost_flops`"]
+    view = {"searchFilter": "", "orderByKey": f"metrics.`objective_{objectives[0]}`",
+            "orderByAsc": directions[0] == "minimize", "lifecycleFilter": "Active",
+            "datasetsFilter": [], "modelVersionFilter": "All Runs", "startTime": "ALL",
+            "selectedColumns": columns, "columnOrder": columns,
+            "columnWidths": {"params.`architecture`": 420},
+            "runListHidden": False, "viewMaximized": False, "groupBy": None,
+            "groupsExpanded": {}}
+    digest = hashlib.sha1(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
+    return f"frugalnas-{digest}", view
+
+
+def publish_runs_view(client: Any, experiment: Any) -> str:
+    """Store :func:`study_runs_view` as an experiment tag; returns its share key."""
+    key, view = study_runs_view(client, experiment)
+    if experiment.tags.get(SHARED_VIEW_TAG + key) is None:
+        client.set_experiment_tag(experiment.experiment_id, SHARED_VIEW_TAG + key,
+                                  json.dumps(view))
+    return key
+
+
+def runs_view_url(base: str, experiment_id: str, share_key: str | None) -> str:
+    """The MLflow UI address of an experiment's training-runs view: ``workflowType`` keeps
+    MLflow 3 off its GenAI pages, ``viewStateShareKey`` applies the view stored by
+    :func:`publish_runs_view`."""
+    from urllib.parse import urlencode
+
+    query = {"workflowType": "machine_learning", "compareRunsMode": "TABLE"}
+    if share_key:
+        query["viewStateShareKey"] = share_key
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
+    from mlflow import MlflowClient
+
     uri = resolve_tracking_uri(args.tracking_uri)
     check_tracking_uri(uri)
+    prepare_tracking_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = find_study_experiment(client, getattr(args, "experiment", None))
+    host = "127.0.0.1" if args.bind_host in ("0.0.0.0", "::", "") else args.bind_host
+    base = f"http://{host}:{args.port}"
+    url = base
+    if experiment is not None:
+        url = runs_view_url(base, experiment.experiment_id, publish_runs_view(client, experiment))
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
            "--host", args.bind_host, "--port", str(args.port), "--workers", str(args.workers)]
     root = artifact_root(uri)
     if root is not None:
         cmd += ["--default-artifact-root", root]
-    print(f"MLflow UI for {uri} on http://{args.bind_host}:{args.port}", flush=True)
+    print(f"MLflow UI for {uri} on {base}", flush=True)
+    if experiment is not None:
+        print(f"study {experiment.name!r}: {url}", flush=True)
+    if getattr(args, "open", False):
+        threading.Thread(target=_open_when_up, args=(base, url), daemon=True).start()
     return run_forwarding_signals(cmd)
+
+
+def _open_when_up(base: str, url: str, wait: float = 120.0) -> None:
+    import urllib.request
+    import webbrowser
+
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2):
+                webbrowser.open(url)
+                return
+        except OSError:
+            time.sleep(0.5)
 
 
 #: Signals ``frugalnas ui`` passes on to the server it started.
