@@ -23,7 +23,15 @@ SECONDS`` or ``--limit CELLS`` bound one run (the table covers the cells complet
 
 ``--cost K`` instead times each proxy against one plain forward+backward (cross-entropy,
 batch 64) of the same network, side by side in this process, on the first K cells, and
-prints the median ratio (the fastest of ``--repeat`` timings each).
+prints the median ratio (the fastest of ``--repeat`` timings each; ``--clock cpu`` times
+process CPU time instead of wall time, steadier on a shared machine).
+
+The batch is read from ``--shipped`` (default ``benchmarks/results/proxies_nb201/``, in the
+repository) when it holds one for these options, and that folder's packed cache
+``proxy_scores.jsonl.gz`` counts as cached: a fresh checkout resumes the measurement
+where the last packed run stopped. ``--pack`` writes the batch and every cached score of
+this protocol there (commit the folder afterwards). The proxies of one cell share their
+common passes (``frugalnas.proxies.shared``; the same values, ``--no-share`` to compare).
 """
 
 from __future__ import annotations
@@ -68,14 +76,39 @@ PUBLISHED = {
 }
 
 
-def fixed_batch(data: str, batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A batch of 32x32, 3-channel, 10-class images: offline digits/mnist5k, or noise."""
+#: torch threads the batch is built with. The dataset's normalisation (mean and standard
+#: deviation of the training split) is a multi-threaded reduction whose last bits depend on
+#: the thread count, and the cache key holds a digest of the batch's bytes: the first cells
+#: were scored with a batch built on 2 threads, so it is always built on 2.
+BATCH_THREADS = 2
+#: where the shipped measurement lives (committed): the batch and the packed score cache
+SHIPPED_DIR = Path(__file__).resolve().parent / "results" / "proxies_nb201"
+SHIPPED_CACHE = "proxy_scores.jsonl.gz"
+
+
+def batch_file(shipped: Path, data: str, batch_size: int, seed: int) -> Path:
+    return shipped / f"batch_{data}_{batch_size}_seed{seed}.pt"
+
+
+def fixed_batch(data: str, batch_size: int, seed: int,
+                shipped: Path | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of 32x32, 3-channel, 10-class images: offline digits/mnist5k, or noise.
+    A batch shipped in ``shipped`` (``--pack`` writes it) is read as it is; otherwise it is
+    made from the dataset with ``BATCH_THREADS`` torch threads."""
     if data == "gaussian":
         g = torch.Generator().manual_seed(seed)
         return (torch.randn(batch_size, 3, 32, 32, generator=g),
                 torch.randint(0, 10, (batch_size,), generator=g))
-    ds = get_host().create("datasets", data, seed=seed, resize=32)
-    x, y = ds.fixed_batch(batch_size, seed=seed)
+    if shipped is not None and batch_file(shipped, data, batch_size, seed).exists():
+        saved = torch.load(batch_file(shipped, data, batch_size, seed))
+        return saved["x"].expand(-1, 3, -1, -1).contiguous(), saved["y"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(BATCH_THREADS)
+    try:
+        ds = get_host().create("datasets", data, seed=seed, resize=32)
+        x, y = ds.fixed_batch(batch_size, seed=seed)
+    finally:
+        torch.set_num_threads(threads)
     return x.expand(-1, 3, -1, -1).contiguous(), y
 
 
@@ -163,17 +196,23 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
 
 
 # -- cost ------------------------------------------------------------------------------------
-def plain_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+#: the clocks of ``--cost``: wall time, or this process's CPU time (all its threads), which
+#: other jobs on a shared machine disturb much less (with one thread: compute time)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def plain_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+               clock=time.perf_counter) -> float:
     """Seconds of one forward+backward (the cost unit)."""
-    start = time.perf_counter()
+    start = clock()
     F.cross_entropy(model(x), y).backward()
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     model.zero_grad(set_to_none=True)
     return elapsed
 
 
 def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: int,
-         C: int) -> None:
+         C: int, clock=time.perf_counter) -> None:
     host, space = get_host(), NB201Space(N=N, C=C)
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for index in indices:
@@ -184,10 +223,10 @@ def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: 
             proxy = host.create("proxies", name)
             base, took = [], []
             for _ in range(repeat):  # the reference right before the proxy: same machine load
-                base.append(plain_step(model, x, y))
-                start = time.perf_counter()
+                base.append(plain_step(model, x, y, clock))
+                start = clock()
                 proxy.score(model, x, y)
-                took.append(time.perf_counter() - start)
+                took.append(clock() - start)
             ratios[name].append(min(took) / min(base))
         print(f"cell {index}: " + ", ".join(f"{n} {ratios[n][-1]:.2f}x" for n in names), flush=True)
     print(f"\nmedian over {len(indices)} cells, fastest of {repeat}: proxy time / forward+backward")
@@ -221,9 +260,20 @@ def main() -> None:
     ap.add_argument("--cost", type=int, default=0, metavar="K",
                     help="time the proxies on the first K cells instead (no correlations)")
     ap.add_argument("--repeat", type=int, default=2, help="timings per proxy with --cost")
+    ap.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                    help="what --cost times: wall time (default) or process CPU time")
     ap.add_argument("--N", type=int, default=5, help="cells per stage (benchmark: 5)")
     ap.add_argument("--C", type=int, default=16, help="stem channels (benchmark: 16)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--shipped", type=Path, default=SHIPPED_DIR,
+                    help="folder of the committed measurement, read first: its batch and "
+                         f"packed cache {SHIPPED_CACHE} (default: benchmarks/results/"
+                         "proxies_nb201)")
+    ap.add_argument("--pack", action="store_true",
+                    help="after the run, write the batch and every cached score of this "
+                         "protocol to --shipped (to commit: the next machine resumes from it)")
+    ap.add_argument("--no-share", action="store_true",
+                    help="score each proxy alone (no shared passes; same values, slower)")
     args = ap.parse_args()
     names = args.proxies.split(",") if args.proxies else get_host().registry("proxies").names()
     names = [n for n in names if n not in set(filter(None, args.exclude.split(",")))]
@@ -231,20 +281,35 @@ def main() -> None:
     if not args.all:
         # random order: a budget cut leaves a random sample
         indices = random.Random(args.seed).sample(indices, args.n)
-    x, y = fixed_batch(args.data, args.batch_size, args.seed)
+    x, y = fixed_batch(args.data, args.batch_size, args.seed, args.shipped)
     if args.cost:
         if args.threads:
             torch.set_num_threads(args.threads)
-        cost(indices[: args.cost], names, x, y, args.seed, args.repeat, args.N, args.C)
+        cost(indices[: args.cost], names, x, y, args.seed, args.repeat, args.N, args.C,
+             CLOCKS[args.clock])
         return
     space = NB201Space(N=args.N, C=args.C)
     archs = [str(space.from_index(i)) for i in indices]
+    if args.workers <= 1 and args.threads:  # the runner scores in this process
+        torch.set_num_threads(args.threads)
     runner = ProxyRunner(space="nb201", space_options={"N": args.N, "C": args.C}, proxies=names,
                          data=(x, y), seed=args.seed, cache_dir=args.cache_dir,
                          workers=args.workers, threads=args.threads, num_classes=10,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, share=not args.no_share,
+                         restore_from=[args.shipped / SHIPPED_CACHE])
+    print(f"batch digest {runner.data_key}; cache {args.cache_dir} "
+          f"({len(runner.cache.entries)} scores, {runner.cache.restored} restored from "
+          f"{args.shipped / SHIPPED_CACHE})", flush=True)
     start = time.perf_counter()
-    result = runner.run(archs, limit=args.limit, budget=args.budget)
+    try:
+        result = runner.run(archs, limit=args.limit, budget=args.budget)
+    finally:
+        if args.pack:
+            if args.data != "gaussian":
+                torch.save({"x": x[:, :1].clone(), "y": y.clone()},
+                           batch_file(args.shipped, args.data, args.batch_size, args.seed))
+            packed = runner.pack(args.shipped / SHIPPED_CACHE)
+            print(f"packed {packed} scores into {args.shipped / SHIPPED_CACHE}", flush=True)
     wall = time.perf_counter() - start
     rows = result.rows()
     proxy_seconds = sum(sum(r["seconds"].values()) for r in rows)

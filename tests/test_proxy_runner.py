@@ -189,3 +189,65 @@ def test_a_killed_run_resumes_scoring_only_the_missing_cells(tmp_path, workers):
     fresh = runner(None).run(all_archs)
     for p in PROXIES:  # workers use other thread counts: equal up to reduction order
         assert resumed.values[p] == pytest.approx(fresh.values[p], rel=1e-4)
+
+
+def test_a_packed_cache_restores_into_an_empty_cache_dir_and_resumes(tmp_path):
+    runner(tmp_path / "a").run(archs(), limit=2)
+    runner(tmp_path / "a", seed=1).run(archs()[:1])  # another protocol in the same cache
+    shipped = tmp_path / "shipped" / "proxy_scores.jsonl.gz"
+    assert runner(tmp_path / "a").pack(shipped) == 2 * len(PROXIES)  # only this protocol's
+    packed = shipped.read_bytes()
+    runner(tmp_path / "a").pack(shipped)
+    assert shipped.read_bytes() == packed  # the same scores give the same bytes
+    restored = runner(tmp_path / "b", restore_from=[shipped])
+    assert restored.cache.restored == 2 * len(PROXIES)
+    res = restored.run(archs())
+    assert res.cached == 2 and res.scored == 3 and all(res.complete)
+    assert len(cache_lines(tmp_path / "b")) == 3 * len(PROXIES)  # new scores only, locally
+    assert res.values == runner(None).run(archs()).values
+    again = runner(tmp_path / "b", restore_from=[shipped]).run(archs())
+    assert again.scored == 0 and again.values == res.values
+
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "proxies_nb201.py"
+    spec = importlib.util.spec_from_file_location("proxies_nb201_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shipped_measurement_resumes_without_rescoring(tmp_path):
+    """The committed folder benchmarks/results/proxies_nb201 holds the batch and the packed
+    cache; a runner set up as the benchmark sets it up, on a fresh cache, finds every
+    shipped cell complete."""
+    import gzip
+    import random
+
+    bench = _benchmark()
+    shipped = bench.SHIPPED_DIR
+    if not (shipped / bench.SHIPPED_CACHE).exists():
+        pytest.skip("no shipped measurement in this checkout")
+    x, y = bench.fixed_batch("mnist5k", 64, 0, shipped)
+    with gzip.open(shipped / bench.SHIPPED_CACHE, "rt") as fh:
+        records = [json.loads(line) for line in fh]
+    names = sorted({r["name"] for r in records})
+    per_arch: dict = {}
+    for r in records:
+        per_arch.setdefault(r["arch"], set()).add(r["name"])
+    complete = {a for a, got in per_arch.items() if got == set(names)}
+    space = NB201Space(N=5, C=16)
+    archs_ = [str(space.from_index(i)) for i in random.Random(0).sample(range(15625), 1000)]
+    r = ProxyRunner(space="nb201", space_options={"N": 5, "C": 16}, proxies=names,
+                    data=(x, y), seed=0, cache_dir=None, workers=1, progress=False,
+                    num_classes=10)
+    assert {rec["data"] for rec in records} == {r.data_key}  # the shipped batch's digest
+    r = ProxyRunner(space="nb201", space_options={"N": 5, "C": 16}, proxies=names,
+                    data=(x, y), seed=0, cache_dir=tmp_path, workers=1, progress=False,
+                    num_classes=10, restore_from=[shipped / bench.SHIPPED_CACHE])
+    res = r.run(archs_, limit=0)
+    assert res.scored == 0 and res.cached == len(complete) > 0
+    assert set(archs_[:len(complete)]) == complete  # a prefix of the seeded order

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from frugalnas.proxies.base import Proxy, finite_log
+from frugalnas.proxies.shared import SharedPasses, shared_value
 
 #: Score of a network whose kernel is singular or whose output does not depend on its input.
 DEAD_SCORE = -1e6
@@ -61,11 +62,10 @@ class JacobCov(Proxy):
     needs_labels = False
 
     def compute(self, model, inputs, targets) -> float:
-        model.train()
-        x = inputs.detach().clone().requires_grad_(True)
-        out = model(x)
-        (jac,) = torch.autograd.grad(out, x, torch.ones_like(out))
-        jac = jac.reshape(len(x), -1).double().cpu().numpy()
+        return self.compute_shared(model, inputs, targets, None)
+
+    def compute_shared(self, model, inputs, targets, shared) -> float:
+        jac, _ = input_jacobians(model, inputs, shared)
         if not np.all(np.isfinite(jac)) or np.any(jac.std(axis=1) == 0):
             return DEAD_SCORE
         corrs = np.corrcoef(jac)
@@ -73,6 +73,26 @@ class JacobCov(Proxy):
         k = 1e-5
         v = np.clip(v, 0.0, None)
         return float(-np.sum(np.log(v + k) + 1.0 / (v + k)))
+
+
+def input_jacobians(model: nn.Module, inputs: torch.Tensor,
+                    shared: SharedPasses | None = None) -> tuple[np.ndarray, int]:
+    """The per-sample input Jacobians of the summed outputs, ``d(sum_k f_k(x_i)) / d x_i``
+    flattened, as a read-only float64 array ``(n, inputs[0].numel())``, and the number of
+    outputs per sample (one training-mode forward and one backward). Shared by jacob_cov and
+    epe_nas (key ``input_jacobian``: nothing random is drawn); an input the output does
+    not depend on has a zero Jacobian."""
+    def run() -> tuple[np.ndarray, int]:
+        model.train()
+        x = inputs.detach().clone().requires_grad_(True)
+        out = model(x)
+        (jac,) = torch.autograd.grad(out, x, torch.ones_like(out), allow_unused=True,
+                                     materialize_grads=True)
+        jac = jac.reshape(len(x), -1).to(torch.float64).cpu().numpy()
+        jac.flags.writeable = False
+        return jac, int(out.shape[-1])
+
+    return shared_value(shared, ("input_jacobian",), run)
 
 
 class Zen(Proxy):

@@ -35,6 +35,7 @@ from torch import nn
 from frugalnas.core.errors import check_choice
 from frugalnas.proxies.activation import DEAD_SCORE
 from frugalnas.proxies.base import Proxy
+from frugalnas.proxies.shared import SharedPasses, shared_value
 
 INITS = ("kaiming", "none")
 
@@ -109,9 +110,19 @@ class _AZProxy(Proxy):
         if self.init == "kaiming":
             kaiming_init(model)
 
-    def _entropies(self, model: nn.Module, inputs: torch.Tensor) -> list[float]:
-        self._prepare(model)
-        return [spectral_entropy(f) for f in block_features(model, inputs, grad=False)]
+    def _entropies(self, model: nn.Module, inputs: torch.Tensor,
+                   shared: SharedPasses | None = None) -> tuple[float, ...]:
+        """The spectral entropy of every primary block's output after the
+        re-initialisation; shared by az_expressivity and az_progressivity (the key holds
+        what it depends on besides the network and batch: the init and the seed)."""
+        def run() -> tuple[float, ...]:
+            self._prepare(model)
+            return tuple(spectral_entropy(f) for f in block_features(model, inputs, grad=False))
+
+        return shared_value(shared, ("az_nas.entropies", self.init, int(self.seed)), run)
+
+    def compute(self, model, inputs, targets) -> float:
+        return self.compute_shared(model, inputs, targets, None)
 
 
 class AZExpressivity(_AZProxy):
@@ -120,8 +131,8 @@ class AZExpressivity(_AZProxy):
 
     name = "az_expressivity"
 
-    def compute(self, model, inputs, targets) -> float:
-        ent = self._entropies(model, inputs)
+    def compute_shared(self, model, inputs, targets, shared) -> float:
+        ent = self._entropies(model, inputs, shared)
         if not ent or any(math.isnan(e) for e in ent):
             return DEAD_SCORE
         return float(sum(ent))
@@ -133,8 +144,8 @@ class AZProgressivity(_AZProxy):
 
     name = "az_progressivity"
 
-    def compute(self, model, inputs, targets) -> float:
-        ent = self._entropies(model, inputs)
+    def compute_shared(self, model, inputs, targets, shared) -> float:
+        ent = self._entropies(model, inputs, shared)
         if len(ent) < 2 or any(math.isnan(e) for e in ent):
             return DEAD_SCORE
         return float(min(b - a for a, b in zip(ent, ent[1:])))
@@ -162,13 +173,16 @@ def block_jacobian_norm(g_in: torch.Tensor, g_out: torch.Tensor) -> float:
     return float(torch.linalg.matrix_norm(a.T @ o / len(o), ord=2))
 
 
-class AZTrainability(_AZProxy):
+class AZTrainability(_AZProxy):  # shares nothing: its pass keeps the graph
     """az_trainability: mean over primary blocks of 2 - sigma - 1/sigma, sigma the spectral
     norm of the block's Jacobian estimated with a Rademacher vector (AZ-NAS, Lee & Ham,
     CVPR 2024)."""
 
     name = "az_trainability"
     passes = 2.0
+
+    def compute_shared(self, model, inputs, targets, shared) -> float:
+        return self.compute(model, inputs, targets)
 
     def compute(self, model, inputs, targets) -> float:
         self._prepare(model)

@@ -20,6 +20,7 @@ from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.latency import LATENCY_METRICS, check_latency_options, measure_latency
 from frugalnas.core.training import seed_everything
+from frugalnas.proxies.shared import SharedPasses
 
 DATA_SOURCES = ("dataset", "gaussian")
 
@@ -48,14 +49,29 @@ class Proxy(ABC):
                 targets: torch.Tensor | None) -> float:
         """The proxy value; may change the model (``score`` restores it)."""
 
+    def compute_shared(self, model: nn.Module, inputs: torch.Tensor,
+                       targets: torch.Tensor | None, shared: SharedPasses) -> float:
+        """The proxy value, taking the computations it has in common with other proxies
+        from ``shared`` (:mod:`frugalnas.proxies.shared`). The default shares nothing and
+        calls :meth:`compute`; a proxy that overrides it must return bitwise the value of
+        :meth:`compute`."""
+        return self.compute(model, inputs, targets)
+
     def score(self, model: nn.Module, inputs: torch.Tensor,
-              targets: torch.Tensor | None = None) -> float:
-        """The proxy value of ``model`` on ``inputs`` (and ``targets`` if it needs labels)."""
+              targets: torch.Tensor | None = None,
+              shared: SharedPasses | None = None) -> float:
+        """The proxy value of ``model`` on ``inputs`` (and ``targets`` if it needs labels).
+        ``shared``: the :class:`~frugalnas.proxies.shared.SharedPasses` of this network and
+        batch, when several proxies score it (same values, less work)."""
         if self.needs_labels and targets is None:
             raise ConfigError(f"proxy {self.name!r} needs labels; pass targets")
+        if shared is not None:
+            shared.check(model, inputs, targets)
         with preserved(model), torch.random.fork_rng(devices=[]):
             torch.manual_seed(int(getattr(self, "seed", 0)))
-            return float(self.compute(model, inputs, targets))
+            if shared is None:
+                return float(self.compute(model, inputs, targets))
+            return float(self.compute_shared(model, inputs, targets, shared))
 
     def flops(self, forward_flops_per_sample: float, batch_size: int) -> float:
         """FLOPs one :meth:`score` spends, from a forward pass's FLOPs per sample."""
@@ -191,12 +207,22 @@ class ProxyEstimator(Estimator):
         return EstimateResult(value=value, metrics=values, cost=cost)
 
 
+def score_with(proxy: Proxy, model: nn.Module, inputs: torch.Tensor,
+               targets: torch.Tensor | None, shared: SharedPasses | None) -> float:
+    """``proxy.score(model, inputs, targets, shared=shared)``; a proxy whose class replaces
+    :meth:`Proxy.score` itself (and may not take ``shared``) is scored without it."""
+    if shared is None or getattr(type(proxy), "score", None) is not Proxy.score:
+        return float(proxy.score(model, inputs, targets))
+    return float(proxy.score(model, inputs, targets, shared=shared))
+
+
 def score_network(proxies: Sequence[Proxy], arch: Architecture, context: EvaluationContext, *,
                   batch_size: int, data: str, resize: int | None, seed: int | None,
                   input_shape: tuple[int, int, int], num_classes: int,
                   need_dataset: bool, latency_batch_size: int | None = None,
                   latency_min_run_time: float = 0.2) -> tuple[dict[str, float], Cost]:
-    """Build ``arch``'s network once, score it with each proxy on one fixed batch, and return
+    """Build ``arch``'s network once, score it with each proxy on one fixed batch (the
+    proxies share their common passes through one :class:`SharedPasses`), and return
     ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes).
     With ``latency_batch_size`` the network's inference latency on the backend's device is
     measured too (:func:`~frugalnas.core.latency.measure_latency`, the batch's input shape)
@@ -209,7 +235,8 @@ def score_network(proxies: Sequence[Proxy], arch: Architecture, context: Evaluat
     seed_everything(seed)
     model = context.backend.prepare(context.space.build(arch, n_classes, tuple(x.shape[1:])))
     x, y = x.to(context.backend.device), y.to(context.backend.device)
-    values = {f"proxy_{p.name}": p.score(model, x, y) for p in proxies}
+    shared = SharedPasses(model, x, y) if len(proxies) > 1 else None
+    values = {f"proxy_{p.name}": score_with(p, model, x, y, shared) for p in proxies}
     if latency_batch_size is not None:
         values.update(measure_latency(model, tuple(x.shape[1:]), latency_batch_size,
                                       context.backend.device,

@@ -16,8 +16,7 @@ scores higher. It extends jacob_cov (Mellor et al. 2020) with the labels.
 from __future__ import annotations
 
 import numpy as np
-import torch
-
+from frugalnas.proxies.activation import input_jacobians
 from frugalnas.proxies.base import Proxy
 
 EPSILON = 1e-5
@@ -55,10 +54,8 @@ class EpeNas(Proxy):
     passes = 3.0
 
     def compute(self, model, inputs, targets) -> float:
-        model.train()
-        x = inputs.detach().clone().requires_grad_(True)
-        out = model(x)
-        (jac,) = torch.autograd.grad(out, x, torch.ones_like(out), allow_unused=True,
-                                     materialize_grads=True)
-        jac = jac.reshape(len(x), -1).to(torch.float64).cpu().numpy()
-        return epe_score(jac, targets.detach().cpu().numpy(), int(out.shape[-1]))
+        return self.compute_shared(model, inputs, targets, None)
+
+    def compute_shared(self, model, inputs, targets, shared) -> float:
+        jac, outputs = input_jacobians(model, inputs, shared)  # shared with jacob_cov
+        return epe_score(jac, targets.detach().cpu().numpy(), outputs)

@@ -16,6 +16,12 @@ cache); a line cut short by a killed process is skipped when the file is read, a
 next write starts on a fresh line. Scores that raise are reported and not cached (a rerun
 retries them).
 
+**Shipping a cache.** :meth:`ProxyRunner.pack` writes the scores of the runner's space,
+batch and seed to one gzip-compressed JSON-lines file (sorted, no time stamp: the same
+scores give the same bytes) that can be committed with a repository; a runner given it as
+``restore_from`` counts its scores as cached and appends only new ones to its own
+``cache_dir``. So a measurement longer than one machine's life continues elsewhere.
+
 **Workers.** ``workers=1`` scores in the calling process. More workers are processes
 (``spawn``), each building the same plugin host (``PluginHost.spec()``) and scoring whole
 architectures (one network, every missing proxy); with CUDA devices present the workers
@@ -23,10 +29,19 @@ are spread over them (``devices``), otherwise each uses ``threads`` CPU threads 
 the cores divided among the workers). A network is built with ``torch.manual_seed(seed)``
 and every proxy seeds itself, so a score does not depend on the worker that computed it
 (up to floating-point reduction order across thread counts).
+
+**Shared passes.** The proxies of one network are scored with one
+:class:`~frugalnas.proxies.shared.SharedPasses`, so work they have in common (one
+re-initialised forward for az_expressivity/az_progressivity and for swap/swap_reg, the input
+Jacobians for jacob_cov/epe_nas) is done once; the values are bitwise those of each proxy
+alone, so the cache does not record whether a value was shared. The seconds cached for a
+proxy are what it cost in that run: the first proxy of a sharing pair carries the shared
+pass, the second only its own remainder.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -41,6 +56,8 @@ from typing import Any
 import torch
 
 from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.proxies.base import score_with
+from frugalnas.proxies.shared import SharedPasses
 
 CACHE_FILE = "proxy_scores.jsonl"
 
@@ -63,22 +80,35 @@ def data_digest(inputs: torch.Tensor, targets: torch.Tensor | None) -> str:
 
 
 class ScoreCache:
-    """The append-only JSON-lines cache of proxy scores (see the module docstring)."""
+    """The append-only JSON-lines cache of proxy scores (see the module docstring).
 
-    def __init__(self, path: str | os.PathLike):
+    ``restore_from``: read-only caches loaded first (JSON lines, gzip-compressed when the
+    name ends in ``.gz``), such as one shipped in a repository (:meth:`pack`); what they
+    hold is not scored again, and new scores go to ``path`` only."""
+
+    def __init__(self, path: str | os.PathLike,
+                 restore_from: Sequence[str | os.PathLike] = ()):
         self.path = Path(path)
         self.entries: dict[tuple, dict] = {}
         self.skipped = 0  # unreadable lines (a write cut short)
+        self.restored = 0  # entries read from ``restore_from``
+        for extra in restore_from:
+            extra = Path(extra)
+            if extra.exists() and extra.resolve() != self.path.resolve():
+                before = len(self.entries)
+                self._load(extra)
+                self.restored += len(self.entries) - before
         if self.path.exists():
-            self._load()
+            self._load(self.path)
 
     @staticmethod
     def key(record: dict) -> tuple:
         return (record["space"], record["arch"], record["proxy"], record["data"],
                 int(record["seed"]))
 
-    def _load(self) -> None:
-        with self.path.open("r", encoding="utf-8", errors="replace") as fh:
+    def _load(self, path: Path) -> None:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 line = line.strip()
                 if not line:
@@ -91,6 +121,24 @@ class ScoreCache:
 
     def get(self, key: tuple) -> dict | None:
         return self.entries.get(key)
+
+    def pack(self, dest: str | os.PathLike, keep: Any = None) -> int:
+        """Write the entries (those for which ``keep(record)`` is true, if given) to
+        ``dest`` as gzip-compressed JSON lines, sorted by key, with no time stamp in the
+        gzip header (the same entries give the same bytes), through a temporary file and a
+        rename. Returns the number of lines written. The result can be committed and
+        given back as ``restore_from``."""
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        records = [r for _, r in sorted(self.entries.items(), key=lambda kv: _json_key(kv[0]))
+                   if keep is None or keep(r)]
+        text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+        tmp = dest.with_name(dest.name + ".tmp")
+        with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                   filename="") as fh:
+            fh.write(text.encode("utf-8"))
+        os.replace(tmp, dest)
+        return len(records)
 
     def append(self, records: Sequence[dict]) -> None:
         """Write ``records`` (one line each, in one ``write``) and remember them."""
@@ -171,7 +219,11 @@ class ProxyRunner:
     ``seed``: the network initialisation seed; ``cache_dir``: where the cache lives
     (``None``: no cache); ``workers``: processes (1: in this process); ``devices``: torch
     device names for the workers (default: every CUDA device if there is one, else the CPU);
-    ``threads``: CPU threads per worker; ``progress``: a tqdm bar on stderr."""
+    ``threads``: CPU threads per worker; ``progress``: a tqdm bar on stderr; ``share``:
+    let the proxies of one network share their common passes (``SharedPasses``; the same
+    values, less work; ``False`` only to measure what the sharing saves);
+    ``restore_from``: read-only caches (``.jsonl`` or ``.jsonl.gz``, e.g. one shipped with a
+    repository, see :meth:`ScoreCache.pack`) whose scores count as cached."""
 
     def __init__(self, host: Any = None, space: Any = "nb201", proxies: Sequence[str] = (),
                  data: tuple[torch.Tensor, torch.Tensor | None] | None = None, seed: int = 0,
@@ -179,7 +231,8 @@ class ProxyRunner:
                  space_options: dict[str, Any] | None = None,
                  proxy_options: dict[str, dict[str, Any]] | None = None,
                  num_classes: int | None = None, devices: Sequence[str] | None = None,
-                 threads: int | None = None, progress: bool = True):
+                 threads: int | None = None, progress: bool = True, share: bool = True,
+                 restore_from: Sequence[str | os.PathLike] = ()):
         from frugalnas.core.plugins import PluginHost
 
         if data is None:
@@ -212,7 +265,8 @@ class ProxyRunner:
         self.num_classes = max(int(num_classes), 2)
         self.data_key = data_digest(self.inputs, self.targets)
         self.seed = int(seed)
-        self.cache = ScoreCache(Path(cache_dir) / CACHE_FILE) if cache_dir is not None else None
+        self.cache = (ScoreCache(Path(cache_dir) / CACHE_FILE, restore_from)
+                      if cache_dir is not None else None)
         self.workers = int(workers)
         if devices is None:
             n = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -222,6 +276,15 @@ class ProxyRunner:
             threads = max(1, (os.cpu_count() or 1) // self.workers)
         self.threads = int(threads)
         self.progress = progress
+        self.share = bool(share)
+
+    def pack(self, dest: str | os.PathLike) -> int:
+        """Write this runner's cached scores (its space, batch and seed; every proxy) to
+        ``dest`` as gzip JSON lines (:meth:`ScoreCache.pack`), to ship and restore."""
+        if self.cache is None:
+            raise ConfigError("this runner has no cache to pack (cache_dir=None)")
+        return self.cache.pack(dest, lambda r: (r["space"], r["data"], int(r["seed"])) == (
+            self.space_key, self.data_key, self.seed))
 
     # -- keys -------------------------------------------------------------------------------
     def _key(self, arch: str, proxy: str) -> tuple:
@@ -319,6 +382,7 @@ class ProxyRunner:
                 "proxies": self.proxy_names, "proxy_options": self.proxy_options,
                 "inputs": self.inputs, "targets": self.targets, "num_classes": self.num_classes,
                 "seed": self.seed, "device": device, "threads": self.threads,
+                "share": self.share,
                 "same_process": self.workers <= 1, "host_object": self.host}
 
     def _run_pool(self, todo, take, budget, start) -> None:
@@ -385,8 +449,9 @@ Outcome = tuple[float | None, float, str | None]  # value, seconds, error
 
 
 def _score_one(arch_text: str, proxies: list[str]) -> dict[str, Outcome]:
-    """Build the network of ``arch_text`` (seeded) and score it with each proxy:
-    ``{proxy: (value, seconds, error)}``."""
+    """Build the network of ``arch_text`` (seeded) and score it with each proxy, the
+    proxies sharing their common passes through one ``SharedPasses`` (unless the runner
+    was made with ``share=False``): ``{proxy: (value, seconds, error)}``."""
     space, device = _STATE["space"], _STATE["device"]
     cfg = _STATE["config"]
     x, y = _STATE["inputs"], _STATE["targets"]
@@ -397,10 +462,11 @@ def _score_one(arch_text: str, proxies: list[str]) -> dict[str, Outcome]:
         model = space.build(arch, int(cfg["num_classes"]), tuple(x.shape[1:])).to(device)
     except Exception as exc:  # noqa: BLE001 - report, do not stop the run
         return {p: (None, math.nan, f"build failed: {type(exc).__name__}: {exc}") for p in proxies}
+    shared = SharedPasses(model, x, y) if cfg.get("share", True) else None
     for p in proxies:
         start = time.perf_counter()
         try:
-            value = float(_STATE["proxies"][p].score(model, x, y))
+            value = score_with(_STATE["proxies"][p], model, x, y, shared)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             out[p] = (value, time.perf_counter() - start, None)

@@ -26,6 +26,7 @@ from torch import nn
 from frugalnas.core.cost import count_params
 from frugalnas.core.errors import check_choice, check_range
 from frugalnas.proxies.base import Proxy
+from frugalnas.proxies.shared import SharedPasses, shared_value
 
 INITS = ("gaussian", "none")
 #: NB201 benchmark networks (N=5, C=16, 10 classes): largest and mean parameter count, in
@@ -85,7 +86,10 @@ def sample_wise_patterns(model: nn.Module, inputs: torch.Tensor) -> int:
             h.remove()
     if not keys:
         return 0
-    return int(torch.unique(torch.cat(keys), dim=0).shape[0])
+    keys_all = torch.cat(keys)
+    if keys_all.dim() == 1:  # one word per pattern: a 1-D unique (row-wise unique is slow)
+        return int(torch.unique(keys_all).shape[0])
+    return int(torch.unique(keys_all, dim=0).shape[0])
 
 
 class Swap(Proxy):
@@ -102,13 +106,23 @@ class Swap(Proxy):
         check_choice("swap init", init, INITS)
         self.samples, self.init, self.seed = samples, init, seed
 
-    def patterns(self, model: nn.Module, inputs: torch.Tensor) -> int:
-        if self.init == "gaussian":
-            gaussian_init(model)
-        return sample_wise_patterns(model, inputs[: int(self.samples)])
+    def patterns(self, model: nn.Module, inputs: torch.Tensor,
+                 shared: SharedPasses | None = None) -> int:
+        """The SWAP count after the re-initialisation; shared by swap and swap_reg (the key
+        holds what it depends on besides the network and batch)."""
+        def run() -> int:
+            if self.init == "gaussian":
+                gaussian_init(model)
+            return sample_wise_patterns(model, inputs[: int(self.samples)])
+
+        key = ("swap.patterns", int(self.samples), self.init, int(self.seed))
+        return shared_value(shared, key, run)
 
     def compute(self, model, inputs, targets) -> float:
-        return float(self.patterns(model, inputs))
+        return self.compute_shared(model, inputs, targets, None)
+
+    def compute_shared(self, model, inputs, targets, shared) -> float:
+        return float(self.patterns(model, inputs, shared))
 
     def flops(self, forward_flops_per_sample: float, batch_size: int) -> float:
         return forward_flops_per_sample * min(batch_size, self.samples)
@@ -133,7 +147,7 @@ class SwapReg(Swap):
         check_range("swap_reg sigma", sigma, 1e-12)
         self.mu, self.sigma = mu, sigma
 
-    def compute(self, model, inputs, targets) -> float:
+    def compute_shared(self, model, inputs, targets, shared) -> float:
         theta = count_params(model) / 1e3
-        count = self.patterns(model, inputs)
+        count = self.patterns(model, inputs, shared)
         return math.log(max(count, 1)) - (theta - self.mu) ** 2 / self.sigma
