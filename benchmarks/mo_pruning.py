@@ -4,8 +4,8 @@ Each run is a frugalnas study that trains every candidate: NB201 cells with one 
 and 8 channels (``--channels``), the ``train`` estimator for ``--epochs`` epochs on ``digits``
 (8x8 handwritten digits, 80/20 train/validation split), two objectives: maximise validation
 accuracy, minimise parameters. For each seed the same study runs twice, with
-``pruner="pareto"`` (n_startup_trials=5, no warm-up steps: a trial may stop after its first
-epoch) and without a pruner. The strategy is ``random`` by default: its proposals depend only on
+``pruner="pareto"`` (n_startup_trials=5, keep_fronts=2, no warm-up steps: a trial may stop
+after its first epoch; ``--keep-fronts 1`` is the strict rule) and without a pruner. The strategy is ``random`` by default: its proposals depend only on
 the seed and the trial number, so both runs of a seed see the same architectures in the same
 order and differ only in what pruning stopped.
 
@@ -16,7 +16,7 @@ the area of (accuracy above 50 %) x (parameters saved); printed as a percentage 
 pruned trial trained until the step at which it stopped) and the training seconds (start to
 end of each trial).
 
-    nice -n 5 python benchmarks/mo_pruning.py          # 3 seeds x 40 trials x 4 epochs
+    nice -n 5 python benchmarks/mo_pruning.py --cache mop.jsonl   # 3 seeds x 40 trials x 4 epochs
 """
 
 from __future__ import annotations
@@ -73,8 +73,13 @@ def run_one(job: tuple[int, bool, argparse.Namespace]) -> dict:
                      "epochs": float(max(map(int, steps))) if steps else 0.0,
                      "seconds": (t.datetime_complete - t.datetime_start).total_seconds()})
     return {"seed": seed, "pruned": pruned, "trials": rows, "wall": wall,
-            "settings": [args.trials, args.epochs, args.channels, args.strategy, args.startup,
-                         args.keep_fronts]}
+            "settings": _settings(args, pruned)}
+
+
+def _settings(args: argparse.Namespace, pruned: bool) -> list:
+    """What a run depends on (the pruner's options only matter to pruned runs)."""
+    base = [args.trials, args.epochs, args.channels, args.strategy]
+    return base + [args.startup, args.keep_fronts] if pruned else base
 
 
 def main() -> None:
@@ -87,16 +92,14 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--strategy", default="random")
     parser.add_argument("--startup", type=int, default=5, help="pareto n_startup_trials")
-    parser.add_argument("--keep-fronts", type=int, default=1, help="pareto keep_fronts")
+    parser.add_argument("--keep-fronts", type=int, default=2, help="pareto keep_fronts")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished runs (resume)")
     args = parser.parse_args()
-    settings = [args.trials, args.epochs, args.channels, args.strategy, args.startup,
-                args.keep_fronts]
     done: list[dict] = []
     if args.cache and args.cache.exists():
         done = [r for r in (json.loads(x) for x in args.cache.read_text().splitlines() if x)
-                if r["settings"] == settings]
+                if r["settings"] == _settings(args, r["pruned"])]
     have = {(r["seed"], r["pruned"]) for r in done}
     jobs = [(s, p, args) for s in range(args.seeds) for p in (True, False) if (s, p) not in have]
     if jobs:
@@ -112,7 +115,8 @@ def main() -> None:
     ref = (50.0, float(pmax))
     box = 50.0 * pmax
     print(f"digits, NB201 N=1 C={args.channels}, train {args.epochs} epochs, {args.trials} "
-          f"trials, strategy {args.strategy}; objectives (valid accuracy max, params min); "
+          f"trials, strategy {args.strategy}; pareto n_startup_trials={args.startup}, "
+          f"keep_fronts={args.keep_fronts}; objectives (valid accuracy max, params min); "
           f"HV reference point (50 %, {pmax} params), in % of the box 50..100 % x 0..{pmax}")
     print(f"{'seed':>4s} {'pruner':8s}{'complete':>9s}{'pruned':>7s}{'front':>6s}{'HV %':>8s}"
           f"{'epochs':>8s}{'seconds':>9s}")

@@ -24,7 +24,8 @@ from optuna.trial import FrozenTrial, TrialState
 from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX, VIOLATION_ATTR
+from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, STRATEGY_METRIC_PREFIX,
+                                 VIOLATION_ATTR)
 from frugalnas.core.space import SearchSpace
 
 
@@ -39,6 +40,9 @@ class History:
     #: Each completed trial's total relative constraint violation (0.0: feasible, or a study
     #: without constraints); user attribute :data:`~frugalnas.core.keys.VIOLATION_ATTR`.
     violations: list[float] = field(default_factory=list)
+    #: Each completed trial's ``value - bound`` per constraint (constraint-name order; empty
+    #: tuples without constraints), user attribute :data:`~frugalnas.core.keys.CONSTRAINTS_ATTR`.
+    constraint_diffs: list[tuple[float, ...]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.archs)
@@ -63,7 +67,7 @@ def _arch_of(trial: FrozenTrial, space: SearchSpace,
 
 #: A finished trial as read once: its architecture (``None``: not of this space) and, when it
 #: completed, its values. Finished trials never change, so a sampler keeps these across calls.
-FinishedEntry = tuple[Architecture | None, list[float] | None, float]
+FinishedEntry = tuple[Architecture | None, list[float] | None, float, tuple[float, ...]]
 
 
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
@@ -84,11 +88,13 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
         if entry is None:
             arch = _arch_of(t, space, parsed)
             done = t.state == TrialState.COMPLETE and t.values is not None
+            diffs = t.user_attrs.get(CONSTRAINTS_ATTR) or {}
             entry = (arch, list(t.values) if done else None,
-                     float(t.user_attrs.get(VIOLATION_ATTR, 0.0)))
+                     float(t.user_attrs.get(VIOLATION_ATTR, 0.0)),
+                     tuple(float(diffs[k]) for k in sorted(diffs)))
             if t.state.is_finished():
                 finished[(name, number)] = entry
-        arch, values, violation = entry
+        arch, values, violation, diffs = entry
         if arch is None:
             continue
         hist.seen.add(arch.key)
@@ -97,6 +103,7 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
             hist.values.append(values)
             hist.numbers.append(number)
             hist.violations.append(violation)
+            hist.constraint_diffs.append(diffs)
     return hist
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from scipy.stats import norm
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
@@ -73,16 +74,47 @@ class SurrogateMixin:
 
     def score(self, study: optuna.Study, trial: FrozenTrial, hist: History,
               candidates: list[Architecture], rng: random.Random) -> np.ndarray:
-        """Acquisition values of ``candidates`` under a surrogate fitted on ``hist``."""
-        y = self.fitness(study, hist.values, hist.violations)
+        """Acquisition values of ``candidates`` under a surrogate fitted on ``hist``.
+
+        With constraints, once some trial violated them: a second surrogate learns the
+        constraint margin (the largest ``value - bound`` over the constraints, each scaled by
+        its spread; <= 0 is feasible) and the acquisition is weighted by the predicted
+        probability of feasibility -- constrained expected improvement over the best feasible
+        fitness (Gardner et al., ICML 2014) for ``ei``, a feasible-first draw for Thompson
+        sampling (``its``), and predicted-feasible candidates first for ``ucb``/``mean``."""
+        constrained = any(v > 0 for v in hist.violations)
+        y = self.fitness(study, hist.values)
         key = (trial.number, len(hist))
+        X = None
         if self._fitted is None or self._fitted[0] != key:  # once per trial, even for k proposals
             X = self._encode(hist.archs)
             self._maybe_quality(study, trial, X, y)
-            self._fitted = (key, self._new_surrogate().fit(X, y))
-        mean, std = self._fitted[1].predict(self._encode(candidates))
-        return acquisition(self.acquisition, mean, std, best=float(np.max(y)), kappa=self.kappa,
-                           rng=np.random.default_rng(rng.getrandbits(63)))
+            margin_model = None
+            if constrained:
+                diffs = np.asarray(hist.constraint_diffs, dtype=float)
+                margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
+                margin_model = self._new_surrogate().fit(X, margin)
+            self._fitted = (key, (self._new_surrogate().fit(X, y), margin_model))
+        model, margin_model = self._fitted[1]
+        features = self._encode(candidates)
+        mean, std = model.predict(features)
+        draws = np.random.default_rng(rng.getrandbits(63))
+        feasible = np.asarray(hist.violations) <= 0
+        best = float(np.max(y[feasible])) if feasible.any() else float(np.min(y))
+        acq = acquisition(self.acquisition, mean, std, best=best, kappa=self.kappa, rng=draws)
+        if margin_model is None:
+            return acq
+        m_mean, m_std = margin_model.predict(features)
+        m_std = np.maximum(np.asarray(m_std, float), 1e-12)
+        if self.acquisition == "ei":
+            return acq * norm.cdf(-np.asarray(m_mean, float) / m_std)
+        if self.acquisition == "its":
+            ok = m_mean + m_std * draws.standard_normal(len(m_mean)) <= 0
+        else:
+            ok = np.asarray(m_mean, float) <= 0
+        # Predicted-feasible candidates by acquisition, then the others by margin.
+        low = float(np.min(acq)) if len(acq) else 0.0
+        return np.where(ok, acq, low - 1.0 - np.maximum(np.asarray(m_mean, float), 0.0))
 
     def _maybe_quality(self, study: optuna.Study, trial: FrozenTrial, X: np.ndarray,
                        y: np.ndarray) -> None:
