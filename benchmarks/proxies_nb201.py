@@ -24,7 +24,9 @@ SECONDS`` or ``--limit CELLS`` bound one run (the table covers the cells complet
 ``--cost K`` instead times each proxy against one plain forward+backward (cross-entropy,
 batch 64) of the same network, side by side in this process, on the first K cells, and
 prints the median ratio (the fastest of ``--repeat`` timings each; ``--clock cpu`` times
-process CPU time instead of wall time, steadier on a shared machine).
+process CPU time instead of wall time, steadier on a shared machine). ``--cell-cost K``
+times K whole cells (from ``--offset``) through the runner's own path, with the proxies
+sharing their passes and without, alternating.
 
 The batch is read from ``--shipped`` (default ``benchmarks/results/proxies_nb201/``, in the
 repository) when it holds one for these options, and that folder's packed cache
@@ -235,6 +237,38 @@ def cost(indices: list[int], names: list[str], x, y, seed: int, repeat: int, N: 
         print(f"{n:<18} {np.median(ratios[n]):6.2f}x  (cells: {cells})")
 
 
+def cell_cost(archs: list[str], names: list[str], x, y, seed: int, repeat: int, N: int, C: int,
+              clock=time.process_time) -> None:
+    """Seconds per cell of the runner's own path (build the network, score every proxy),
+    with the proxies sharing their passes and without, alternating, fastest of ``repeat``."""
+    from frugalnas.proxies import runner as runner_module
+
+    configs = {}
+    for share in (True, False):
+        r = ProxyRunner(space="nb201", space_options={"N": N, "C": C}, proxies=names,
+                        data=(x, y), seed=seed, cache_dir=None, workers=1, num_classes=10,
+                        progress=False, share=share)
+        configs[share] = r._worker_config("cpu")
+    runner_module._init_state(configs[True])
+    runner_module._score_one(archs[0], names)  # warm-up, not timed
+    took: dict[bool, list[float]] = {True: [], False: []}
+    for arch in archs:
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(repeat):
+            for share in (False, True):
+                runner_module._init_state(configs[share])
+                start = clock()
+                runner_module._score_one(arch, names)
+                best[share] = min(best[share], clock() - start)
+        for share in (True, False):
+            took[share].append(best[share])
+        print(f"{arch}: shared {best[True]:.2f} s, alone {best[False]:.2f} s, "
+              f"ratio {best[True] / best[False]:.2f}", flush=True)
+    on, off = np.mean(took[True]), np.mean(took[False])
+    print(f"\nmean over {len(archs)} cells, fastest of {repeat}: shared {on:.2f} s, alone "
+          f"{off:.2f} s per cell ({on / off:.2f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="cells to sample (default 1000)")
@@ -259,9 +293,14 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--cost", type=int, default=0, metavar="K",
                     help="time the proxies on the first K cells instead (no correlations)")
+    ap.add_argument("--cell-cost", type=int, default=0, metavar="K",
+                    help="time K cells (from --offset) through the runner's path, with and "
+                         "without shared passes, instead (no correlations)")
+    ap.add_argument("--offset", type=int, default=0, help="first cell of --cell-cost")
     ap.add_argument("--repeat", type=int, default=2, help="timings per proxy with --cost")
     ap.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
-                    help="what --cost times: wall time (default) or process CPU time")
+                    help="what --cost and --cell-cost time: wall time (default) or process "
+                         "CPU time")
     ap.add_argument("--N", type=int, default=5, help="cells per stage (benchmark: 5)")
     ap.add_argument("--C", type=int, default=16, help="stem channels (benchmark: 16)")
     ap.add_argument("--no-progress", action="store_true")
@@ -290,6 +329,11 @@ def main() -> None:
         return
     space = NB201Space(N=args.N, C=args.C)
     archs = [str(space.from_index(i)) for i in indices]
+    if args.cell_cost:
+        torch.set_num_threads(args.threads or 1)
+        cell_cost(archs[args.offset: args.offset + args.cell_cost], names, x, y, args.seed,
+                  args.repeat, args.N, args.C, CLOCKS[args.clock])
+        return
     if args.workers <= 1 and args.threads:  # the runner scores in this process
         torch.set_num_threads(args.threads)
     runner = ProxyRunner(space="nb201", space_options={"N": args.N, "C": args.C}, proxies=names,
