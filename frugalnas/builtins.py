@@ -14,6 +14,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "proxies": "frugalnas.proxies",
     "surrogates": "frugalnas.surrogates",
     "sievo": "frugalnas.sievo",
+    "weight-sharing": "frugalnas.weight_sharing",
     "virtual-node": "frugalnas.backends.virtual_node.backend",
     "out-of-core": "frugalnas.backends.out_of_core.backend",
     "mlflow": "frugalnas.tracking.mlflow.tracker",

@@ -123,6 +123,17 @@ class SearchSpace(ABC):
     def enumerate(self) -> Iterator[Architecture]:
         raise NotImplementedError(f"space {self.name!r} cannot be enumerated")
 
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> Any:
+        """Weight sharing (:mod:`frugalnas.weight_sharing`): an object with ``keys()`` (every
+        store key of the supernet), ``factory(key)`` (a fresh module for a key), ``subnet(arch, get)`` (the network of ``arch`` built
+        from ``get(key)`` modules) and, for differentiable search, ``mixed(get, alphas)``.
+        Spaces that support weight sharing override this; see docs/weight_sharing.md."""
+        from frugalnas.core.errors import ConfigError
+
+        raise ConfigError(f"search space {self.name!r} does not support weight sharing (it has "
+                          "no shared_builder); spaces that do: nb201")
+
     def describe(self) -> dict[str, Any]:
         return {k: _describe(d) for k, d in self.distributions().items()}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from optuna.distributions import CategoricalDistribution
@@ -169,6 +170,13 @@ class NB201Space(SearchSpace):
               input_shape: tuple[int, int, int] = (3, 32, 32)) -> NB201Network:
         self.validate(arch)
         return NB201Network(arch.decisions, num_classes, input_shape[0], self.N, self.C)
+
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> "Any":
+        """Networks of this space over a shared weight store (weight sharing)."""
+        from frugalnas.spaces.nb201.supernet import NB201SharedBuilder
+
+        return NB201SharedBuilder(self, num_classes, input_shape, sharing)
 
     def from_params(self, params):  # type: ignore[override]
         missing = [k for k in DECISIONS if k not in params]

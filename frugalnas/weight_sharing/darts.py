@@ -1,0 +1,207 @@
+"""First-order differentiable search (DARTS, Liu et al., ICLR 2019) over a shared weight store.
+
+Every edge outputs the softmax(alpha)-weighted mix of all its operations (the space's
+``shared_builder(...).mixed``). Training alternates a weight step on a training batch with an
+alpha step on a validation batch (first-order: the weight gradient ignores how alpha moves the
+optimum, Liu et al.'s cheaper variant). The architecture is read off the mixing weights: the
+strongest operation of every edge.
+
+The ``darts`` strategy runs the search the first time it is asked for a candidate (on the
+study's dataset and backend, every epoch reported to the study) and then proposes the
+architecture read off alpha, followed by draws from softmax(alpha) not yet evaluated, so the
+study's estimator (usually ``train``) checks the search's choice and its close alternatives.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import FrozenTrial
+from torch import nn
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.backend import Backend
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import ConfigError, TrialFailure, check_range
+from frugalnas.core.space import SearchSpace
+from frugalnas.spaces.dag.weight_store import WeightStore
+from frugalnas.strategies.base import ArchSampler, History
+
+
+@dataclass
+class DartsResult:
+    """Mixing weights per decision (rows) and choice (columns), the architecture read off
+    them, and the per-epoch record."""
+
+    alphas: torch.Tensor
+    architecture: Architecture
+    train_losses: list[float] = field(default_factory=list)
+    valid_accuracies: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    initial_alphas: torch.Tensor | None = None
+
+
+def decisions_of(space: SearchSpace) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The space's categorical decisions and their choices (DARTS needs every decision
+    categorical with the same number of choices, as in cell spaces)."""
+    names, choices = [], []
+    for name, dist in space.distributions().items():
+        if not hasattr(dist, "choices"):
+            raise ConfigError(f"DARTS needs categorical decisions; {name!r} of space "
+                              f"{space.name!r} is {type(dist).__name__}")
+        names.append(name)
+        choices.append(tuple(dist.choices))
+    if len({len(c) for c in choices}) != 1:
+        raise ConfigError(f"DARTS needs the same number of choices for every decision of "
+                          f"space {space.name!r}")
+    return names, choices
+
+
+def read_architecture(space: SearchSpace, alphas: torch.Tensor) -> Architecture:
+    """The strongest choice of every decision."""
+    names, choices = decisions_of(space)
+    picks = alphas.argmax(dim=1).tolist()
+    return space.from_params({n: c[i] for n, c, i in zip(names, choices, picks)})
+
+
+def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epochs: int = 10,
+                 batch_size: int = 64, lr: float = 0.025, momentum: float = 0.9,
+                 weight_decay: float = 3e-4, alpha_lr: float = 3e-4,
+                 alpha_weight_decay: float = 1e-3, seed: int = 0,
+                 on_epoch: Callable[[int, float, float], None] | None = None) -> DartsResult:
+    """Run first-order DARTS; optimiser settings default to Liu et al.'s CIFAR-10 ones."""
+    check_range("epochs", epochs, 1)
+    names, _ = decisions_of(space)
+    torch.manual_seed(seed)
+    builder = space.shared_builder(dataset.num_classes, dataset.input_shape, "operation")
+    store = WeightStore(builder.factory, seed=seed)
+    for key in builder.keys():
+        store.get(key)
+    store.to(backend.device)
+    n_choices = len(decisions_of(space)[1][0])
+    alphas = (1e-3 * torch.randn(len(names), n_choices)).to(backend.device).requires_grad_()
+    model = builder.mixed(store.get, alphas)
+    w_opt = torch.optim.SGD(store.parameters(), lr=lr, momentum=momentum,
+                            weight_decay=weight_decay)
+    a_opt = torch.optim.Adam([alphas], lr=alpha_lr, betas=(0.5, 0.999),
+                             weight_decay=alpha_weight_decay)
+    per_epoch = math.ceil(len(dataset.train_x) / batch_size)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(w_opt, T_max=epochs * per_epoch)
+    loss_fn = nn.CrossEntropyLoss()
+    result = DartsResult(alphas, read_architecture(space, alphas.detach().cpu()),
+                         initial_alphas=alphas.detach().cpu().clone())
+    start = time.perf_counter()
+    for epoch in range(epochs):
+        losses = []
+        valid_batches = dataset.batches("valid", batch_size, seed=seed, epoch=epoch)
+        for x, y in dataset.batches("train", batch_size, seed=seed, epoch=epoch):
+            try:
+                vx, vy = next(valid_batches)
+            except StopIteration:
+                valid_batches = dataset.batches("valid", batch_size, seed=seed + 1, epoch=epoch)
+                vx, vy = next(valid_batches)
+            model.train()
+            a_opt.zero_grad(set_to_none=True)
+            loss_fn(model(vx.to(backend.device)), vy.to(backend.device)).backward()
+            a_opt.step()
+            w_opt.zero_grad(set_to_none=True)
+            alphas.grad = None
+            loss = loss_fn(model(x.to(backend.device)), y.to(backend.device))
+            loss.backward()
+            nn.utils.clip_grad_norm_(store.parameters(), 5.0)
+            w_opt.step()
+            schedule.step()
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise TrialFailure(f"non-finite DARTS loss {value} in epoch {epoch}")
+            losses.append(value)
+        logits = backend.predict(model, dataset.valid_x)
+        acc = float((logits.argmax(1) == dataset.valid_y).float().mean() * 100)
+        result.train_losses.append(sum(losses) / max(1, len(losses)))
+        result.valid_accuracies.append(acc)
+        if on_epoch is not None:
+            on_epoch(epoch + 1, result.train_losses[-1], acc)
+    result.seconds = time.perf_counter() - start
+    result.alphas = alphas.detach().cpu()
+    result.architecture = read_architecture(space, result.alphas)
+    return result
+
+
+class DartsSampler(ArchSampler):
+    """Strategy ``darts``: proposes the architecture first-order DARTS reads off its mixing
+    weights, then draws from softmax(alpha) it has not proposed. The search runs once, on the
+    study's dataset and backend, when the first candidate is asked for; ``checkpoint`` keeps
+    its result (the mixing weights) so a resumed study does not search again."""
+
+    fixed_options = ("n_init", "warm_start_proxy", "warm_start_pool", "warm_start_options")
+
+    def __init__(self, space: SearchSpace, seed: int = 0, epochs: int = 10, batch_size: int = 64,
+                 lr: float = 0.025, alpha_lr: float = 3e-4, checkpoint: str | None = None,
+                 host: Any = None):
+        super().__init__(space, seed=seed, n_init=1, host=host)
+        check_range("epochs", epochs, 1)
+        decisions_of(space)  # refuse a space DARTS cannot relax now, not at the first trial
+        self.epochs, self.batch_size, self.lr, self.alpha_lr = int(epochs), int(batch_size), lr, alpha_lr
+        self.checkpoint = checkpoint
+        self.study: Any = None
+        self.result: DartsResult | None = None
+
+    def bind(self, study: Any) -> None:
+        super().bind(study)
+        if getattr(study.config, "dataset", None) is None and not (
+                self.checkpoint and Path(self.checkpoint).exists()):
+            raise ConfigError("strategy 'darts' trains a supernet on the study's dataset; the "
+                              "study has none (set dataset=..., e.g. 'digits')")
+        self.study = study
+
+    def search(self) -> DartsResult:
+        if self.result is not None:
+            return self.result
+        path = Path(self.checkpoint) if self.checkpoint else None
+        if path is not None and path.exists():
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            alphas = saved["alphas"]
+            self.result = DartsResult(alphas, read_architecture(self.space, alphas),
+                                      list(saved["train_losses"]), list(saved["valid_accuracies"]))
+            return self.result
+        if self.study is None:
+            raise ConfigError("strategy 'darts' needs its study's dataset: use it in a study "
+                              "(create_study(strategy='darts', ...))")
+
+        def on_epoch(epoch: int, loss: float, acc: float) -> None:
+            self.study.log_metrics({"darts_train_loss": loss, "darts_valid_accuracy": acc}, epoch)
+
+        self.result = darts_search(self.space, self.study.load_dataset(), self.study.backend,
+                                   epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                                   alpha_lr=self.alpha_lr, seed=self.seed, on_epoch=on_epoch)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"alphas": self.result.alphas, "train_losses": self.result.train_losses,
+                        "valid_accuracies": self.result.valid_accuracies}, path)
+        return self.result
+
+    def _next(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+              rng: random.Random) -> Architecture:
+        return self.choose(study, trial, hist, rng)
+
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> Architecture:
+        result = self.search()
+        if result.architecture.key not in hist.seen:
+            return result.architecture
+        names, choices = decisions_of(self.space)
+        probs = torch.softmax(result.alphas, dim=1).tolist()
+        for _ in range(1000):
+            params = {n: rng.choices(c, weights=p)[0] for n, c, p in zip(names, choices, probs)}
+            arch = self.space.from_params(params)
+            if arch.key not in hist.seen:
+                return arch
+        return self.fresh_random(hist, rng)

@@ -1,0 +1,268 @@
+"""Supernet: one weight store for a whole search space, trained once, read by every candidate.
+
+A candidate's network is built by its space's shared builder (``space.shared_builder``) from
+modules of a :class:`~frugalnas.spaces.dag.weight_store.WeightStore`, so sub-networks *are*
+views of the supernet: their parameters are the store's tensors. Training follows single-path
+one-shot NAS (SPOS, Guo et al., ECCV 2020): each step trains one architecture drawn uniformly
+from the space, so every operation is trained about equally often.
+
+Few-shot NAS (Zhao et al., ICML 2021) splits the supernet on chosen decisions: after the
+one-shot phase the store is copied into ``groups`` sub-supernets, each owning a block of the
+split decisions' values, and training goes on with every architecture routed to its own
+sub-supernet. Co-adaptation between operations that never appear together then stops.
+
+Batch-norm statistics of a path differ from those accumulated over all paths, so every
+evaluation first recalibrates them (running statistics reset, then averaged over a few
+training batches); the result depends only on the architecture and the data.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.backend import Backend
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import ConfigError, TrialFailure, check_range
+from frugalnas.core.space import SearchSpace
+from frugalnas.core.training import TrainConfig, make_optimizer
+from frugalnas.spaces.dag.weight_store import WeightStore
+
+#: Bumped when the checkpoint layout changes.
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FewShotSplit:
+    """Split on ``decisions`` into ``groups`` sub-supernets: the values of the split decisions
+    (their product, in the space's order) are cut into ``groups`` contiguous blocks."""
+
+    decisions: tuple[str, ...]
+    groups: int
+
+    @classmethod
+    def create(cls, space: SearchSpace, decisions: Sequence[str] | str | None,
+               groups: int | None) -> "FewShotSplit | None":
+        if not decisions:
+            if groups not in (None, 1):
+                raise ConfigError(f"few_shot_groups {groups!r} needs few_shot_split (the "
+                                  "decisions to split on)")
+            return None
+        decisions = (decisions,) if isinstance(decisions, str) else tuple(decisions)
+        dists = space.distributions()
+        for d in decisions:
+            if d not in dists or not hasattr(dists[d], "choices"):
+                raise ConfigError(f"invalid few_shot_split decision {d!r}; categorical decisions "
+                                  f"of space {space.name!r}: {', '.join(k for k, v in dists.items() if hasattr(v, 'choices'))}")
+        total = math.prod(len(dists[d].choices) for d in decisions)
+        groups = total if groups is None else groups
+        check_range("few_shot_groups", groups, 1, total)
+        return cls(decisions, int(groups))
+
+    def group_of(self, arch: Architecture, space: SearchSpace) -> int:
+        dists = space.distributions()
+        index, total = 0, 1
+        for d in self.decisions:
+            choices = dists[d].choices
+            index = index * len(choices) + list(choices).index(arch[d])
+            total *= len(choices)
+        return index * self.groups // total
+
+
+@dataclass
+class SupernetHistory:
+    """What training did: epochs per phase, mean loss per epoch, seconds."""
+
+    one_shot_epochs: int = 0
+    few_shot_epochs: int = 0
+    losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Supernet:
+    """The weight store(s) of one space for one dataset shape, with SPOS training, few-shot
+    splitting, BN recalibration and checkpoints."""
+
+    def __init__(self, space: SearchSpace, num_classes: int, input_shape: tuple[int, int, int],
+                 sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None):
+        self.space, self.seed, self.few_shot = space, int(seed), few_shot
+        self.builder = space.shared_builder(num_classes, input_shape, sharing)
+        self.sharing = sharing
+        self.stores: list[WeightStore] = [self._new_store()]
+        self.history = SupernetHistory()
+
+    def _new_store(self) -> WeightStore:
+        store = WeightStore(self.builder.factory, seed=self.seed)
+        for key in self.builder.keys():  # all modules exist before an optimizer is built
+            store.get(key)
+        return store
+
+    @property
+    def split(self) -> bool:
+        return len(self.stores) > 1
+
+    def store_for(self, arch: Architecture) -> WeightStore:
+        if not self.split:
+            return self.stores[0]
+        return self.stores[self.few_shot.group_of(arch, self.space)]  # type: ignore[union-attr]
+
+    def subnet(self, arch: Architecture) -> nn.Module:
+        """The network of ``arch``, made of the supernet's own modules (no copy)."""
+        return self.builder.subnet(arch, self.store_for(arch).get)
+
+    def to(self, device: torch.device) -> "Supernet":
+        for store in self.stores:
+            store.to(device)
+        return self
+
+    def num_parameters(self) -> int:
+        return sum(s.num_parameters() for s in self.stores)
+
+    # -- training ------------------------------------------------------------------------
+    def split_now(self) -> None:
+        """Copy the one-shot store into ``few_shot.groups`` sub-supernets."""
+        if self.few_shot is None or self.split:
+            return
+        state = self.stores[0].checkpoint()
+        device = self.stores[0].device
+        stores = []
+        for _ in range(self.few_shot.groups):
+            store = self._new_store()
+            store.load_checkpoint(state)
+            if device is not None:
+                store.to(device)
+            stores.append(store)
+        self.stores = stores
+
+    def train(self, dataset: Dataset, backend: Backend, cfg: TrainConfig, *, epochs: int,
+              few_shot_epochs: int = 0,
+              on_epoch: Callable[[int, float], None] | None = None) -> SupernetHistory:
+        """SPOS training: ``epochs`` one-shot epochs, then (with a few-shot split)
+        ``few_shot_epochs`` epochs with every architecture routed to its sub-supernet. Resumes
+        from ``self.history``: epochs already done are skipped."""
+        self.to(backend.device)
+        loss_fn = nn.CrossEntropyLoss()
+        start = time.perf_counter()
+        phases = [("one-shot", epochs), ("few-shot", few_shot_epochs if self.few_shot else 0)]
+        for phase, n_epochs in phases:
+            done = self.history.one_shot_epochs if phase == "one-shot" else self.history.few_shot_epochs
+            if done >= n_epochs:
+                continue
+            if phase == "few-shot":
+                self.split_now()
+            optimizers = [make_optimizer(store, cfg) for store in self.stores]
+            per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
+            schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=n_epochs * per_epoch)
+                          for o in optimizers]
+            for s in schedulers:  # resume the cosine schedule where it stopped
+                for _ in range(done * per_epoch):
+                    s.step()
+            for epoch in range(done, n_epochs):
+                rng = random.Random(f"spos:{self.seed}:{phase}:{epoch}")
+                losses = []
+                for step, (x, y) in enumerate(dataset.batches("train", cfg.batch_size,
+                                                             seed=self.seed, epoch=epoch)):
+                    arch = self.space.sample(rng)
+                    index = self.stores.index(self.store_for(arch))
+                    model = self.subnet(arch)
+                    model.train()
+                    loss = backend.train_step(model, optimizers[index], loss_fn, x, y,
+                                              epoch * per_epoch + step)
+                    if not math.isfinite(loss):
+                        raise TrialFailure(f"non-finite supernet loss {loss} in {phase} epoch "
+                                           f"{epoch}")
+                    for s in schedulers:
+                        s.step()
+                    losses.append(loss)
+                mean = sum(losses) / max(1, len(losses))
+                self.history.losses.append(mean)
+                if phase == "one-shot":
+                    self.history.one_shot_epochs = epoch + 1
+                else:
+                    self.history.few_shot_epochs = epoch + 1
+                if on_epoch is not None:
+                    on_epoch(len(self.history.losses), mean)
+        self.history.seconds += time.perf_counter() - start
+        return self.history
+
+    # -- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def recalibrate(self, model: nn.Module, dataset: Dataset, backend: Backend, batches: int,
+                    batch_size: int) -> None:
+        """Reset the batch-norm statistics of ``model`` and average them over ``batches``
+        training batches (a fixed draw, so the result depends only on the architecture)."""
+        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if not norms or batches <= 0:
+            return
+        saved = [m.momentum for m in norms]
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # cumulative average
+        model.train()
+        try:
+            for i, (x, _) in enumerate(dataset.batches("train", batch_size, seed=self.seed + 1,
+                                                       epoch=0)):
+                if i >= batches:
+                    break
+                model(x.to(backend.device))
+        finally:
+            for m, momentum in zip(norms, saved):
+                m.momentum = momentum
+            model.eval()
+
+    def accuracy(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
+                 bn_batches: int = 4, batch_size: int = 64, split: str = "valid") -> float:
+        """Top-1 accuracy (%) of ``arch`` with inherited weights on ``split``."""
+        model = self.subnet(arch)
+        self.recalibrate(model, dataset, backend, bn_batches, batch_size)
+        x, y = dataset.split(split)
+        logits = backend.predict(model, x)
+        return float((logits.argmax(1) == y).float().mean().item() * 100.0)
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        """Plain values that must match for a checkpoint to be reused."""
+        return {"version": CHECKPOINT_VERSION, "space": self.space.describe(),
+                "sharing": self.sharing, "seed": self.seed,
+                "few_shot": None if self.few_shot is None else
+                [list(self.few_shot.decisions), self.few_shot.groups]}
+
+    def save(self, path: str | Path, **meta: Any) -> None:
+        """Write the stores and the training history atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"describe": repr(self.describe()),
+                "stores": [s.checkpoint() for s in self.stores],
+                "history": {"one_shot_epochs": self.history.one_shot_epochs,
+                            "few_shot_epochs": self.history.few_shot_epochs,
+                            "losses": list(self.history.losses),
+                            "seconds": self.history.seconds},
+                "meta": repr(meta)}
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(data, tmp)
+        tmp.replace(path)
+
+    def load(self, path: str | Path) -> bool:
+        """Load a checkpoint written for the same supernet; ``False`` if it is for another."""
+        data = torch.load(Path(path), map_location="cpu", weights_only=True)
+        if data.get("describe") != repr(self.describe()):
+            return False
+        stores = []
+        for state in data["stores"]:
+            store = self._new_store()
+            store.load_checkpoint(state)
+            stores.append(store)
+        self.stores = stores
+        h = data["history"]
+        self.history = SupernetHistory(int(h["one_shot_epochs"]), int(h["few_shot_epochs"]),
+                                       [float(v) for v in h["losses"]], float(h["seconds"]))
+        return True

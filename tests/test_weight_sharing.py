@@ -1,0 +1,175 @@
+"""Weight sharing: supernet views share tensors, few-shot splits partition the space, SPOS
+training and the ``supernet`` estimator (with a resumable checkpoint), and DARTS."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+import frugalnas
+from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.core.errors import ConfigError
+from frugalnas.core.keys import METRICS_ATTR
+from frugalnas.core.training import TrainConfig
+from frugalnas.datasets import digits
+from frugalnas.spaces.nb201.space import NB201Space
+from frugalnas.weight_sharing import FewShotSplit, Supernet, darts_search
+
+SPACE = NB201Space(N=1, C=4)
+SHAPE = (1, 8, 8)
+
+
+def cell(text: str):
+    return SPACE.parse(text)
+
+
+A = cell("|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|")
+B = cell("|nor_conv_3x3~0|+|nor_conv_1x1~0|nor_conv_3x3~1|+|none~0|nor_conv_1x1~1|nor_conv_3x3~2|")
+
+
+def pointers(module: torch.nn.Module) -> set[int]:
+    return {p.data_ptr() for p in module.parameters()}
+
+
+def test_subnets_are_views_of_the_supernet():
+    supernet = Supernet(SPACE, 10, SHAPE)
+    store = pointers(supernet.stores[0])
+    a, b = supernet.subnet(A), supernet.subnet(B)
+    assert pointers(a) <= store and pointers(b) <= store
+    # Both use nor_conv_3x3 on edge 1<-0 of every cell: the very same tensors.
+    conv_a = a.cells[0].edges["edge_1_0"][1].weight
+    conv_b = b.cells[0].edges["edge_1_0"][1].weight
+    assert conv_a is conv_b
+    # A step on one candidate moves the supernet that the other reads.
+    before = conv_b.detach().clone()
+    opt = torch.optim.SGD(a.parameters(), lr=0.1)
+    a(torch.randn(4, *SHAPE)).sum().backward()
+    opt.step()
+    assert not torch.equal(before, conv_b.detach())
+    # A different operation on the same edge is a different module.
+    assert b.cells[0].edges["edge_2_0"] is not a.cells[0].edges["edge_2_0"]
+
+
+def test_sharing_across_inputs_shares_one_module_per_operation_and_node():
+    per_position = Supernet(SPACE, 10, SHAPE, sharing="operation")
+    across = Supernet(SPACE, 10, SHAPE, sharing="operation-across-inputs")
+    assert across.num_parameters() < per_position.num_parameters()
+    net = across.subnet(cell("|none~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|none~0|none~1|none~2|"))
+    assert net.cells[0].edges["edge_2_0"] is net.cells[0].edges["edge_2_1"]
+    with pytest.raises(ConfigError, match="'per-layer'"):
+        Supernet(SPACE, 10, SHAPE, sharing="per-layer")
+
+
+@pytest.mark.parametrize("groups, sizes", [(5, [3125] * 5), (2, [9375, 6250]), (1, [15625])])
+def test_a_few_shot_split_partitions_the_space(groups, sizes):
+    split = FewShotSplit.create(SPACE, ["edge_1_0"], groups)
+    counts = Counter(split.group_of(arch, SPACE) for arch in SPACE.enumerate())
+    assert [counts[g] for g in range(groups)] == sizes
+
+
+def test_few_shot_sub_supernets_start_equal_and_own_their_tensors():
+    supernet = Supernet(SPACE, 10, SHAPE, few_shot=FewShotSplit.create(SPACE, "edge_1_0", 5))
+    supernet.split_now()
+    assert len(supernet.stores) == 5
+    a, b = supernet.subnet(A), supernet.subnet(B)  # same edge_1_0 op: same sub-supernet
+    assert supernet.store_for(A) is supernet.store_for(B)
+    other = cell("|skip_connect~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|")
+    c = supernet.subnet(other)
+    assert not (pointers(a) & pointers(c))
+    # The copy keeps the one-shot weights: the same operation starts from the same values.
+    assert torch.equal(a.cells[0].edges["edge_2_0"][1].weight, c.cells[0].edges["edge_2_0"][1].weight)
+    with pytest.raises(ConfigError, match="'edge_9_0'"):
+        FewShotSplit.create(SPACE, ["edge_9_0"], 2)
+    with pytest.raises(ConfigError, match="few_shot_groups 7"):
+        FewShotSplit.create(SPACE, ["edge_1_0"], 7)
+
+
+def test_spos_training_lowers_the_loss_and_scores_with_recalibrated_batch_norm():
+    data = digits(seed=0)
+    supernet = Supernet(SPACE, data.num_classes, data.input_shape, seed=0)
+    backend = SingleDeviceBackend()
+    untrained = supernet.accuracy(A, data, backend)
+    history = supernet.train(data, backend, TrainConfig(batch_size=64, lr=0.05), epochs=3)
+    assert history.one_shot_epochs == 3 and history.losses[-1] < history.losses[0]
+    trained = supernet.accuracy(A, data, backend)
+    assert trained > untrained + 10
+    assert supernet.accuracy(A, data, backend) == trained  # recalibration is deterministic
+
+
+def test_supernet_estimator_trains_once_and_a_resumed_study_keeps_the_supernet(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'ws.db'}"
+    options = dict(space="nb201", space_options={"N": 1, "C": 4}, dataset="digits",
+                   strategy="regularized-evolution", strategy_options={"n_init": 3},
+                   estimator="supernet", estimator_options={"epochs": 2}, seed=0,
+                   storage=storage, study_name="ws", disable_plugins=["mlflow"])
+    study = frugalnas.create_study(**options)
+    study.optimize(n_trials=4)
+    done = study.completed_trials()
+    assert len(done) == 4 and all(t.user_attrs[METRICS_ATTR]["supernet_epochs"] == 2 for t in done)
+    checkpoints = list(tmp_path.glob("ws.db.ws.*.supernet.pt"))
+    assert len(checkpoints) == 1
+    first = study.estimator.supernet_
+    # A new process would open the study and load, not retrain, the supernet.
+    again = frugalnas.create_study(**options, load_if_exists=True)
+    again.optimize(n_trials=1)
+    second = again.estimator.supernet_
+    assert second is not first and second.history.losses == first.history.losses
+    # Parameters are the trained ones (batch-norm buffers are recalibrated per candidate).
+    for (k1, v1), (k2, v2) in zip(first.stores[0].named_parameters(),
+                                  second.stores[0].named_parameters()):
+        assert k1 == k2 and torch.equal(v1, v2)
+    arch = done[0].architecture
+    assert again.evaluate(arch).value == pytest.approx(done[0].value)
+
+
+def test_darts_returns_a_valid_architecture_read_off_the_mixing_weights():
+    data = digits(seed=0).subset(0.25)
+    result = darts_search(SPACE, data, SingleDeviceBackend(), epochs=2, seed=0)
+    SPACE.validate(result.architecture)
+    assert result.alphas.shape == (6, 5) and len(result.valid_accuracies) == 2
+    assert not torch.equal(result.alphas, result.initial_alphas)  # the mixing weights learned
+    assert result.architecture == SPACE.from_params(
+        {k: SPACE.distributions()[k].choices[int(i)]
+         for k, i in zip(SPACE.distributions(), result.alphas.argmax(1))})
+
+
+def test_the_darts_strategy_proposes_its_choice_first_and_keeps_it_in_a_checkpoint(tmp_path):
+    options = dict(space="nb201", space_options={"N": 1, "C": 4}, dataset="digits",
+                   dataset_options={"valid_fraction": 0.5}, strategy="darts",
+                   strategy_options={"epochs": 1, "checkpoint": str(tmp_path / "darts.pt")},
+                   estimator="nb201-table", seed=0, disable_plugins=["mlflow"])
+    study = frugalnas.create_study(**options)
+    study.optimize(n_trials=3)
+    archs = [t.architecture for t in study.trials]
+    assert archs[0] == study.strategy.result.architecture
+    assert len({a.key for a in archs}) == 3
+    again = frugalnas.create_study(**options)  # a new study reads the search's result back
+    again.optimize(n_trials=1)
+    assert torch.equal(again.strategy.result.alphas, study.strategy.result.alphas)
+    assert again.trials[0].architecture == archs[0]
+
+
+def test_darts_refuses_a_space_it_cannot_relax():
+    with pytest.raises(ConfigError, match="weight sharing|categorical|same number"):
+        frugalnas.create_study(space="dag", strategy="darts", estimator="nb201-table",
+                               disable_plugins=["mlflow"]).optimize(n_trials=1)
+
+
+def test_darts_without_a_dataset_is_refused_before_any_trial():
+    study = frugalnas.create_study(space="nb201", strategy="darts", estimator="nb201-table",
+                                   dataset=None, disable_plugins=["mlflow"])
+    with pytest.raises(ConfigError, match="has none"):
+        study.optimize(n_trials=1)
+    assert study.trials == []
+
+
+def test_spaces_without_weight_sharing_say_so():
+    from frugalnas.core.plugins import PluginHost
+
+    dag = PluginHost().create("search_spaces", "dag")
+    with pytest.raises(ConfigError, match="does not support weight sharing"):
+        Supernet(dag, 10, SHAPE)
+    random.Random(0)
