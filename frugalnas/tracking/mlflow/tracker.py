@@ -67,6 +67,8 @@ PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri", "hypervolume_reference", "ui_url", "units")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
+#: Most trials one writer job writes (one search for existing runs per job).
+MAX_BATCH = 100
 #: While trials finish, the leaderboard and plots are rewritten at most this often.
 REVIEW_SECONDS = 30.0
 #: Study user attribute: the hypervolume reference point, once fixed (JSON list).
@@ -347,26 +349,31 @@ class StudyTracker:
         complete with params, metrics, tags and artifacts (create, one ``log_batch``,
         terminate), or the existing run completed instead."""
         with self.pending_lock:
-            batch, self.pending = self.pending, []
-            self.flush_scheduled = False
+            batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+            more = bool(self.pending)
+            self.flush_scheduled = more
+        if more:  # the rest in a job of its own: a study's end sees the writer progress
+            self.writer.submit(self._locked(self._flush_trials))
         if not batch:
             return
         existing = existing_trial_runs(self, [(number, started) for number, _, started in batch])
         done: list[tuple[int, list[float]]] = []
-        try:
-            for number, args, started in batch:
-                arch, state, values, result, error, feasible = args
+        for number, args, started in batch:
+            arch, state, values, result, error, feasible = args
+            try:
                 run = from_result(self, number, arch, state, values, result, error, started,
                                   feasible)
                 self.known[number] = (state, write(self, run, existing.get(number, [])))
-                if values and state == "COMPLETE":
-                    if len(values) == 1:
-                        self.trial_values.append((number, float(values[0])))
-                    else:
-                        done.append((number, [float(v) for v in values]))
-        finally:
-            for number, _, _ in batch:
+            except Exception as exc:  # left to the next reconciliation
+                self.writer.errors.append(f"trial {number}: {type(exc).__name__}: {exc}")
+                continue
+            finally:
                 self.inflight.discard(number)
+            if values and state == "COMPLETE":
+                if len(values) == 1:
+                    self.trial_values.append((number, float(values[0])))
+                else:
+                    done.append((number, [float(v) for v in values]))
         self._log_hypervolume(done)
         if time.monotonic() - self.review_at >= REVIEW_SECONDS:
             self._write_review()
@@ -404,6 +411,8 @@ class StudyTracker:
         the Pareto plot and ``pareto_front.json`` (two objectives)."""
         from optuna.trial import TrialState
 
+        from mlflow.entities import Metric, RunTag
+
         from frugalnas.export.leaderboard import leaderboard_html, leaderboard_rows, recorded_sizes
 
         self.review_at = time.monotonic()
@@ -411,10 +420,14 @@ class StudyTracker:
         done = [t for t in ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if t.values is not None]
         if not done:
+            self.client.log_metric(self.parent_run_id, "n_complete_trials", 0.0)
             return
         dirs = list(self.study.directions)
         names = list(self.study.config.objectives)
         labels = self.objective_labels(done)
+        now = int(time.time() * 1000)
+        metrics = [Metric("n_complete_trials", float(len(done)), now, 0)]
+        tags: list[RunTag] = []
         if len(dirs) == 1:
             png = draw_best_so_far([t.number for t in done], [t.values[0] for t in done],
                                    dirs[0] == "maximize", f"study {self.study.name}",
@@ -422,11 +435,10 @@ class StudyTracker:
             self.write_artifact(self.parent_run_id, "best_so_far.png", png)
             best = ostudy.best_trial
             arch = str(best.user_attrs.get(ARCHITECTURE_ATTR, ""))
-            self.client.log_metric(self.parent_run_id, "best_value", float(best.value))
-            self.client.set_tag(self.parent_run_id, "best_trial", str(best.number))
-            self.client.set_tag(self.parent_run_id, "best_architecture",
-                                arch if len(arch) <= MAX_PARAM_LENGTH
-                                else arch[:MAX_PARAM_LENGTH] + " ... (best_architecture.txt)")
+            metrics.append(Metric("best_value", float(best.value), now, 0))
+            tags += [RunTag("best_trial", str(best.number)),
+                     RunTag("best_architecture", arch if len(arch) <= MAX_PARAM_LENGTH
+                            else arch[:MAX_PARAM_LENGTH] + " ... (best_architecture.txt)")]
             self.write_artifact(self.parent_run_id, "best_architecture.txt", arch)
         elif len(dirs) == 2:
             front = ostudy.best_trials
@@ -439,7 +451,7 @@ class StudyTracker:
                           for t in sorted(front, key=lambda t: t.number)]
             self.write_artifact(self.parent_run_id, "pareto_front.json",
                                 json.dumps(front_json, indent=2))
-            self.client.log_metric(self.parent_run_id, "pareto_front_size", float(len(front)))
+            metrics.append(Metric("pareto_front_size", float(len(front)), now, 0))
         rows = recorded_sizes(leaderboard_rows(self.study, sizes=False))
         notes = [f"Written by frugalnas's MLflow plugin from the optuna storage ({len(done)} "
                  "completed trial(s) at the time). params: the candidate's parameters as the "
@@ -451,6 +463,7 @@ class StudyTracker:
         html = leaderboard_html(rows, dict(zip(names, dirs)), self.run_links(),
                                 title=f"study {self.study.name}: leaderboard", notes=notes)
         self.write_artifact(self.parent_run_id, "leaderboard.html", html)
+        self.client.log_batch(self.parent_run_id, metrics=metrics, tags=tags)
 
     def _hv_reference(self, points: list[list[float]], final: bool) -> list[float] | None:
         """The hypervolume reference: the option, else the one the study fixed before, else
@@ -571,14 +584,10 @@ class StudyTracker:
         self.trial_values.clear()
 
     def _close(self) -> None:
-        from optuna.trial import TrialState
-
         self._reconcile()
         self._log_trial_values()
         self._log_hypervolume([], final=True)
-        self._write_review()
-        done = self.study.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        self.client.log_metric(self.parent_run_id, "n_complete_trials", float(len(done)))
+        self._write_review()  # with n_complete_trials
         self.client.set_terminated(self.parent_run_id, status="FINISHED")
 
     # -- called from hooks ---------------------------------------------------------------
