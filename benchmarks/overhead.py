@@ -50,6 +50,9 @@ def run_frugalnas(n: int, uri: str | None, seed: int) -> float:
     elapsed = time.perf_counter() - start
     errors = study.plugin_state.get("mlflow", {}).get("errors")
     assert not errors, errors
+    if uri is not None:  # each trial's run written once, by its own write, not re-created
+        reconciled = study.plugin_state["mlflow"]["reconciled"]
+        assert not any(reconciled.values()), reconciled
     return elapsed / n
 
 

@@ -102,3 +102,23 @@ def test_two_in_memory_studies_with_one_name_keep_their_own_runs(tmp_path):
     assert len(parents) == 2 and len(trial_runs) == 6
     assert {r.data.tags["frugalnas.study_id"] for r in trial_runs} == \
         {p.data.tags["frugalnas.study_id"] for p in parents}
+
+
+def test_a_fast_study_writes_each_run_once_without_reconciling(stores):
+    """Trials that finish before the writer has opened MLflow are written by their own queued
+    writes; the reconciliation at the start leaves them alone (it used to re-create them all
+    from the storage, then the queued writes completed them a second time)."""
+    storage, uri = stores
+    study = frugalnas.create_study(storage=storage, study_name="fast", seed=0,
+                                   plugin_options={"mlflow": {"tracking_uri": uri}})
+    study.optimize(n_trials=30)
+    state = study.plugin_state["mlflow"]
+    assert state["errors"] == [] and state["reconciled"] == {"created": 0, "repaired": 0,
+                                                             "removed": 0}
+    assert_mlflow_follows_storage(storage, uri, "fast")
+    _, trial_runs, _ = _runs(uri, "fast")
+    assert sorted(int(r.data.tags["frugalnas.trial_number"]) for r in trial_runs) == \
+        list(range(30))
+    for r in trial_runs:  # written by the process that ran the trial: the full record
+        assert {"objective_value", "cost_seconds"} <= set(r.data.metrics)
+        assert r.info.status == "FINISHED"
