@@ -135,6 +135,9 @@ def draw_best_so_far(numbers: Sequence[int], values: Sequence[float], maximize: 
         curve.append(best)
     ax.scatter(numbers, values, s=8, alpha=0.5, label="trial value")
     ax.step(numbers, curve, where="post", color="tab:red", label="best so far")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial number")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
