@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -173,3 +174,33 @@ def test_spaces_without_weight_sharing_say_so():
     with pytest.raises(ConfigError, match="does not support weight sharing"):
         Supernet(dag, 10, SHAPE)
     random.Random(0)
+
+
+def test_ground_truth_file_round_trip_tau_and_ceiling(tmp_path):
+    import json
+
+    from frugalnas.weight_sharing.ground_truth import GroundTruth, load_ground_truth
+
+    valid = np.array([[90.0, 91.0], [80.0, 79.0], [85.0, 86.0], [70.0, 72.0]])
+    gt = GroundTruth("t", "nb201", {"N": 1, "C": 8}, "digits", 2.0, [0, 1],
+                     [str(A), str(B), "a", "b"], valid, valid - 1)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(gt.to_json()))
+    back = load_ground_truth(path)
+    assert back.architectures == gt.architectures and np.array_equal(back.valid, valid)
+    assert back.kendall_tau([4, 2, 3, 1]) == pytest.approx(1.0)
+    assert back.kendall_tau([1, 3, 2, 4]) == pytest.approx(-1.0)
+    assert back.tau_ceiling() == pytest.approx(1.0)  # both seeds order the cells alike
+    with pytest.raises(ConfigError, match="expected 4 scores"):
+        back.kendall_tau([1, 2])
+    with pytest.raises(ConfigError, match="unknown ground truth 'nope'"):
+        load_ground_truth("nope")
+
+
+def test_stand_alone_training_reports_valid_and_test_accuracy():
+    from frugalnas.weight_sharing.ground_truth import train_stand_alone
+
+    data = digits(seed=0, test_fraction=0.2)
+    out = train_stand_alone(SPACE, A, data, SingleDeviceBackend(),
+                            TrainConfig(epochs=1, batch_size=64), seed=0)
+    assert set(out) == {"valid", "test", "seconds"} and out["valid"] > 20

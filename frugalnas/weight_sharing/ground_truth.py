@@ -1,0 +1,120 @@
+"""Stand-alone ground truth: a fixed sample of cells, each trained from scratch with several
+seeds, to measure how well cheap estimates (weight sharing, proxies, surrogates) rank them.
+
+``benchmarks/ground_truth.py`` produces it (resumable, in worker processes) and packs it into
+``frugalnas/data/ground_truth/<name>.json``, which ships with the package:
+:func:`load_ground_truth` reads it, :meth:`GroundTruth.kendall_tau` scores a ranking against
+the mean over seeds, and :meth:`GroundTruth.tau_ceiling` says how far the reference's own
+noise lets any ranking go (the Kendall tau between its seeds).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import kendalltau
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.backend import Backend
+from frugalnas.core.data import Dataset
+from frugalnas.core.errors import ConfigError
+from frugalnas.core.space import SearchSpace
+from frugalnas.core.training import TrainConfig, accuracy, seed_everything, train
+
+PACKAGE_DIR = "frugalnas.data"
+SUBDIR = "ground_truth"
+
+
+@dataclass
+class GroundTruth:
+    """Accuracies (%) of ``architectures`` trained stand-alone, one column per seed."""
+
+    name: str
+    space: str
+    space_options: dict[str, Any]
+    dataset: str
+    epochs: float
+    seeds: list[int]
+    architectures: list[str]
+    valid: np.ndarray  # (cells, seeds)
+    test: np.ndarray   # (cells, seeds)
+    command: str = ""
+
+    @property
+    def mean_valid(self) -> np.ndarray:
+        return self.valid.mean(axis=1)
+
+    @property
+    def mean_test(self) -> np.ndarray:
+        return self.test.mean(axis=1)
+
+    def kendall_tau(self, scores: Any, target: str = "valid") -> float:
+        """Kendall tau between ``scores`` (one per architecture, in this file's order) and the
+        mean stand-alone accuracy over seeds."""
+        scores = np.asarray(scores, dtype=float)
+        if scores.shape != (len(self.architectures),):
+            raise ConfigError(f"expected {len(self.architectures)} scores (one per "
+                              f"architecture), got shape {scores.shape}")
+        reference = self.mean_valid if target == "valid" else self.mean_test
+        return float(kendalltau(scores, reference).statistic)
+
+    def tau_ceiling(self) -> float:
+        """Mean Kendall tau between pairs of seeds: the agreement the reference has with
+        itself, which bounds what any estimate can show against one seed."""
+        taus = [kendalltau(self.valid[:, a], self.valid[:, b]).statistic
+                for a in range(len(self.seeds)) for b in range(a + 1, len(self.seeds))]
+        return float(np.mean(taus)) if taus else float("nan")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "space": self.space, "space_options": self.space_options,
+                "dataset": self.dataset, "epochs": self.epochs, "seeds": self.seeds,
+                "command": self.command, "architectures": self.architectures,
+                "valid": np.round(self.valid, 3).tolist(), "test": np.round(self.test, 3).tolist()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "GroundTruth":
+        return cls(data["name"], data["space"], dict(data["space_options"]), data["dataset"],
+                   float(data["epochs"]), list(data["seeds"]), list(data["architectures"]),
+                   np.asarray(data["valid"], dtype=float), np.asarray(data["test"], dtype=float),
+                   data.get("command", ""))
+
+
+def shipped_names() -> list[str]:
+    folder = resources.files(PACKAGE_DIR) / SUBDIR
+    if not folder.is_dir():
+        return []
+    return sorted(p.name[:-len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def load_ground_truth(name: str | Path) -> GroundTruth:
+    """A ground truth shipped with frugalnas by name, or a JSON file written by
+    ``benchmarks/ground_truth.py``."""
+    path = Path(name)
+    if path.suffix == ".json" and path.exists():
+        return GroundTruth.from_json(json.loads(path.read_text()))
+    folder = resources.files(PACKAGE_DIR) / SUBDIR
+    item = folder / f"{name}.json"
+    if not item.is_file():
+        raise ConfigError(f"unknown ground truth {str(name)!r}; shipped: "
+                          f"{', '.join(shipped_names()) or '(none yet)'}; or give a .json path")
+    return GroundTruth.from_json(json.loads(item.read_text()))
+
+
+def train_stand_alone(space: SearchSpace, arch: Architecture, dataset: Dataset, backend: Backend,
+                      cfg: TrainConfig, seed: int) -> dict[str, float]:
+    """Train ``arch`` from scratch with ``seed``; validation and test accuracy (%), seconds."""
+    seed_everything(seed)
+    start = time.perf_counter()
+    model = backend.prepare(space.build(arch, dataset.num_classes, dataset.input_shape))
+    train(model, dataset, backend, cfg, seed=seed)
+    out = {"valid": accuracy(model, backend, dataset.valid_x, dataset.valid_y)}
+    if dataset.has_test:
+        out["test"] = accuracy(model, backend, dataset.test_x, dataset.test_y)
+    out["seconds"] = time.perf_counter() - start
+    return out
