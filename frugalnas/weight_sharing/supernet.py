@@ -161,11 +161,7 @@ class Supernet:
                 self.split_now()
             optimizers = [make_optimizer(store, cfg) for store in self.stores]
             per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
-            schedulers = [torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=n_epochs * per_epoch)
-                          for o in optimizers]
-            for s in schedulers:  # resume the cosine schedule where it stopped
-                for _ in range(done * per_epoch):
-                    s.step()
+            total = n_epochs * per_epoch
             for epoch in range(done, n_epochs):
                 rng = random.Random(f"spos:{self.seed}:{phase}:{epoch}")
                 losses = []
@@ -173,6 +169,11 @@ class Supernet:
                                                              seed=self.seed, epoch=epoch)):
                     arch = self.space.sample(rng)
                     index = self.stores.index(self.store_for(arch))
+                    # Cosine schedule over the phase's steps (all sub-supernets share the clock,
+                    # and a resumed phase continues it from its step).
+                    t = epoch * per_epoch + step
+                    for group in optimizers[index].param_groups:
+                        group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * min(t, total) / total))
                     model = self.subnet(arch)
                     model.train()
                     loss = backend.train_step(model, optimizers[index], loss_fn, x, y,
@@ -180,8 +181,6 @@ class Supernet:
                     if not math.isfinite(loss):
                         raise TrialFailure(f"non-finite supernet loss {loss} in {phase} epoch "
                                            f"{epoch}")
-                    for s in schedulers:
-                        s.step()
                     losses.append(loss)
                 mean = sum(losses) / max(1, len(losses))
                 self.history.losses.append(mean)
