@@ -168,12 +168,37 @@ def test_darts_without_a_dataset_is_refused_before_any_trial():
 
 
 def test_spaces_without_weight_sharing_say_so():
+    from optuna.distributions import CategoricalDistribution
+
+    from frugalnas.core.space import SearchSpace
+
+    class Plain(SearchSpace):
+        name = "plain"
+
+        def distributions(self):
+            return {"width": CategoricalDistribution([8, 16])}
+
+        def build(self, arch, num_classes, input_shape):
+            return torch.nn.Linear(1, num_classes)
+
+    with pytest.raises(ConfigError, match="'plain' does not support weight sharing"):
+        Supernet(Plain(), 10, SHAPE)
+
+
+def test_the_dag_space_shares_weights_too():
     from frugalnas.core.plugins import PluginHost
 
-    dag = PluginHost().create("search_spaces", "dag")
-    with pytest.raises(ConfigError, match="does not support weight sharing"):
-        Supernet(dag, 10, SHAPE)
-    random.Random(0)
+    dag = PluginHost().create("search_spaces", "dag", nodes=2, channels=4, reductions=1)
+    data = digits(seed=0).subset(0.3)
+    per_position = Supernet(dag, 10, data.input_shape)
+    across = Supernet(dag, 10, data.input_shape, sharing="operation-across-inputs")
+    assert across.num_parameters() < per_position.num_parameters()
+    rng = random.Random(0)
+    a, b = dag.sample(rng), dag.sample(rng)
+    store = pointers(per_position.stores[0])
+    assert pointers(per_position.subnet(a)) <= store and pointers(per_position.subnet(b)) <= store
+    history = per_position.train(data, SingleDeviceBackend(), TrainConfig(batch_size=32), epochs=1)
+    assert history.one_shot_epochs == 1 and 0 <= per_position.accuracy(a, data, SingleDeviceBackend()) <= 100
 
 
 def test_ground_truth_file_round_trip_tau_and_ceiling(tmp_path):

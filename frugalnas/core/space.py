@@ -132,7 +132,7 @@ class SearchSpace(ABC):
         from frugalnas.core.errors import ConfigError
 
         raise ConfigError(f"search space {self.name!r} does not support weight sharing (it has "
-                          "no shared_builder); spaces that do: nb201")
+                          "no shared_builder); built-in spaces that do: nb201, dag")
 
     def describe(self) -> dict[str, Any]:
         return {k: _describe(d) for k, d in self.distributions().items()}

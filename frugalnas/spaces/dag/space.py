@@ -192,6 +192,13 @@ class DagSpace(SearchSpace):
               shared: bool = False) -> "DagMacro":
         return DagMacro(self, num_classes, input_shape, batch_stat_bn if shared else running_bn)
 
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> Any:
+        """Networks of this space over a shared weight store (weight sharing)."""
+        from frugalnas.spaces.dag.supernet import DagSharedBuilder
+
+        return DagSharedBuilder(self, num_classes, input_shape, sharing)
+
     def build(self, arch: Architecture, num_classes: int,
               input_shape: tuple[int, int, int]) -> nn.Module:
         """A stand-alone network with fresh weights."""
