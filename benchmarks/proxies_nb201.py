@@ -349,9 +349,9 @@ def main() -> None:
         result = runner.run(archs, limit=args.limit, budget=args.budget)
     finally:
         if args.pack:
-            if args.data != "gaussian":
-                torch.save({"x": x[:, :1].clone(), "y": y.clone()},
-                           batch_file(args.shipped, args.data, args.batch_size, args.seed))
+            saved = batch_file(args.shipped, args.data, args.batch_size, args.seed)
+            if args.data != "gaussian" and not saved.exists():  # it was read from there
+                torch.save({"x": x[:, :1].clone(), "y": y.clone()}, saved)
             packed = runner.pack(args.shipped / SHIPPED_CACHE)
             print(f"packed {packed} scores into {args.shipped / SHIPPED_CACHE}", flush=True)
     wall = time.perf_counter() - start
