@@ -351,6 +351,7 @@ def main() -> None:
         if args.pack:
             saved = batch_file(args.shipped, args.data, args.batch_size, args.seed)
             if args.data != "gaussian" and not saved.exists():  # it was read from there
+                saved.parent.mkdir(parents=True, exist_ok=True)
                 torch.save({"x": x[:, :1].clone(), "y": y.clone()}, saved)
             packed = runner.pack(args.shipped / SHIPPED_CACHE)
             print(f"packed {packed} scores into {args.shipped / SHIPPED_CACHE}", flush=True)
