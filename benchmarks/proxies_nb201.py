@@ -138,6 +138,25 @@ def correlation_ci(score: np.ndarray, acc: np.ndarray, boots: np.ndarray) -> dic
     return out
 
 
+def paired_difference(a: np.ndarray, b: np.ndarray, acc: np.ndarray, boots: np.ndarray) -> dict:
+    """Spearman rho and Kendall tau of score ``a`` minus those of score ``b`` (against the
+    same ``acc``), with 95 % percentile intervals over the same bootstrap resamples of the
+    cells, so that what the two rows share cancels."""
+    rank_acc = rankdata(acc)
+    rho = [float(_pearson_rows(rankdata(s)[None], rank_acc[None])[0]) for s in (a, b)]
+    tau = [np.nan_to_num(kendalltau(s, acc).statistic) for s in (a, b)]
+    out = {"rho": rho[0] - rho[1], "tau": float(tau[0] - tau[1])}
+    if len(boots):
+        ranked = rankdata(acc[boots], axis=1)
+        rs = (_pearson_rows(rankdata(a[boots], axis=1), ranked)
+              - _pearson_rows(rankdata(b[boots], axis=1), ranked))
+        ts = np.nan_to_num([kendalltau(a[i], acc[i]).statistic - kendalltau(b[i], acc[i]).statistic
+                            for i in boots])
+        out["rho_ci"] = [float(np.percentile(rs, 2.5)), float(np.percentile(rs, 97.5))]
+        out["tau_ci"] = [float(np.percentile(ts, 2.5)), float(np.percentile(ts, 97.5))]
+    return out
+
+
 def evaluate_row(score: np.ndarray, acc: np.ndarray, n_boot: int, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
     n = len(score)
@@ -173,13 +192,15 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
 
     for j, name in enumerate(names):
         emit(name, matrix[:, j])
+    aggregated: dict[str, np.ndarray] = {}
     for set_name, members in AGGREGATION_SETS.items():
         members = [m for m in (members or names)]
         if not all(m in names for m in members) or len(members) < 2:
             continue
         cols = [names.index(m) for m in members]
         for how in ("mean-rank", "log-rank"):
-            emit(f"{how} {set_name}", aggregate(matrix[:, cols], None, how),
+            aggregated[f"{how} {set_name}"] = aggregate(matrix[:, cols], None, how)
+            emit(f"{how} {set_name}", aggregated[f"{how} {set_name}"],
                  f"({'+'.join(members)})" if set_name != "all" else f"({len(members)} proxies)")
     # learned: weights from `labelled` cells (CIFAR-10 accuracy), scored on the others
     rng = np.random.default_rng(seed)
@@ -194,6 +215,23 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
                  f"(weights from {len(lab)} labelled cells, scored on {len(held)}: {desc})",
                  target=acc[held])
         summary["learned_weights"] = dict(zip(names, map(float, w)))
+    # each aggregation against the project's four-proxy ensemble, on the same cells
+    base = "mean-rank default"
+    if base in aggregated:
+        rng = np.random.default_rng(seed)
+        boots = (rng.integers(0, len(rows), size=(n_boot, len(rows))) if n_boot
+                 else np.zeros((0, 0), int))
+        summary["paired_vs_default"] = {}
+        print(f"\npaired difference against '{base}', CIFAR-10, same bootstrap resamples:")
+        for label, score in aggregated.items():
+            if label == base:
+                continue
+            d = paired_difference(score, aggregated[base], acc[:, 0], boots)
+            summary["paired_vs_default"][label] = d
+            lo_r, hi_r = d.get("rho_ci", [np.nan] * 2)
+            lo_t, hi_t = d.get("tau_ci", [np.nan] * 2)
+            print(f"  {label:<22} rho {d['rho']:+.3f} [{lo_r:+.3f}, {hi_r:+.3f}]  "
+                  f"tau {d['tau']:+.3f} [{lo_t:+.3f}, {hi_t:+.3f}]")
     return summary
 
 
