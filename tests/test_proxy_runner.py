@@ -251,3 +251,20 @@ def test_the_shipped_measurement_resumes_without_rescoring(tmp_path):
     res = r.run(archs_, limit=0)
     assert res.scored == 0 and res.cached == len(complete) > 0
     assert set(archs_[:len(complete)]) == complete  # a prefix of the seeded order
+
+
+def test_paired_difference_of_the_benchmark_cancels_what_two_rows_share():
+    import numpy as np
+
+    bench = _benchmark()
+    rng = np.random.default_rng(0)
+    acc = rng.normal(size=60)
+    noisy = acc + rng.normal(scale=1.0, size=60)
+    boots = rng.integers(0, 60, size=(200, 60))
+    same = bench.paired_difference(noisy, noisy, acc, boots)
+    assert same["rho"] == same["tau"] == 0.0 and same["rho_ci"] == same["tau_ci"] == [0.0, 0.0]
+    better = bench.paired_difference(acc, noisy, acc, boots)  # the accuracy itself is perfect
+    single = bench.correlation_ci(noisy, acc, boots)
+    assert better["rho"] == pytest.approx(1 - single["rho"])
+    assert better["tau"] == pytest.approx(1 - single["tau"])
+    assert 0 < better["tau_ci"][0] < better["tau"] < better["tau_ci"][1]
