@@ -50,6 +50,8 @@ TAKEN_STATES = COUNTED_STATES
 MAX_DUPLICATES_IN_A_ROW = 20
 #: A worker stops after this many of its own trials failed in a row (``max_failures``).
 DEFAULT_MAX_FAILURES = 10
+#: How the fail reason of a refused repeat starts (they have their own limit, above).
+DUPLICATE_REASON = "duplicate architecture"
 SUPPORTED_URLS = "sqlite:///PATH, journal:PATH, postgresql://..., mysql://..."
 
 
@@ -315,7 +317,7 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
             self.inner.set_trial_user_attr(trial_id, key, value)
             if taken is not None:
                 self.duplicates_in_a_row += 1
-                reason = (f"duplicate architecture: trial {taken.number} "
+                reason = (f"{DUPLICATE_REASON}: trial {taken.number} "
                           f"({taken.state.name}) has {value}; workers do not evaluate an "
                           "architecture twice")
                 self.inner.set_trial_user_attr(trial_id, FAIL_REASON_ATTR, reason)
@@ -558,10 +560,11 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
     failed: list[str] = []  # reasons of this worker's trials that failed in a row
 
     def after_trial(ostudy: optuna.Study, frozen: FrozenTrial) -> None:
-        if frozen.state == TrialState.FAIL:
-            failed.append(str(frozen.user_attrs.get(FAIL_REASON_ATTR, "no reason recorded")))
-        else:
+        reason = str(frozen.user_attrs.get(FAIL_REASON_ATTR, "no reason recorded"))
+        if frozen.state != TrialState.FAIL:
             failed.clear()
+        elif not reason.startswith(DUPLICATE_REASON):
+            failed.append(reason)
         if max_failures and len(failed) >= max_failures:
             stop["reason"] = "failures"
             ostudy.stop()

@@ -65,45 +65,57 @@ def _arch_of(trial: FrozenTrial, space: SearchSpace,
     return None
 
 
-#: A finished trial as read once: its architecture (``None``: not of this space) and, when it
-#: completed, its values. Finished trials never change, so a sampler keeps these across calls.
-FinishedEntry = tuple[Architecture | None, list[float] | None, float, tuple[float, ...]]
+@dataclass
+class FinishedPrefix:
+    """The finished trials of one study a sampler has read: their history and numbers.
+    Finished trials never change, so each call of :func:`read_history` reads only new ones."""
+
+    history: History = field(default_factory=History)
+    numbers: set[int] = field(default_factory=set)
+
+
+def _add_finished(prefix: FinishedPrefix, t: FrozenTrial, arch: Architecture | None) -> None:
+    prefix.numbers.add(t.number)
+    if arch is None:
+        return
+    h = prefix.history
+    h.seen.add(arch.key)
+    if t.state != TrialState.COMPLETE or t.values is None:
+        return
+    diffs = t.user_attrs.get(CONSTRAINTS_ATTR) or {}
+    row = (arch, list(t.values), t.number, float(t.user_attrs.get(VIOLATION_ATTR, 0.0)),
+           tuple(float(diffs[k]) for k in sorted(diffs)))
+    at = len(h.numbers)
+    while at and h.numbers[at - 1] > t.number:  # a trial finished after a later-numbered one
+        at -= 1
+    for column, value in zip((h.archs, h.values, h.numbers, h.violations, h.constraint_diffs), row):
+        column.insert(at, value)
 
 
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
                  parsed: dict[str, Architecture | None] | None = None,
-                 finished: dict[tuple[str, int], FinishedEntry] | None = None) -> History:
+                 finished: dict[str, FinishedPrefix] | None = None) -> History:
     """The study's history as seen by the trial numbered ``exclude``. ``parsed`` caches
-    architecture strings already parsed and ``finished`` the trials already read in a final
-    state (a sampler keeps both across calls, so each call parses only what is new)."""
+    architecture strings already parsed and ``finished`` the finished trials already read, per
+    study (a sampler keeps both across calls, so each call reads only what is new)."""
     parsed = {} if parsed is None else parsed
     finished = {} if finished is None else finished
-    hist = History()
-    name = study.study_name
-    by_number = sorted((t.number, t) for t in optuna_compat.fresh_trials(study))
-    for number, t in by_number:
-        if number == exclude:
+    prefix = finished.setdefault(study.study_name, FinishedPrefix())
+    unfinished = []
+    for t in optuna_compat.fresh_trials(study):
+        if t.number in prefix.numbers or t.number == exclude:
             continue
-        entry = finished.get((name, number))
-        if entry is None:
-            arch = _arch_of(t, space, parsed)
-            done = t.state == TrialState.COMPLETE and t.values is not None
-            diffs = t.user_attrs.get(CONSTRAINTS_ATTR) or {}
-            entry = (arch, list(t.values) if done else None,
-                     float(t.user_attrs.get(VIOLATION_ATTR, 0.0)),
-                     tuple(float(diffs[k]) for k in sorted(diffs)))
-            if t.state.is_finished():
-                finished[(name, number)] = entry
-        arch, values, violation, diffs = entry
-        if arch is None:
-            continue
-        hist.seen.add(arch.key)
-        if values is not None:
-            hist.archs.append(arch)
-            hist.values.append(values)
-            hist.numbers.append(number)
-            hist.violations.append(violation)
-            hist.constraint_diffs.append(diffs)
+        if t.state.is_finished():
+            _add_finished(prefix, t, _arch_of(t, space, parsed))
+        else:
+            unfinished.append(t)
+    done = prefix.history
+    hist = History(list(done.archs), list(done.values), list(done.numbers), set(done.seen),
+                   list(done.violations), list(done.constraint_diffs))
+    for t in unfinished:  # running or waiting: proposed, so not to be proposed again
+        arch = _arch_of(t, space, parsed)
+        if arch is not None:
+            hist.seen.add(arch.key)
     return hist
 
 
@@ -199,7 +211,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
         self.warm_start_options = dict(warm_start_options or {})
         self.host = host
         self._parsed: dict[str, Architecture | None] = {}
-        self._finished: dict[tuple[str, int], FinishedEntry] = {}
+        self._finished: dict[str, FinishedPrefix] = {}
         self.report: Callable[[dict[str, float], int], None] | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._warm: list[Architecture] | None = None

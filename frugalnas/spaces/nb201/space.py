@@ -152,6 +152,9 @@ class NB201Network(nn.Module):
 
 
 # -- the space ---------------------------------------------------------------------------
+_DISTRIBUTIONS = {key: CategoricalDistribution(OPS) for key in DECISIONS}
+
+
 class NB201Space(SearchSpace):
     """NAS-Bench-201: 6 edges x 5 operations (15,625 cells); options N (cells per stage) and C
     (stem channels)."""
@@ -164,7 +167,7 @@ class NB201Space(SearchSpace):
         self.N, self.C = int(N), int(C)
 
     def distributions(self) -> dict[str, CategoricalDistribution]:
-        return {key: CategoricalDistribution(OPS) for key in DECISIONS}
+        return dict(_DISTRIBUTIONS)  # built once: every trial asks for them
 
     def build(self, arch: Architecture, num_classes: int = 10,
               input_shape: tuple[int, int, int] = (3, 32, 32)) -> NB201Network:
