@@ -25,7 +25,8 @@ from torch import nn
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import check_choice
 from frugalnas.spaces.dag.weight_store import Key
-from frugalnas.spaces.nb201.space import DECISIONS, EDGES, OPS, NB201Space, ResidualReduction, make_op
+from frugalnas.spaces.nb201.space import (DECISIONS, EDGES, OPS, InferCell, NB201Space,
+                                          ResidualReduction, make_op)
 
 SHARING = ("operation", "operation-across-inputs")
 Getter = Callable[[Key], nn.Module]
@@ -92,16 +93,12 @@ class NB201SharedBuilder:
         return MixedNB201Network(stem, cells, reductions, head, self.space.N, alphas)
 
 
-class SharedCell(nn.Module):
-    def __init__(self, edges: dict[str, nn.Module]):
-        super().__init__()
-        self.edges = nn.ModuleDict(edges)
+class SharedCell(InferCell):
+    """An NB201 cell whose edge modules are given (shared), not created."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        nodes = [x]
-        for j in (1, 2, 3):
-            nodes.append(sum(self.edges[f"edge_{j}_{i}"](nodes[i]) for i in range(j)))
-        return nodes[3]
+    def __init__(self, edges: dict[str, nn.Module]):
+        nn.Module.__init__(self)
+        self.edges = nn.ModuleDict(edges)
 
 
 class MixedCell(nn.Module):
