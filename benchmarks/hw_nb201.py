@@ -199,12 +199,20 @@ def main() -> None:
                              "or both")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished runs (resume)")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="print the tables from the cache, run nothing")
     args = parser.parse_args()
     for key in ("experiments", "mo_strategies", "constrained_strategies", "select_on"):
         setattr(args, key, [s for s in getattr(args, key).split(",") if s])
     done: list[dict] = []
     if args.cache and args.cache.exists():
-        done = [json.loads(line) for line in args.cache.read_text().splitlines() if line]
+        latest = {}  # a run repeated in the cache counts once (its last record)
+        for line in args.cache.read_text().splitlines():
+            if line:
+                r = json.loads(line)
+                latest[(r["experiment"], r["strategy"], r["seed"], r["queries"],
+                        r["select_on"])] = r
+        done = list(latest.values())
     have = {(r["experiment"], r["strategy"], r["seed"], r["queries"], r["select_on"])
             for r in done}
     jobs = []
@@ -214,7 +222,7 @@ def main() -> None:
     if "constrained" in args.experiments:
         jobs += [("constrained", n, s, args.queries, sel) for sel in args.select_on
                  for n in args.constrained_strategies for s in range(args.seeds)]
-    jobs = [j for j in jobs if j not in have]
+    jobs = [j for j in jobs if j not in have and not args.summary_only]
     wall = time.perf_counter()
     if jobs:
         with Pool(args.workers) as pool:
