@@ -124,3 +124,26 @@ def test_bad_pruner_settings_are_refused_before_the_first_trial(tmp_path):
 def test_pruners_are_components_listed_by_name():
     names = PluginHost().registry("pruners").names()
     assert {"pareto", "median", "successive-halving", "hyperband", "nop"} <= set(names)
+
+
+def test_every_objective_per_epoch_is_tracked_in_mlflow(tmp_path):
+    from mlflow import MlflowClient
+
+    from frugalnas.testing import fresh_mlflow_uri
+
+    uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
+    study = _study(plugin_options={"mlflow": {"tracking_uri": uri}}, disable_plugins=["progress"],
+                   study_name="mo-tracked")
+    study.optimize(4)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("mo-tracked")
+    runs = {int(r.data.tags["frugalnas.trial_number"]): r
+            for r in client.search_runs([experiment.experiment_id],
+                                        "tags.`frugalnas.role` = 'trial'")}
+    assert sorted(runs) == [t.number for t in study.trials]
+    for t in study.trials:
+        steps = t.user_attrs[INTERMEDIATE_ATTR]
+        for i, name in enumerate(["value", "params"]):
+            history = client.get_metric_history(runs[t.number].info.run_id, f"intermediate_{name}")
+            assert sorted((m.step, m.value) for m in history) == pytest.approx(
+                sorted((int(s), v[i]) for s, v in steps.items()))

@@ -65,6 +65,9 @@ class TrialRun:
     artifacts: dict[str, str | bytes] = field(default_factory=dict)
     start_ms: int | None = None
     end_ms: int | None = None
+    #: Per-step values (``intermediate_<objective>`` -> [(step, value)]): what the estimator
+    #: reported after each epoch, logged as metric histories.
+    steps: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
 
 def architecture_param(text: str) -> str:
@@ -104,11 +107,27 @@ def feasible_tag(value: Any) -> str | None:
     return "true" if value else "false"
 
 
+def intermediate_series(objectives: list[str], per_step: Any,
+                        single: Any = None) -> dict[str, list[tuple[int, float]]]:
+    """Metric histories from a trial's per-step objective vectors (user attribute
+    ``intermediate_values``: ``{step: [v1, v2, ...]}`` in objective order) or, for one
+    objective, optuna's intermediate values (``{step: value}``)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for step, vector in sorted(((int(k), v) for k, v in (per_step or {}).items())):
+        for name, v in zip(objectives, vector):
+            series.setdefault(f"intermediate_{name}", []).append((step, float(v)))
+    if not series and single and objectives:
+        series[f"intermediate_{objectives[0]}"] = sorted((int(k), float(v))
+                                                         for k, v in single.items())
+    return series
+
+
 def from_result(tracker: Any, number: int, arch: Any, state: str, values: list[float] | None,
                 result: Any, error: str | None, started_ms: int | None,
-                feasible: bool | None = None) -> TrialRun:
+                feasible: bool | None = None, per_step: Any = None) -> TrialRun:
     """The run of a trial this process just finished (with the estimator's artifacts);
-    ``feasible``: whether it met the study's constraints (``None`` without constraints)."""
+    ``feasible``: whether it met the study's constraints (``None`` without constraints);
+    ``per_step``: its per-step objective vectors."""
     now = int(time.time() * 1000)
     metrics: dict[str, float] = {}
     if result is not None:
@@ -121,7 +140,8 @@ def from_result(tracker: Any, number: int, arch: Any, state: str, values: list[f
     if (flag := feasible_tag(feasible)) is not None:
         tags["feasible"] = flag
     run = TrialRun(number, state, run_status(state, error), metrics=metrics, tags=tags,
-                   start_ms=started_ms or now, end_ms=now)
+                   start_ms=started_ms or now, end_ms=now,
+                   steps=intermediate_series(list(tracker.study.config.objectives), per_step))
     if arch is not None:
         run.params = _arch_params(arch)
         run.artifacts = _arch_artifacts(tracker, arch)
@@ -163,7 +183,10 @@ def from_trial(tracker: Any, frozen: FrozenTrial) -> TrialRun:
     end = frozen.datetime_complete.timestamp() * 1000 if frozen.datetime_complete else None
     run = TrialRun(frozen.number, state, run_status(state, error if state == "FAIL" else None),
                    metrics=metrics, tags=tags, start_ms=int(start) if start else None,
-                   end_ms=int(end) if end else None)
+                   end_ms=int(end) if end else None,
+                   steps=intermediate_series(list(objectives),
+                                             frozen.user_attrs.get(keys.INTERMEDIATE_ATTR),
+                                             frozen.intermediate_values))
     if arch is not None:
         run.params = _arch_params(arch)
         run.artifacts = _arch_artifacts(tracker, arch)
@@ -202,6 +225,7 @@ def write(tracker: Any, run: TrialRun, existing: list[Any], *, fill_only: bool =
                    if not fill_only or k not in keep.data.metrics}
         partial = keep.info.status == "RUNNING"
         had_reason = "fail_reason" in keep.data.tags
+        have_metrics = keep.data.metrics
     else:
         created = client.create_run(tracker.experiment_id, run_name=f"trial {run.number}",
                                     start_time=run.start_ms or now, tags=run.tags)
@@ -209,13 +233,19 @@ def write(tracker: Any, run: TrialRun, existing: list[Any], *, fill_only: bool =
         tracker.remember_artifact_dir(created)
         params = [Param(k, v) for k, v in run.params.items()]
         metrics = run.metrics
-        partial, had_reason = True, False
+        partial, had_reason, have_metrics = True, False, {}
     # a new run got its tags with create_run: one write fewer
     tags = [RunTag(k, v) for k, v in run.tags.items()] if existing else []
     if run.state != "FAIL" and had_reason:
         client.delete_tag(run_id, "fail_reason")
+    history = [Metric(k, v, now, step) for k, series in run.steps.items()
+               if not fill_only or k not in have_metrics
+               for step, v in series]
     client.log_batch(run_id, params=params,
-                     metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags)
+                     metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()] + history[:900],
+                     tags=tags)
+    for k in range(900, len(history), 900):
+        client.log_batch(run_id, metrics=history[k:k + 900])
     if partial or not fill_only:
         for name, content in run.artifacts.items():
             tracker.write_artifact(run_id, name, content)

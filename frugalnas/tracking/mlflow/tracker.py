@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import ARCHITECTURE_ATTR, METRICS_ATTR
+from frugalnas.core.keys import ARCHITECTURE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
@@ -359,10 +359,10 @@ class StudyTracker:
         existing = existing_trial_runs(self, [(number, started) for number, _, started in batch])
         done: list[tuple[int, list[float]]] = []
         for number, args, started in batch:
-            arch, state, values, result, error, feasible = args
+            arch, state, values, result, error, feasible, per_step = args
             try:
                 run = from_result(self, number, arch, state, values, result, error, started,
-                                  feasible)
+                                  feasible, per_step)
                 self.known[number] = (state, write(self, run, existing.get(number, [])))
             except Exception as exc:  # left to the next reconciliation
                 self.writer.errors.append(f"trial {number}: {type(exc).__name__}: {exc}")
@@ -597,7 +597,7 @@ class StudyTracker:
 
     def trial_finished(self, number: int, *args: Any) -> None:
         """Queue the write of a finished trial; ``args``: architecture, state, values,
-        result, error, feasible."""
+        result, error, feasible, per-step objective vectors."""
         started = self.started_ms.pop(number, None)
         with self.pending_lock:
             self.pending.append((number, args, started))
@@ -903,8 +903,9 @@ def frugalnas_trial_finished(study: Any, trial: Any, architecture: Any, state: s
         feasible = None
         if getattr(study.config, "constraints", None):
             feasible = trial.user_attrs.get(FEASIBLE_ATTR)
+        per_step = trial.user_attrs.get(INTERMEDIATE_ATTR) if len(study.directions) > 1 else None
         tracker.trial_finished(trial.number, architecture, state, values, result, error,
-                               feasible)
+                               feasible, per_step)
 
 
 @hookimpl
