@@ -90,6 +90,15 @@ class EvaluationContext:
         if self.trial.should_prune():
             raise optuna.TrialPruned(f"pruned at step {step} with value {value:.4g}")
 
+    def report_step(self, metrics: dict[str, float], step: int, *, last: bool = False) -> None:
+        """Report what the estimator knows after ``step`` (an epoch): ``value``, its metrics
+        and the cost so far, by name. The study turns it into the objective value (optuna's
+        pruners) or the objective vector (multi-objective pruners such as ``pareto``) and
+        raises ``optuna.TrialPruned`` when the pruner says stop. Nothing happens outside a
+        study."""
+        if self.study is not None and self.trial is not None:
+            self.study.report_step(self.trial, metrics, step, last=last)
+
     def log_study_metrics(self, metrics: dict[str, float], step: int) -> None:
         if self.study is not None:
             self.study.log_metrics(metrics, step)

@@ -82,13 +82,12 @@ class TrainEstimator(Estimator):
             if not self.report_every_epoch or context.trial is None:
                 return
             acc = accuracy(model, backend, data.valid_x, data.valid_y)
-            report_step = getattr(context.study, "report_step", None)
-            if not callable(report_step):
+            if context.study is None:  # a bare optuna trial: its pruner sees the accuracy
                 context.report(acc, epoch)
                 return
             samples = epoch * batches_per_epoch * self.config.batch_size
             # What each objective would be if training stopped now (cost fields so far).
-            report_step(context.trial, {
+            context.report_step({
                 "value": acc, "valid_accuracy": acc, "train_loss": loss, **metrics,
                 "params": float(params), "epochs": float(epoch),
                 "flops": 3.0 * flops_per_sample * samples + eval_flops * epoch,
