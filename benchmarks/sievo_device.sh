@@ -23,7 +23,8 @@ JOBS=${JOBS:-$(( $(nproc) > 4 ? $(nproc) - 2 : 2 ))}
 mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # SIEVO_EXTRA: options appended to every call (they win over the ones above), for a quick
-# rehearsal elsewhere, e.g. SIEVO_EXTRA="--dataset digits --rea-epochs 0.05 ..." (see tests)
+# rehearsal elsewhere, e.g. SIEVO_EXTRA="--dataset digits --rea-epochs 0.05 ..." (see tests);
+# SIEVO_SEARCH_SEEDS: the search seeds of part 2 (default "0 1 2 3").
 bench() { python benchmarks/sievo.py --dataset mnist5k "$@" ${SIEVO_EXTRA:-}; }
 
 # 1. the reference (all jobs in parallel), then tau for three stores
@@ -35,7 +36,7 @@ done
 
 # 2. search seeds, one process each (each has its own cache: no two writers share a file)
 pids=()
-for seed in 0 1 2 3; do
+for seed in ${SIEVO_SEARCH_SEEDS:-0 1 2 3}; do
   bench --parts search --seed "$seed" --search-seeds 1 --retrain-seeds 2 --warmup 200 --jobs 1 \
         --tau-cache "$DIR/search$seed.json" > "$DIR/search$seed.log" 2>&1 &
   pids+=($!)
