@@ -231,3 +231,14 @@ def test_stand_alone_training_reports_valid_and_test_accuracy():
     out = train_stand_alone(SPACE, A, data, SingleDeviceBackend(),
                             TrainConfig(epochs=1, batch_size=64), seed=0)
     assert set(out) == {"valid", "test", "seconds"} and out["valid"] > 20
+
+
+def test_the_shipped_ground_truth_loads_with_its_command_and_ceiling():
+    from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
+
+    assert "nb201-mnist5k" in shipped_names()
+    gt = load_ground_truth("nb201-mnist5k")
+    assert len(gt.architectures) == 100 and gt.valid.shape == (100, 2) and gt.seeds == [0, 1]
+    assert gt.command.startswith("python benchmarks/ground_truth.py")
+    assert all(SPACE.parse(a) for a in gt.architectures[:3])
+    assert 0.3 < gt.tau_ceiling() < 0.8
