@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import INTERMEDIATE_ATTR
+from frugalnas.strategies.base import nondominated_ranks
 
 VALID_DIRECTIONS = ("maximize", "minimize")
 
@@ -40,18 +41,7 @@ VALID_DIRECTIONS = ("maximize", "minimize")
 def nondominated_rank(points: np.ndarray, index: int) -> int:
     """The non-dominated front (0 = the Pareto front) of row ``index`` of ``points``, every
     objective maximised."""
-    remaining = np.arange(len(points))
-    rank = 0
-    while len(remaining):
-        sub = points[remaining]
-        ge = (sub[:, None, :] >= sub[None, :, :]).all(-1)
-        gt = (sub[:, None, :] > sub[None, :, :]).any(-1)
-        dominated = (ge & gt).any(0)
-        if index in remaining[~dominated]:
-            return rank
-        remaining = remaining[dominated]
-        rank += 1
-    raise ValueError(f"row {index} is not in points")  # pragma: no cover
+    return int(nondominated_ranks(points)[index])
 
 
 def intermediate_vectors(trial: FrozenTrial, n_objectives: int) -> dict[int, list[float]]:
