@@ -17,11 +17,13 @@ SPACE = {"channels": 4, "nodes": 2, "reductions": 1}
 TINY = {"population_size": 3, "offspring": 2, "batches_per_generation": 2, "batch_size": 32}
 
 
-def _study(strategy="si-evolution", name=None, storage=None, **strategy_options):
+def _study(strategy="si-evolution", name=None, storage=None, estimator_options=None,
+           **strategy_options):
     options = {"strategy_options": {**TINY, **strategy_options}} if strategy == "si-evolution" else {}
     return frugalnas.create_study(
         space="dag", strategy=strategy, estimator="inherited", dataset="digits", storage=storage,
-        study_name=name, space_options=SPACE, estimator_options={"valid_limit": 32},
+        study_name=name, space_options=SPACE,
+        estimator_options={"valid_limit": 32, **(estimator_options or {})},
         disable_plugins=["mlflow"], **options)
 
 
@@ -40,8 +42,10 @@ def _context(study, trial, shared):
 
 def test_the_estimator_takes_the_plan_from_the_context_not_from_the_sampler():
     """A study whose own strategy is a plain optuna sampler: handed plans in the context, the
-    estimator trains generation 0's population; without them it only scores."""
-    study = _study(strategy=optuna.samplers.RandomSampler(seed=0), name="sievo-plans-context")
+    estimator trains generation 0's population; without them it only scores (train_steps=0:
+    no per-candidate training either)."""
+    study = _study(strategy=optuna.samplers.RandomSampler(seed=0), name="sievo-plans-context",
+                   estimator_options={"train_steps": 0})
     plans = si_evolution(space=study.space, **TINY).shared_state()
     assert isinstance(plans, GenerationPlans)
     arch = study.space.sample(random.Random(1))

@@ -9,12 +9,15 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.estimator import EstimateResult
 from frugalnas.core.plugins import hookimpl
 from frugalnas.core.space import SearchSpace
-from frugalnas.sievo.estimator import InheritedEstimator, shared_plans, weight_store_of
+from frugalnas.sievo.estimator import (InheritedEstimator, shared_plans, supernet_of,
+                                       weight_store_of)
 from frugalnas.sievo.plan import GenerationPlan, GenerationPlans, SampledTraining
 from frugalnas.sievo.sampler import SIEvolutionSampler
+from frugalnas.sievo.session import check_weight_sharing
 
 __all__ = ["GenerationPlan", "GenerationPlans", "InheritedEstimator", "SIEvolutionSampler",
-           "SampledTraining", "retrain", "shared_plans", "si_evolution", "weight_store_of"]
+           "SampledTraining", "retrain", "shared_plans", "si_evolution", "supernet_of",
+           "weight_store_of"]
 
 
 def si_evolution(space: SearchSpace | None = None, seed: int = 0, population_size: int = 10,
@@ -55,3 +58,15 @@ def frugalnas_strategies() -> dict[str, Any]:
 @hookimpl
 def frugalnas_estimators() -> dict[str, Any]:
     return {"inherited": InheritedEstimator}
+
+
+@hookimpl
+def frugalnas_check_config(config: Any, host: Any) -> None:
+    """Before the first trial: the ``inherited`` estimator's space supports weight sharing."""
+    if config.estimator != InheritedEstimator.name:
+        return
+    try:
+        space = host.create("search_spaces", config.space, **config.space_options)
+    except Exception:  # the study reports a space it cannot create itself
+        return
+    check_weight_sharing(space)

@@ -1,12 +1,15 @@
-"""The ``inherited`` estimator: scores a DAG candidate with weights from the shared store.
+"""The ``inherited`` estimator: scores a candidate with weights inherited from the study's
+supernet (:class:`~frugalnas.sievo.session.SievoSession`), on any space with a
+``shared_builder`` (``dag``, NB201).
 
 When the study's strategy shares :class:`GenerationPlans` (the ``si-evolution`` strategy), the
 estimator also carries out the plans: the first trial of a generation trains the generation's
 population on the shared weights (sampled training, through the study's backend), records the
 population's re-scores for the next selection, saves the store and logs the generation's
 figures with ``context.log_study_metrics``. The cost of that training is charged to that
-trial, so the sum of the trials' costs is the search's compute. With any other strategy it
-only scores with the current store.
+trial, so the sum of the trials' costs is the search's compute. With any other strategy each
+trial first trains its own candidate for ``train_steps`` steps on the shared weights, saves
+the store, and then scores it.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from optuna.trial import TrialState
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_params
-from frugalnas.core.errors import check_range
+from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.sievo.plan import GenerationPlans
 from frugalnas.sievo.session import SievoSession, checkpoint_path
+from frugalnas.spaces.dag.weight_store import WeightStore
+from frugalnas.weight_sharing.supernet import Supernet
 
 
 def shared_plans(context: EvaluationContext) -> GenerationPlans | None:
@@ -35,34 +40,61 @@ def shared_plans(context: EvaluationContext) -> GenerationPlans | None:
 
 
 class InheritedEstimator(Estimator):
-    """Scores a DAG candidate on validation data with weights inherited from the shared store
-    (no training of its own); with ``si-evolution`` it runs the sampled training.
+    """Scores a candidate on validation data with weights inherited from the study's shared
+    store (a :class:`~frugalnas.weight_sharing.supernet.Supernet` with one module per
+    operation and position), on any space with a ``shared_builder`` (``dag``, NB201).
 
-    Options: ``checkpoint_dir``, ``valid_limit`` (score on the first N validation examples),
+    With ``si-evolution`` it runs that strategy's sampled training (the population of each
+    generation, in the generation's first trial) and the options below about training are
+    ignored. With any other strategy, every trial first trains its own candidate on the shared
+    weights: ``train_steps`` SGD steps (default 20) of ``batch_size`` training examples with
+    ``lr``, ``momentum``, ``weight_decay`` (a fresh optimizer per trial), then saves the store
+    to its checkpoint, so the store learns over the search and a resumed study continues it.
+    ``train_steps=0`` only scores. Evaluations outside a trial (``study.evaluate``) never
+    train.
+
+    Options: ``checkpoint_dir`` (default: ``<db>-sievo/`` beside a sqlite storage, else a
+    temporary folder), ``valid_limit`` (score on the first N validation examples),
     ``bn_recalibration_batches`` (before scoring, recalibrate the candidate's batch-norm
     statistics on that many fixed training batches of ``bn_recalibration_batch_size``, in
-    training mode without gradients; 0: normalise with the validation batch's own
-    statistics).
+    training mode without gradients; 0: ``dag``'s shared batch norms normalise with the
+    validation batch's own statistics, ordinary ones with their running statistics),
+    ``train_steps``, ``batch_size``, ``lr``, ``momentum``, ``weight_decay``.
 
     Metrics: ``inherited_accuracy`` (always, equal to ``value``) and ``generation`` (the
     trial's generation: in every trial of a study whose strategy is ``si-evolution``, not
-    otherwise). Costs: ``seconds``, ``flops`` (scoring, plus the generation's sampled training
-    in a generation's first trial), ``params`` (the candidate network) and ``epochs`` (the
-    sampled training charged to the trial, in epochs of the training split; 0 in every other
-    trial and with any other strategy)."""
+    otherwise). Costs: ``seconds``, ``flops`` (scoring, plus the training charged to the
+    trial: the generation's sampled training in a generation's first trial, the candidate's
+    ``train_steps`` with another strategy), ``params`` (the candidate network) and ``epochs``
+    (that training, in epochs of the training split; 0 in a trial that trains nothing). With
+    another strategy and ``train_steps > 0``, each trial's training loss goes to the study as
+    ``inherited_train_loss`` (step: the trial number)."""
 
     name = "inherited"
     provides = ("inherited_accuracy", "generation")
     measures = ("seconds", "flops", "params", "epochs")
 
     def __init__(self, checkpoint_dir: str | None = None, valid_limit: int | None = None,
-                 bn_recalibration_batches: int = 2, bn_recalibration_batch_size: int = 64):
+                 bn_recalibration_batches: int = 2, bn_recalibration_batch_size: int = 64,
+                 train_steps: int = 20, batch_size: int = 64, lr: float = 0.05,
+                 momentum: float = 0.9, weight_decay: float = 3e-4):
         check_range("bn_recalibration_batches", bn_recalibration_batches, 0)
         check_range("bn_recalibration_batch_size", bn_recalibration_batch_size, 2)
+        check_range("train_steps", train_steps, 0)
+        if isinstance(train_steps, float) and not train_steps.is_integer():
+            raise ConfigError(f"invalid train_steps {train_steps!r}; expected a whole number of "
+                              "steps >= 0")
+        check_range("batch_size", batch_size, 2)
+        check_range("lr", lr, 0)
+        check_range("momentum", momentum, 0, 1)
+        check_range("weight_decay", weight_decay, 0)
         self.checkpoint_dir = checkpoint_dir
         self.valid_limit = valid_limit
         self.bn_recalibration_batches = int(bn_recalibration_batches)
         self.bn_recalibration_batch_size = int(bn_recalibration_batch_size)
+        self.train_steps = int(train_steps)
+        self.training = {"batch_size": int(batch_size), "lr": float(lr),
+                         "momentum": float(momentum), "weight_decay": float(weight_decay)}
         self._sessions: dict[str, SievoSession] = {}
         self._lock = threading.Lock()
 
@@ -105,6 +137,8 @@ class InheritedEstimator(Estimator):
         if plans is not None:
             metrics["generation"] = float(plans.generation_of(context.trial.number))
             spent = self._run_plan(session, plans, context)
+        elif in_trial and self.train_steps:
+            spent = self._train_candidate(session, arch, context)
         x, y = self._valid(context)
         with session.lock:
             acc, flops = session.score(arch, context.backend, x, y,
@@ -159,6 +193,19 @@ class InheritedEstimator(Estimator):
         samples = steps * training.batch_size
         return Cost(flops=flops, epochs=samples / max(1, len(context.dataset.train_x)))
 
+    def _train_candidate(self, session: SievoSession, arch: Architecture,
+                         context: EvaluationContext) -> Cost:
+        """``train_steps`` steps on ``arch`` alone, then save the store (the path of every
+        strategy but ``si-evolution``)."""
+        number = context.trial.number
+        with session.lock:
+            info = session.train_candidate(arch, context.dataset, context.backend, trial=number,
+                                           steps=self.train_steps, **self.training)
+            session.save(study=context.study.optuna_study.study_name)
+        context.log_study_metrics({"inherited_train_loss": info["loss"]}, step=number)
+        samples = info["steps"] * self.training["batch_size"]
+        return Cost(flops=info["flops"], epochs=samples / max(1, len(context.dataset.train_x)))
+
     def _generation_summary(self, plans: GenerationPlans, context: EvaluationContext,
                             acc: float) -> None:
         """After the last trial of a generation, log the fitness of the population that
@@ -192,12 +239,15 @@ class InheritedEstimator(Estimator):
         }, step=generation)
 
 
-def weight_store_of(study: Any):
+def weight_store_of(study: Any) -> WeightStore:
     """The shared :class:`WeightStore` of a study that uses the ``inherited`` estimator."""
+    return supernet_of(study).stores[0]
+
+
+def supernet_of(study: Any) -> Supernet:
+    """The :class:`Supernet` of a study that uses the ``inherited`` estimator."""
     estimator = study.estimator
     if not isinstance(estimator, InheritedEstimator):
-        from frugalnas.core.errors import ConfigError
-
         raise ConfigError(f"study {study.name!r} uses estimator {study.config.estimator!r}; "
                           "the weight store belongs to the 'inherited' estimator")
-    return estimator.session(study.context()).store
+    return estimator.session(study.context()).supernet

@@ -1,5 +1,16 @@
-"""The shared-weight side of SI-EvoNAS: a DAG weight store, its sampled training and its
-checkpoint file, for one study."""
+"""The shared-weight side of SI-EvoNAS: a :class:`~frugalnas.weight_sharing.supernet.Supernet`,
+its sampled training, inherited-weight scoring and its checkpoint file, for one study.
+
+The supernet is the one :mod:`frugalnas.weight_sharing` trains with SPOS, built with
+``sharing="operation"`` and ``eager=False``: a module is created when a network first asks
+for its key, so the store grows with the part of the space the search visits. On the ``dag``
+space its keys are those of :class:`~frugalnas.spaces.dag.space.DagMacro`; any space with a
+``shared_builder`` (NB201 built in) works the same way.
+
+Checkpoints are :meth:`Supernet.save` files with ``meta`` ``{"generation": ..., ...}``. A file
+of the layout used before (a bare :class:`WeightStore` checkpoint: ``keys``, ``state``,
+``meta``) is migrated: its tensors are loaded, and the next save writes the new layout.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +21,8 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +36,11 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.cost import count_flops
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
-from frugalnas.spaces.dag.space import DagNetwork, DagSpace
-from frugalnas.spaces.dag.ops import recalibrated_bn
+from frugalnas.core.space import SearchSpace
+from frugalnas.spaces.dag.ops import SharedBatchNorm2d, recalibrated_bn
+from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.spaces.dag.weight_store import Key, WeightStore
+from frugalnas.weight_sharing.supernet import Supernet
 
 CHECKPOINT_SUFFIX = ".sievo.pt"
 
@@ -47,34 +61,76 @@ def checkpoint_path(study: optuna.Study, checkpoint_dir: str | None = None) -> P
     return folder / f"{safe}{CHECKPOINT_SUFFIX}"
 
 
-class SievoSession:
-    """A weight store for one study and data shape, with sampled training, inherited-weight
-    scoring and checkpointing. ``trained_generation`` is the last generation trained."""
+def supports_weight_sharing(space: Any) -> bool:
+    """Whether ``space`` has its own ``shared_builder`` (not the refusing default)."""
+    method = getattr(type(space), "shared_builder", None)
+    return callable(method) and method is not SearchSpace.shared_builder
 
-    def __init__(self, space: DagSpace, dataset: Dataset, path: Path | None, seed: int = 0):
-        if not isinstance(space, DagSpace):
-            raise ConfigError(f"shared-weight estimation needs the 'dag' search space, got "
-                              f"{getattr(space, 'name', space)!r}")
+
+def check_weight_sharing(space: Any, what: str = "estimator 'inherited'") -> None:
+    """Raise :class:`ConfigError` unless ``space`` supports weight sharing."""
+    if not supports_weight_sharing(space):
+        raise ConfigError(f"{what} needs a search space with weight sharing (a "
+                          f"shared_builder); space {getattr(space, 'name', space)!r} has none; "
+                          "built-in spaces that have one: nb201, dag")
+
+
+class SievoSession:
+    """A supernet for one study and data shape, with sampled training, inherited-weight
+    scoring and checkpointing. ``trained_generation`` is the last generation trained;
+    ``candidate_steps`` counts the steps of per-candidate training (:meth:`train_candidate`)."""
+
+    def __init__(self, space: Any, dataset: Dataset, path: Path | None, seed: int = 0):
+        check_weight_sharing(space)
         self.space, self.path, self.seed = space, path, seed
-        self.macro = space.macro(dataset.num_classes, dataset.input_shape, shared=True)
-        self.store = WeightStore(self.macro.make, seed=seed)
+        self.supernet = Supernet(space, dataset.num_classes, dataset.input_shape, "operation",
+                                 seed=seed, eager=False)
         self.trained_generation = -1
+        self.candidate_steps = 0
         self.lock = threading.RLock()
         self._flops: dict[str, float] = {}
         self._flops_of_key: dict[Key, float] = {}
         self._input_shapes: dict[tuple[str, int], tuple[int, ...]] = {}
         if path is not None and path.exists():
-            meta = self.store.load(path)
+            meta = self._load(path)
             self.trained_generation = int(meta.get("generation", -1))
+            self.candidate_steps = int(meta.get("candidate_steps", 0))
+
+    @property
+    def store(self) -> WeightStore:
+        """The supernet's (only) weight store."""
+        return self.supernet.stores[0]
+
+    @property
+    def macro(self) -> Any:
+        """The ``dag`` space's macro skeleton (keys and channels); only for ``dag``."""
+        return self.supernet.builder.macro
+
+    def _load(self, path: Path) -> dict[str, Any]:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        if "describe" in data:
+            if not self.supernet.load_state(data):
+                raise ConfigError(
+                    f"checkpoint {path} holds the weights of another supernet "
+                    f"({data['describe']}), not of this study's ({self.supernet.describe()!r}); "
+                    "delete the file or give the estimator another checkpoint_dir")
+            return self.supernet.checkpoint_meta
+        if "keys" in data and "state" in data:  # the bare WeightStore layout used before
+            return self.store.load_checkpoint(data)
+        raise ConfigError(f"checkpoint {path} is not a weight-store checkpoint (entries: "
+                          f"{', '.join(map(str, data))})")
 
     def network(self, arch: Architecture) -> nn.Module:
         """A network whose every module is the store's (shared ``nn.Parameter`` objects)."""
-        return DagNetwork(self.space, arch, self.store.get)
+        return self.supernet.subnet(arch)
 
     def flops_per_sample(self, arch: Architecture, sample: torch.Tensor) -> float:
         """Forward FLOPs per example: the sum of the FLOPs of the modules the network calls
         (every counted operation, convolutions and linear layers, sits in a store module, so
-        this equals counting the whole network), each key counted once on two examples."""
+        this equals counting the whole network), each key counted once on two examples.
+        Outside the ``dag`` space the network is counted as a whole (on two examples)."""
+        if arch.key not in self._flops and not isinstance(self.space, DagSpace):
+            self._flops[arch.key] = count_flops(self.network(arch), sample[:2]) / 2
         if arch.key not in self._flops:
             self._flops[arch.key] = sum(self._key_flops(k, sample) for k in self.macro.arch_keys(arch))
         return self._flops[arch.key]
@@ -139,11 +195,12 @@ class SievoSession:
               calibration: list[torch.Tensor] | None = None) -> tuple[float, float]:
         """Validation accuracy (%) with the stored weights, and the FLOPs that cost. With
         ``calibration`` batches, batch norm is first recalibrated for this candidate alone
-        (see :func:`recalibrated_bn`); without, it normalises with the validation batches."""
+        (see :func:`recalibrated`); without, shared batch norms normalise with the validation
+        batches and ordinary ones with their running statistics."""
         model = backend.prepare(self.network(arch))
         seen = 0
         if calibration:
-            with recalibrated_bn(model, [b.to(backend.device) for b in calibration]) as seen:
+            with recalibrated(model, [b.to(backend.device) for b in calibration]) as seen:
                 logits = backend.predict(model, x)
         else:
             logits = backend.predict(model, x)
@@ -159,12 +216,34 @@ class SievoSession:
         function ``rng -> architecture`` drawing a new candidate for every step (the warm-up:
         every key of the space is created first, so all can train). Returns loss, seconds,
         FLOPs and the number of steps."""
+        info = self._sampled_training(population, dataset, backend, stream=generation,
+                                      batches=batches, batch_size=batch_size, lr=lr,
+                                      momentum=momentum, weight_decay=weight_decay)
+        if not callable(population):
+            self.trained_generation = generation
+        return info
+
+    def train_candidate(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
+                        trial: int, steps: int, batch_size: int, lr: float, momentum: float,
+                        weight_decay: float) -> dict[str, float]:
+        """``steps`` steps of sampled training on ``arch`` alone, on a batch order drawn for
+        ``trial`` (a fresh SGD each call, so momentum restarts). Same return as :meth:`train`."""
+        info = self._sampled_training([arch], dataset, backend, stream=trial, batches=steps,
+                                      batch_size=batch_size, lr=lr, momentum=momentum,
+                                      weight_decay=weight_decay)
+        self.candidate_steps += int(info["steps"])
+        return info
+
+    def _sampled_training(self, population: list[Architecture] | Callable[[random.Random], Architecture],
+                          dataset: Dataset, backend: Backend, *, stream: int, batches: int,
+                          batch_size: int, lr: float, momentum: float,
+                          weight_decay: float) -> dict[str, float]:
         start = time.perf_counter()
-        rng = random.Random(self.seed * 7919 + generation)
+        rng = random.Random(self.seed * 7919 + stream)
         warmup = callable(population)
         if warmup:
             draw = population
-            for key in self.macro.all_keys():
+            for key in self.supernet.builder.keys():
                 self.store.get(key)
             models, flops_each = [], []
         else:
@@ -178,7 +257,7 @@ class SievoSession:
         drop_last = len(dataset.train_y) > batch_size  # batch statistics need > 1 example
         while step < batches:
             for x, y in dataset.batches("train", batch_size, seed=self.seed,
-                                        epoch=generation * 10_007 + epoch, drop_last=drop_last):
+                                        epoch=stream * 10_007 + epoch, drop_last=drop_last):
                 if not warmup:
                     i = rng.randrange(len(models))
                     model, per_sample = models[i], flops_each[i]
@@ -195,11 +274,32 @@ class SievoSession:
                 if step >= batches:
                     break
             epoch += 1
-        if not warmup:
-            self.trained_generation = generation
         return {"loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
                 "seconds": time.perf_counter() - start, "flops": flops, "steps": step}
 
     def save(self, **meta: Any) -> None:
+        """Write the supernet to ``path`` (nothing without one), with the generation trained
+        and the per-candidate steps in its ``meta``."""
         if self.path is not None:
-            self.store.save(self.path, generation=self.trained_generation, **meta)
+            self.supernet.save(self.path, generation=self.trained_generation,
+                               candidate_steps=self.candidate_steps, **meta)
+
+
+@contextmanager
+def recalibrated(model: nn.Module, batches: list[torch.Tensor]) -> Iterator[int]:
+    """:func:`recalibrated_bn` for every batch norm of ``model``: shared ones (``dag``) keep
+    per-network statistics aside; ordinary ones that track running statistics (NB201) have
+    them reset and replaced by the cumulative average over ``batches`` (kept after the block,
+    until the next recalibration or training step). Yields the number of examples forwarded."""
+    plain = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+             and not isinstance(m, SharedBatchNorm2d) and m.track_running_stats]
+    saved = [m.momentum for m in plain]
+    for m in plain:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average
+    try:
+        with recalibrated_bn(model, batches) as seen:
+            yield seen
+    finally:
+        for m, momentum in zip(plain, saved):
+            m.momentum = momentum

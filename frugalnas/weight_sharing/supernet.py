@@ -18,6 +18,7 @@ training batches); the result depends only on the architecture and the data.
 
 from __future__ import annotations
 
+import ast
 import math
 import random
 import time
@@ -90,20 +91,28 @@ class SupernetHistory:
 
 class Supernet:
     """The weight store(s) of one space for one dataset shape, with SPOS training, few-shot
-    splitting, BN recalibration and checkpoints."""
+    splitting, BN recalibration and checkpoints.
+
+    ``eager=False`` creates a module only when a network first asks for its key (SI-EvoNAS's
+    store, whose size tells how much of the space was visited); callers that build one
+    optimizer for the whole store must then create the keys they train first.
+    ``checkpoint_meta`` holds the ``meta`` of the last checkpoint loaded."""
 
     def __init__(self, space: SearchSpace, num_classes: int, input_shape: tuple[int, int, int],
-                 sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None):
+                 sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None,
+                 *, eager: bool = True):
         self.space, self.seed, self.few_shot = space, int(seed), few_shot
         self.builder = space.shared_builder(num_classes, input_shape, sharing)
-        self.sharing = sharing
+        self.sharing, self.eager = sharing, bool(eager)
         self.stores: list[WeightStore] = [self._new_store()]
         self.history = SupernetHistory()
+        self.checkpoint_meta: dict[str, Any] = {}
 
     def _new_store(self) -> WeightStore:
         store = WeightStore(self.builder.factory, seed=self.seed)
-        for key in self.builder.keys():  # all modules exist before an optimizer is built
-            store.get(key)
+        if self.eager:
+            for key in self.builder.keys():  # all modules exist before an optimizer is built
+                store.get(key)
         return store
 
     @property
@@ -252,7 +261,10 @@ class Supernet:
 
     def load(self, path: str | Path) -> bool:
         """Load a checkpoint written for the same supernet; ``False`` if it is for another."""
-        data = torch.load(Path(path), map_location="cpu", weights_only=True)
+        return self.load_state(torch.load(Path(path), map_location="cpu", weights_only=True))
+
+    def load_state(self, data: dict[str, Any]) -> bool:
+        """:meth:`load` from the checkpoint's contents (as ``torch.load`` returns them)."""
         if data.get("describe") != repr(self.describe()):
             return False
         stores = []
@@ -264,4 +276,9 @@ class Supernet:
         h = data["history"]
         self.history = SupernetHistory(int(h["one_shot_epochs"]), int(h["few_shot_epochs"]),
                                        [float(v) for v in h["losses"]], float(h["seconds"]))
+        try:
+            meta = ast.literal_eval(data.get("meta", "{}"))
+        except (ValueError, SyntaxError):  # a value without a literal repr (e.g. nan)
+            meta = {}
+        self.checkpoint_meta = dict(meta) if isinstance(meta, dict) else {}
         return True
