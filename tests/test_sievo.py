@@ -151,3 +151,45 @@ def test_warmup_trains_every_node_and_is_charged(tmp_path):
     assert trials[0].user_attrs["cost"]["epochs"] * train_size == pytest.approx(samples, rel=0.01)
     assert trials[1].user_attrs["cost"]["epochs"] == 0
     assert study.estimator.bn_recalibration_batches == 2
+
+
+def test_a_checkpoint_of_the_old_weight_store_layout_is_migrated(tmp_path):
+    """Files written before the session held a Supernet (a bare WeightStore checkpoint) load,
+    generation included, and the next save writes the Supernet layout."""
+    import random as _random
+
+    from frugalnas.sievo.session import SievoSession
+    from frugalnas.spaces.dag.space import DagNetwork
+    from frugalnas.spaces.dag.weight_store import WeightStore
+
+    study = _study(None, "sievo-migrate")
+    data = study.load_dataset()
+    old = WeightStore(study.space.macro(data.num_classes, data.input_shape, shared=True).make)
+    DagNetwork(study.space, study.space.sample(_random.Random(4)), old.get)  # creates its keys
+    with torch.no_grad():  # away from the initial weights, so loading them is visible
+        for p in old.parameters():
+            p.add_(0.5)
+    path = tmp_path / "old.sievo.pt"
+    old.save(path, generation=3)
+
+    session = SievoSession(study.space, data, path)
+    assert session.trained_generation == 3 and len(session.store) == len(old)
+    loaded = session.store.state_dict()
+    assert all(torch.equal(loaded[name], t) for name, t in old.state_dict().items())
+    session.save(study="sievo-migrate")
+    saved = _saved(path)
+    assert saved["meta"]["generation"] == 3 and len(saved["keys"]) == len(old)
+    assert SievoSession(study.space, data, path).trained_generation == 3
+
+
+def test_a_checkpoint_of_another_supernet_is_refused(tmp_path):
+    from frugalnas.core.errors import ConfigError
+    from frugalnas.sievo.session import SievoSession
+
+    study = _study(None, "sievo-other")
+    data = study.load_dataset()
+    path = tmp_path / "s.sievo.pt"
+    SievoSession(study.space, data, path, seed=0).save()
+    with pytest.raises(ConfigError, match="holds the weights of another supernet.*delete the "
+                                          "file or give the estimator another checkpoint_dir"):
+        SievoSession(study.space, data, path, seed=1)

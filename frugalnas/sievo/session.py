@@ -288,12 +288,14 @@ class SievoSession:
 @contextmanager
 def recalibrated(model: nn.Module, batches: list[torch.Tensor]) -> Iterator[int]:
     """:func:`recalibrated_bn` for every batch norm of ``model``: shared ones (``dag``) keep
-    per-network statistics aside; ordinary ones that track running statistics (NB201) have
-    them reset and replaced by the cumulative average over ``batches`` (kept after the block,
-    until the next recalibration or training step). Yields the number of examples forwarded."""
+    per-network statistics aside; in ordinary ones that track running statistics (NB201) the
+    running statistics are replaced, within the block, by the cumulative average over
+    ``batches``, and the store's own are put back on exit (scoring leaves the store as it
+    was). Yields the number of examples forwarded."""
     plain = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
              and not isinstance(m, SharedBatchNorm2d) and m.track_running_stats]
-    saved = [m.momentum for m in plain]
+    saved = [(m.momentum, m.running_mean.clone(), m.running_var.clone(),
+              m.num_batches_tracked.clone()) for m in plain]
     for m in plain:
         m.reset_running_stats()
         m.momentum = None  # cumulative average
@@ -301,5 +303,9 @@ def recalibrated(model: nn.Module, batches: list[torch.Tensor]) -> Iterator[int]
         with recalibrated_bn(model, batches) as seen:
             yield seen
     finally:
-        for m, momentum in zip(plain, saved):
-            m.momentum = momentum
+        with torch.no_grad():
+            for m, (momentum, mean, var, count) in zip(plain, saved):
+                m.momentum = momentum
+                m.running_mean.copy_(mean)
+                m.running_var.copy_(var)
+                m.num_batches_tracked.copy_(count)
