@@ -1,5 +1,7 @@
 """SI-EvoNAS (built-in plugin ``sievo``): the ``si-evolution`` strategy (sampled training of the
-population on shared weights) and the ``inherited`` estimator (node inheritance)."""
+population on shared weights) and the ``inherited`` estimator (node inheritance), both on a
+:class:`~frugalnas.weight_sharing.supernet.Supernet`; ``inherited`` also serves any other
+strategy on any space with a ``shared_builder`` (see docs/weight_sharing.md)."""
 
 from __future__ import annotations
 
