@@ -6,12 +6,13 @@ recalibrated). Printed per variant: Kendall tau against the mean stand-alone val
 accuracy, next to the ceiling the reference's noise allows (tau between its seeds), and the
 supernet's training seconds. Variants: per-operation store, sharing across inputs, few-shot
 K=2 and K=4 (split on ``edge_1_0``), and a hybrid that averages the percentile ranks of the
-inherited accuracy and of a zero-cost proxy (``--proxy``, jacob_cov by default).
+inherited accuracy and of a zero-cost rank ensemble (``--proxies``, the ``rank-ensemble``
+default members). Scores are kept in ``--cache`` so a rerun only computes what is new.
 
     python benchmarks/weight_sharing_ranking.py --ground-truth nb201-mnist5k --epochs 10
-    python benchmarks/weight_sharing_ranking.py --cache benchmarks/results/ground_truth/nb201-mnist5k.jsonl
+    python benchmarks/weight_sharing_ranking.py --partial benchmarks/results/ground_truth/nb201-mnist5k.jsonl
 
-``--cache`` reads the partial results of ``benchmarks/ground_truth.py`` (cells with every seed).
+``--partial`` reads the partial results of ``benchmarks/ground_truth.py`` (cells with every seed).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.stats import kendalltau, rankdata
+from scipy.stats import kendalltau
 
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.core.plugins import PluginHost
@@ -57,19 +58,27 @@ def from_cache(path: Path) -> GroundTruth:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ground-truth", default="nb201-mnist5k")
-    p.add_argument("--cache", type=Path, help="partial ground truth (jsonl of ground_truth.py)")
+    p.add_argument("--partial", type=Path, help="partial ground truth (jsonl of ground_truth.py)")
     p.add_argument("--space-options", default='{"N": 1, "C": 8}')
     p.add_argument("--resize", type=int, default=16)
     p.add_argument("--epochs", type=int, default=10, help="one-shot epochs")
     p.add_argument("--few-shot-epochs", type=int, default=5)
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--proxy", default="jacob_cov")
+    p.add_argument("--proxies", default="synflow,naswot,jacob_cov,params",
+                   help="rank-ensemble members for the hybrid rows ('' for none)")
+    p.add_argument("--hybrid-weight", type=float, default=0.5,
+                   help="weight of the inherited-accuracy rank in the hybrid (the ensemble's: 1 - it)")
+    p.add_argument("--bn-batches", type=int, default=4)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--cache", dest="score_cache", type=Path,
+                   default=Path("~/.cache/frugalnas/weight_sharing_ranking.json").expanduser(),
+                   help="scores of every variant and proxy, reused by later runs with the same settings")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    gt = from_cache(args.cache) if args.cache else load_ground_truth(args.ground_truth)
+    gt = from_cache(args.partial) if args.partial else load_ground_truth(args.ground_truth)
     host = PluginHost()
     space = host.create("search_spaces", "nb201", **json.loads(args.space_options))
     data = host.create("datasets", "mnist5k", seed=0,
@@ -78,32 +87,61 @@ def main() -> int:
     backend = SingleDeviceBackend()
     print(f"ground truth {gt.name}: {len(archs)} cells x {len(gt.seeds)} seeds; tau ceiling "
           f"(seed vs seed) {gt.tau_ceiling():.3f}")
+    cache: dict[str, object] = (json.loads(args.score_cache.read_text())
+                                if args.score_cache.exists() else {})
+
+    def save_cache() -> None:
+        args.score_cache.parent.mkdir(parents=True, exist_ok=True)
+        args.score_cache.write_text(json.dumps(cache))
+
     results: dict[str, np.ndarray] = {}
     for name in args.variants.split(","):
         spec = VARIANTS[name]
+        key = (f"{gt.name} {len(archs)} {name} epochs {args.epochs} few-shot {args.few_shot_epochs} "
+               f"lr {args.lr} bn {args.bn_batches} seed {args.seed}")
+        if key in cache:
+            entry = cache[key]
+            results[name] = np.array(entry["scores"])
+            print(f"  {name:16s} tau {gt.kendall_tau(results[name]):+.3f}  (cached; train "
+                  f"{entry['seconds']:.0f} s)", flush=True)
+            continue
         split = FewShotSplit.create(space, ["edge_1_0"], spec["groups"]) if "groups" in spec else None
         seed_everything(args.seed)
         supernet = Supernet(space, data.num_classes, data.input_shape, spec["sharing"],
                             seed=args.seed, few_shot=split)
         start = time.perf_counter()
-        supernet.train(data, backend, TrainConfig(batch_size=64, lr=0.05, weight_decay=3e-4),
+        supernet.train(data, backend, TrainConfig(batch_size=64, lr=args.lr, weight_decay=3e-4),
                        epochs=args.epochs, few_shot_epochs=args.few_shot_epochs if split else 0)
         seconds = time.perf_counter() - start
-        scores = np.array([supernet.accuracy(a, data, backend) for a in archs])
+        scores = np.array([supernet.accuracy(a, data, backend, bn_batches=args.bn_batches)
+                           for a in archs])
         results[name] = scores
+        cache[key] = {"scores": scores.tolist(), "seconds": seconds}
+        save_cache()
         print(f"  {name:16s} tau {gt.kendall_tau(scores):+.3f}  (train {seconds:.0f} s, "
               f"mean inherited acc {scores.mean():.1f} %)", flush=True)
-    if args.proxy:
+    if args.proxies:
         from frugalnas.core.estimator import EvaluationContext
+        from frugalnas.proxies.ensemble import rank_average
 
-        estimator = host.create_estimator(args.proxy, {})  # proxies are estimators by name
+        ensemble = host.create_estimator("rank-ensemble", {"proxies": args.proxies.split(",")})
         ctx = EvaluationContext(space=space, backend=backend, seed=args.seed,
                                 dataset_loader=lambda: data)
-        proxy = np.array([estimator.evaluate(a, ctx).value for a in archs])
-        print(f"  proxy {args.proxy:10s} tau {gt.kendall_tau(proxy):+.3f}")
+        key = f"proxies {args.proxies} seed {args.seed}"
+        if key not in cache:
+            rows = [ensemble.measure(a, ctx)[0] for a in archs]
+            cache[key] = {n: [r[f"proxy_{n}"] for r in rows] for n in ensemble.proxies}
+            save_cache()
+        columns = np.column_stack([cache[key][n] for n in ensemble.proxies])
+        for n, column in zip(ensemble.proxies, columns.T):
+            print(f"  proxy {n:16s} tau {gt.kendall_tau(column):+.3f}")
+        proxy_rank = rank_average(columns)
+        print(f"  rank-ensemble ({args.proxies}) tau {gt.kendall_tau(proxy_rank):+.3f}")
         for name, scores in list(results.items()):
-            hybrid = rankdata(scores) + rankdata(proxy)
-            print(f"  hybrid {name} + {args.proxy}: tau {gt.kendall_tau(hybrid):+.3f}")
+            hybrid = rank_average(np.column_stack([scores, proxy_rank]),
+                                  [args.hybrid_weight, 1 - args.hybrid_weight])
+            print(f"  hybrid {name} + rank-ensemble (weight {args.hybrid_weight:g}): tau "
+                  f"{gt.kendall_tau(hybrid):+.3f}")
     for name, scores in results.items():
         print(f"  {name:16s} vs test: tau {kendalltau(scores, gt.mean_test).statistic:+.3f}")
     return 0

@@ -127,6 +127,33 @@ def test_supernet_estimator_trains_once_and_a_resumed_study_keeps_the_supernet(t
     assert again.evaluate(arch).value == pytest.approx(done[0].value)
 
 
+def test_hybrid_scoring_ranks_inherited_accuracy_and_proxies_within_the_study():
+    study = frugalnas.create_study(
+        space="nb201", space_options={"N": 1, "C": 4}, dataset="digits",
+        dataset_options={"valid_fraction": 0.2, "test_fraction": 0.5}, strategy="random",
+        estimator="supernet", estimator_options={
+            "epochs": 1, "hybrid_proxies": ["naswot", "params"], "hybrid_weight": 0.75},
+        seed=0, disable_plugins=["mlflow"])
+    study.optimize(n_trials=5)
+    done = study.completed_trials()
+    assert len(done) == 5
+    metrics = [t.user_attrs[METRICS_ATTR] for t in done]
+    assert [m["population"] for m in metrics] == [1, 2, 3, 4, 5]
+    # Each value is the trial's standing among the trials so far: recompute the last one.
+    from frugalnas.proxies.ensemble import rank_average
+
+    acc = [m["valid_accuracy"] for m in metrics]
+    ensemble = rank_average(np.array([[m["proxy_naswot"], m["proxy_params"]] for m in metrics]))
+    expected = rank_average(np.column_stack([acc, ensemble]), [0.75, 0.25])[-1]
+    assert done[-1].value == pytest.approx(expected)
+    assert all(0.0 <= t.value <= 1.0 for t in done)
+    with pytest.raises(ConfigError, match="hybrid_weight"):
+        frugalnas.create_study(space="nb201", dataset="digits", estimator="supernet",
+                               estimator_options={"hybrid_proxies": ["naswot"],
+                                                  "hybrid_weight": 1.5},
+                               disable_plugins=["mlflow"])
+
+
 def test_darts_returns_a_valid_architecture_read_off_the_mixing_weights():
     data = digits(seed=0).subset(0.1)
     result = darts_search(SPACE, data, SingleDeviceBackend(), epochs=2, batch_size=32, seed=0)
@@ -156,9 +183,51 @@ def test_the_darts_strategy_proposes_its_choice_first_and_keeps_it_in_a_checkpoi
 
 
 def test_darts_refuses_a_space_it_cannot_relax():
-    with pytest.raises(ConfigError, match="weight sharing|categorical|same number"):
-        frugalnas.create_study(space="dag", strategy="darts", estimator="nb201-table",
-                               disable_plugins=["mlflow"]).optimize(n_trials=1)
+    from optuna.distributions import CategoricalDistribution
+
+    from frugalnas.core.space import SearchSpace
+    from frugalnas.weight_sharing.darts import DartsSampler
+
+    class Uneven(SearchSpace):
+        name = "uneven"
+
+        def distributions(self):
+            return {"width": CategoricalDistribution([8, 16]),
+                    "depth": CategoricalDistribution([1, 2, 3])}
+
+        def build(self, arch, num_classes, input_shape):
+            return torch.nn.Linear(1, num_classes)
+
+    with pytest.raises(ConfigError, match="same number of choices"):
+        DartsSampler(Uneven())
+
+
+def test_darts_on_the_dag_space_mixes_inputs_operations_and_attention():
+    from frugalnas.core.plugins import PluginHost
+
+    dag = PluginHost().create("search_spaces", "dag", nodes=2, channels=4, reductions=1)
+    relaxation = dag.darts_relaxation()
+    # One row per (cell, node, input) over the operations, one per (cell, node) for attention.
+    assert relaxation.shape == (2 * (2 + 3) + 2 * 2, len(dag.ops))
+    result = darts_search(dag, digits(seed=0).subset(0.1), SingleDeviceBackend(), epochs=1,
+                          batch_size=32, seed=0)
+    dag.validate(result.architecture)
+    assert not torch.equal(result.alphas, result.initial_alphas)
+    # Read-off by hand: each node keeps its two strongest inputs, each with its best operation.
+    w = relaxation.weights(result.alphas)
+    d = result.architecture.decisions
+    for ctype in ("normal", "reduce"):
+        for n in (2, 3):
+            rows = {src: w[relaxation.index[("edge", ctype, n, src)]] for src in range(n)}
+            best = sorted(rows, key=lambda s: -float(rows[s].max()))[:2]
+            assert [d[f"{ctype}_node{n}_in0"], d[f"{ctype}_node{n}_in1"]] == best
+            assert d[f"{ctype}_node{n}_op0"] == dag.ops[int(rows[best[0]].argmax())]
+            off, on = w[relaxation.index[("se", ctype, n)], :2]
+            assert d[f"{ctype}_node{n}_se"] == bool(on > off)
+    # The masked attention columns carry no weight.
+    assert float(w[relaxation.index[("se", "normal", 2)], 2:].sum()) == 0.0
+    sampled = relaxation.sample(result.alphas, random.Random(0))
+    dag.validate(sampled)
 
 
 def test_darts_without_a_dataset_is_refused_before_any_trial():

@@ -66,10 +66,45 @@ def decisions_of(space: SearchSpace) -> tuple[list[str], list[tuple[Any, ...]]]:
 
 
 def read_architecture(space: SearchSpace, alphas: torch.Tensor) -> Architecture:
-    """The strongest choice of every decision."""
-    names, choices = decisions_of(space)
-    picks = alphas.argmax(dim=1).tolist()
-    return space.from_params({n: c[i] for n, c, i in zip(names, choices, picks)})
+    """The architecture DARTS reads off ``alphas`` for ``space``."""
+    return relaxation_of(space).read(alphas)
+
+
+class DecisionRelaxation:
+    """DARTS's relaxation of a cell space whose decisions are all categorical with the same
+    number of choices (NB201: one decision per edge): one row of mixing weights per decision,
+    the network from the space's shared builder's ``mixed``; the strongest choice of every
+    decision is read off."""
+
+    def __init__(self, space: SearchSpace):
+        self.space = space
+        self.names, self.choices = decisions_of(space)
+        self.shape = (len(self.names), len(self.choices[0]))
+
+    def weights(self, alphas: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(alphas, dim=-1)
+
+    def network(self, builder: Any, get: Callable[[Any], nn.Module],
+                alphas: torch.Tensor) -> nn.Module:
+        if not hasattr(builder, "mixed"):
+            raise ConfigError(f"space {self.space.name!r} has no relaxed (mixed) network for DARTS")
+        return builder.mixed(get, alphas)
+
+    def read(self, alphas: torch.Tensor) -> Architecture:
+        picks = alphas.argmax(dim=1).tolist()
+        return self.space.from_params({n: c[i] for n, c, i in zip(self.names, self.choices, picks)})
+
+    def sample(self, alphas: torch.Tensor, rng: random.Random) -> Architecture:
+        probs = self.weights(alphas).tolist()
+        return self.space.from_params({n: rng.choices(c, weights=p)[0]
+                                       for n, c, p in zip(self.names, self.choices, probs)})
+
+
+def relaxation_of(space: SearchSpace) -> Any:
+    """The space's own relaxation (``space.darts_relaxation()``, e.g. the ``dag`` space's,
+    which mixes inputs too), else :class:`DecisionRelaxation`; ConfigError when neither fits."""
+    own = getattr(space, "darts_relaxation", None)
+    return own() if callable(own) else DecisionRelaxation(space)
 
 
 def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epochs: int = 10,
@@ -79,16 +114,15 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
                  on_epoch: Callable[[int, float, float], None] | None = None) -> DartsResult:
     """Run first-order DARTS; optimiser settings default to Liu et al.'s CIFAR-10 ones."""
     check_range("epochs", epochs, 1)
-    names, _ = decisions_of(space)
+    relaxation = relaxation_of(space)
     torch.manual_seed(seed)
     builder = space.shared_builder(dataset.num_classes, dataset.input_shape, "operation")
     store = WeightStore(builder.factory, seed=seed)
     for key in builder.keys():
         store.get(key)
     store.to(backend.device)
-    n_choices = len(decisions_of(space)[1][0])
-    alphas = (1e-3 * torch.randn(len(names), n_choices)).to(backend.device).requires_grad_()
-    model = builder.mixed(store.get, alphas)
+    alphas = (1e-3 * torch.randn(*relaxation.shape)).to(backend.device).requires_grad_()
+    model = relaxation.network(builder, store.get, alphas)
     w_opt = torch.optim.SGD(store.parameters(), lr=lr, momentum=momentum,
                             weight_decay=weight_decay)
     a_opt = torch.optim.Adam([alphas], lr=alpha_lr, betas=(0.5, 0.999),
@@ -96,7 +130,7 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
     per_epoch = math.ceil(len(dataset.train_x) / batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(w_opt, T_max=epochs * per_epoch)
     loss_fn = nn.CrossEntropyLoss()
-    result = DartsResult(alphas, read_architecture(space, alphas.detach().cpu()),
+    result = DartsResult(alphas, relaxation.read(alphas.detach().cpu()),
                          initial_alphas=alphas.detach().cpu().clone())
     start = time.perf_counter()
     for epoch in range(epochs):
@@ -131,7 +165,7 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
             on_epoch(epoch + 1, result.train_losses[-1], acc)
     result.seconds = time.perf_counter() - start
     result.alphas = alphas.detach().cpu()
-    result.architecture = read_architecture(space, result.alphas)
+    result.architecture = relaxation.read(result.alphas)
     return result
 
 
@@ -148,7 +182,7 @@ class DartsSampler(ArchSampler):
                  host: Any = None):
         super().__init__(space, seed=seed, n_init=1, host=host)
         check_range("epochs", epochs, 1)
-        decisions_of(space)  # refuse a space DARTS cannot relax now, not at the first trial
+        self.relaxation = relaxation_of(space)  # refuse a space DARTS cannot relax now
         self.epochs, self.batch_size, self.lr, self.alpha_lr = int(epochs), int(batch_size), lr, alpha_lr
         self.checkpoint = checkpoint
         self.study: Any = None
@@ -169,7 +203,7 @@ class DartsSampler(ArchSampler):
         if path is not None and path.exists():
             saved = torch.load(path, map_location="cpu", weights_only=True)
             alphas = saved["alphas"]
-            self.result = DartsResult(alphas, read_architecture(self.space, alphas),
+            self.result = DartsResult(alphas, self.relaxation.read(alphas),
                                       list(saved["train_losses"]), list(saved["valid_accuracies"]))
             return self.result
         if self.study is None:
@@ -197,11 +231,8 @@ class DartsSampler(ArchSampler):
         result = self.search()
         if result.architecture.key not in hist.seen:
             return result.architecture
-        names, choices = decisions_of(self.space)
-        probs = torch.softmax(result.alphas, dim=1).tolist()
         for _ in range(1000):
-            params = {n: rng.choices(c, weights=p)[0] for n, c, p in zip(names, choices, probs)}
-            arch = self.space.from_params(params)
+            arch = self.relaxation.sample(result.alphas, rng)
             if arch.key not in hist.seen:
                 return arch
         return self.fresh_random(hist, rng)

@@ -5,6 +5,12 @@ The first evaluation trains the supernet (``epochs`` one-shot epochs, then ``few
 with a few-shot split) and saves it to ``checkpoint``; later evaluations, a resumed study and
 other workers load it (a file lock lets one process train while the others wait). Every
 training epoch's loss is reported to the study (``supernet_train_loss``, tracked in MLflow).
+
+Hybrid scoring (``hybrid_proxies``): the value becomes a weighted mean of two percentile ranks
+within the study's population (the completed trials holding the same metrics, plus the
+candidate): the inherited accuracy's, and that of a zero-cost rank ensemble of the named
+proxies (as the ``rank-ensemble`` estimator computes it). Like that estimator's, a hybrid value
+is a standing among the trials seen so far; ``valid_accuracy`` stays the inherited accuracy.
 """
 
 from __future__ import annotations
@@ -17,12 +23,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
-from frugalnas.core.errors import check_range
+from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.training import TrainConfig, seed_everything
+from frugalnas.proxies.ensemble import (RankEnsembleEstimator, aggregate, rank_average,
+                                        stored_population)
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
 
 
@@ -35,7 +45,9 @@ class SupernetEstimator(Estimator):
     ``few_shot_groups`` / ``few_shot_epochs``: few-shot NAS (split decisions, number of
     sub-supernets, epochs after the split). ``checkpoint``: file for the trained supernet
     (default: beside a sqlite study database, ``<db>.<study>.supernet.pt``; none for other
-    storages unless given)."""
+    storages unless given). ``hybrid_proxies`` / ``hybrid_weight``: hybrid scoring with a
+    zero-cost rank ensemble of those proxies, the inherited accuracy's rank weighted
+    ``hybrid_weight`` and the ensemble's ``1 - hybrid_weight``."""
 
     name = "supernet"
     provides: tuple[str, ...] = ("valid_accuracy", "supernet_epochs")
@@ -45,7 +57,9 @@ class SupernetEstimator(Estimator):
                  momentum: float = 0.9, weight_decay: float = 3e-4, sharing: str = "operation",
                  few_shot_split: Sequence[str] | str | None = None,
                  few_shot_groups: int | None = None, few_shot_epochs: int = 0,
-                 bn_batches: int = 4, checkpoint: str | None = None):
+                 bn_batches: int = 4, checkpoint: str | None = None,
+                 hybrid_proxies: Sequence[str] | None = None, hybrid_weight: float = 0.5,
+                 host: Any = None):
         check_range("epochs", epochs, 0)
         check_range("few_shot_epochs", few_shot_epochs, 0)
         check_range("bn_batches", bn_batches, 0)
@@ -60,6 +74,15 @@ class SupernetEstimator(Estimator):
         self.few_shot_split, self.few_shot_groups = few_shot_split, few_shot_groups
         self.checkpoint = checkpoint
         self.supernet_: Supernet | None = None
+        check_range("hybrid_weight", hybrid_weight, 0.0, 1.0)
+        self.hybrid_weight = float(hybrid_weight)
+        self.ensemble: RankEnsembleEstimator | None = None
+        if hybrid_proxies:
+            if host is None:
+                raise ConfigError("hybrid_proxies needs the plugin host that registers the "
+                                  "proxies (host=); a study passes its own")
+            self.ensemble = RankEnsembleEstimator(list(hybrid_proxies), host=host)
+            self.provides = (*self.provides, *self.ensemble.provides)
 
     def checkpoint_path(self, context: EvaluationContext) -> Path | None:
         if self.checkpoint:
@@ -113,9 +136,31 @@ class SupernetEstimator(Estimator):
         acc = supernet.accuracy(arch, context.dataset, context.backend,
                                 bn_batches=self.bn_batches, batch_size=self.config.batch_size)
         h = supernet.history
-        return EstimateResult(acc, {"valid_accuracy": acc,
-                                    "supernet_epochs": float(h.one_shot_epochs + h.few_shot_epochs)},
-                              Cost(seconds=time.perf_counter() - start))
+        metrics = {"valid_accuracy": acc,
+                   "supernet_epochs": float(h.one_shot_epochs + h.few_shot_epochs)}
+        cost = Cost(seconds=time.perf_counter() - start)
+        value = acc
+        if self.ensemble is not None:
+            values, proxy_cost = self.ensemble.measure(arch, context)
+            population = stored_population(context.study, self.ensemble.proxies,
+                                           extra=("valid_accuracy",))
+            population = [row for row in population if "valid_accuracy" in row]
+            value = self.hybrid(acc, values, population)
+            metrics.update(values, population=float(len(population) + 1))
+            cost = cost + proxy_cost
+        return EstimateResult(value, metrics, cost)
+
+    def hybrid(self, accuracy: float, proxy_values: dict[str, float],
+               population: list[dict[str, float]]) -> float:
+        """The candidate's hybrid score within ``population`` + itself: the weighted mean of
+        its inherited accuracy's percentile rank and its proxy ensemble's."""
+        assert self.ensemble is not None
+        keys = [f"proxy_{n}" for n in self.ensemble.proxies]
+        rows = [[row[k] for k in keys] for row in population] + [[proxy_values[k] for k in keys]]
+        ensemble = aggregate(np.array(rows), None, self.ensemble.aggregation)
+        accuracies = [row["valid_accuracy"] for row in population] + [accuracy]
+        both = np.column_stack([accuracies, ensemble])
+        return float(rank_average(both, [self.hybrid_weight, 1.0 - self.hybrid_weight])[-1])
 
 
 @contextlib.contextmanager

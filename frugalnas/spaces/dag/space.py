@@ -199,6 +199,13 @@ class DagSpace(SearchSpace):
 
         return DagSharedBuilder(self, num_classes, input_shape, sharing)
 
+    def darts_relaxation(self) -> Any:
+        """DARTS's continuous relaxation of this space (inputs, operations and attention
+        mixed), for the ``darts`` strategy."""
+        from frugalnas.spaces.dag.relaxation import DagRelaxation
+
+        return DagRelaxation(self)
+
     def build(self, arch: Architecture, num_classes: int,
               input_shape: tuple[int, int, int]) -> nn.Module:
         """A stand-alone network with fresh weights."""
