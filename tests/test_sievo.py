@@ -190,6 +190,7 @@ def test_a_checkpoint_of_another_supernet_is_refused(tmp_path):
     data = study.load_dataset()
     path = tmp_path / "s.sievo.pt"
     SievoSession(study.space, data, path, seed=0).save()
-    with pytest.raises(ConfigError, match="holds the weights of another supernet.*delete the "
-                                          "file or give the estimator another checkpoint_dir"):
+    with pytest.raises(ConfigError, match=r"holds the weights of another supernet \(differing: "
+                                          r"seed\); delete the file or give the estimator "
+                                          "another checkpoint_dir"):
         SievoSession(study.space, data, path, seed=1)

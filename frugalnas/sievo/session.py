@@ -14,6 +14,7 @@ of the layout used before (a bare :class:`WeightStore` checkpoint: ``keys``, ``s
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import random
@@ -59,6 +60,15 @@ def checkpoint_path(study: optuna.Study, checkpoint_dir: str | None = None) -> P
     if url is None:  # in-memory: nothing to resume, keep processes apart
         folder = folder / str(os.getpid())
     return folder / f"{safe}{CHECKPOINT_SUFFIX}"
+
+
+def _differing(saved: str, wanted: dict[str, Any]) -> list[str]:
+    """The fields of a supernet description that differ from the saved one (its repr)."""
+    try:
+        old = ast.literal_eval(saved)
+    except (ValueError, SyntaxError):
+        return ["the description"]
+    return [k for k in wanted if not isinstance(old, dict) or old.get(k) != wanted[k]] or ["layout"]
 
 
 def supports_weight_sharing(space: Any) -> bool:
@@ -111,8 +121,8 @@ class SievoSession:
         if "describe" in data:
             if not self.supernet.load_state(data):
                 raise ConfigError(
-                    f"checkpoint {path} holds the weights of another supernet "
-                    f"({data['describe']}), not of this study's ({self.supernet.describe()!r}); "
+                    f"checkpoint {path} holds the weights of another supernet (differing: "
+                    f"{', '.join(_differing(data['describe'], self.supernet.describe()))}); "
                     "delete the file or give the estimator another checkpoint_dir")
             return self.supernet.checkpoint_meta
         if "keys" in data and "state" in data:  # the bare WeightStore layout used before
@@ -130,7 +140,9 @@ class SievoSession:
         this equals counting the whole network), each key counted once on two examples.
         Outside the ``dag`` space the network is counted as a whole (on two examples)."""
         if arch.key not in self._flops and not isinstance(self.space, DagSpace):
-            self._flops[arch.key] = count_flops(self.network(arch), sample[:2]) / 2
+            net = self.network(arch)
+            device = next(net.parameters(), sample).device
+            self._flops[arch.key] = count_flops(net, sample[:2].to(device)) / 2
         if arch.key not in self._flops:
             self._flops[arch.key] = sum(self._key_flops(k, sample) for k in self.macro.arch_keys(arch))
         return self._flops[arch.key]
