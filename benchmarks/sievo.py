@@ -80,6 +80,42 @@ def run_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
     return best, seconds, flops
 
 
+def si_training_epochs(study: frugalnas.Study) -> float:
+    """Epochs of the training split that si-evolution's sampled training used (warm-up and
+    every generation), from the trials' ``epochs`` cost."""
+    return sum(t.user_attrs["cost"].get("epochs", 0.0) for t in study.completed_trials())
+
+
+def run_spos(args: argparse.Namespace, seed: int, epochs: int) -> tuple[object, float, float]:
+    """Single-path one-shot (Guo et al., ECCV 2020) on the same store layout: the supernet
+    trained on uniformly drawn paths for ``epochs``, then regularized evolution over the same
+    number of candidates as si-evolution, each scored with inherited weights. Returns the
+    winner, seconds and FLOPs (0.0: the supernet estimator does not count them)."""
+    study = frugalnas.create_study(
+        space="dag", strategy="regularized-evolution", estimator="supernet",
+        dataset=args.dataset, space_options=space_options(args), seed=seed,
+        disable_plugins=["mlflow"],
+        strategy_options={"population_size": args.population, "n_init": args.population,
+                          "sample_size": min(args.tournament, args.population)},
+        estimator_options={"epochs": epochs, "bn_batches": args.bn_batches})
+    start = time.perf_counter()
+    study.optimize(args.population + args.generations * args.offspring)
+    return study.best_architecture, time.perf_counter() - start, 0.0
+
+
+def run_darts(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
+    """First-order DARTS (Liu et al., ICLR 2019) on the dag relaxation for ``darts_epochs``."""
+    from frugalnas.weight_sharing.darts import darts_search
+
+    study = frugalnas.create_study(space="dag", strategy="random", estimator="train",
+                                   dataset=args.dataset, space_options=space_options(args),
+                                   seed=seed, disable_plugins=["mlflow"])
+    start = time.perf_counter()
+    result = darts_search(study.space, study.load_dataset(), study.backend,
+                          epochs=args.darts_epochs, seed=seed)
+    return result.architecture, time.perf_counter() - start, 0.0
+
+
 def load_cache(args: argparse.Namespace) -> dict:
     if args.tau_cache and os.path.exists(args.tau_cache):
         with open(args.tau_cache) as f:
@@ -133,6 +169,14 @@ def main() -> None:
                    help="batch-norm recalibration batches of inherited-weight scoring (0: off)")
     p.add_argument("--rea-epochs", type=float, default=3.0, help="training epochs per REA candidate")
     p.add_argument("--tournament", type=int, default=3)
+    p.add_argument("--baselines", default="rea,spos,darts",
+                   help="searches the search part sets beside si-evolution: rea (train each), "
+                        "spos (supernet trained uniformly for as many epochs as si-evolution's "
+                        "sampled training, then regularized evolution on inherited scores), darts "
+                        "(first-order DARTS on the dag relaxation for --darts-epochs)")
+    p.add_argument("--darts-epochs", type=int, default=1,
+                   help="DARTS epochs (one mixed epoch costs about as much as si-evolution's "
+                        "whole search at the default sizes)")
     p.add_argument("--retrain-epochs", type=float, default=8.0)
     p.add_argument("--retrain-seeds", type=int, default=2,
                    help="stand-alone trainings of each search's winner, averaged")
@@ -199,27 +243,52 @@ def retrained(args: argparse.Namespace, archs: list) -> list[float]:
     return list(np.mean(per_seed, axis=0))
 
 
+BASELINES = {"rea": "REA train-each", "spos": "SPOS + REA", "darts": "DARTS"}
+
+
 def search_part(args, runs) -> None:
-    rows = []
+    baselines = [b for b in args.baselines.split(",") if b]
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown:
+        raise SystemExit(f"unknown --baselines {unknown}; valid: {', '.join(BASELINES)}")
+    rows = []  # (seed, method, architecture, seconds, flops)
     for seed, (si, si_s, si_f) in runs.items():
-        rea_best, rea_s, rea_f = run_rea(args, seed)
-        rows.append((seed, si.best_architecture, si_s, si_f, rea_best, rea_s, rea_f))
-    accs = retrained(args, [r[1] for r in rows] + [r[4] for r in rows])
-    si_acc, rea_acc = accs[:len(rows)], accs[len(rows):]
+        rows.append((seed, "si-evolution", si.best_architecture, si_s, si_f))
+        for b in baselines:
+            if b == "rea":
+                rows.append((seed, b, *run_rea(args, seed)))
+            elif b == "spos":
+                epochs = max(1, round(si_training_epochs(si)))
+                print(f"SPOS seed {seed}: supernet {epochs} epochs (si-evolution's sampled "
+                      f"training: {si_training_epochs(si):.1f})", flush=True)
+                rows.append((seed, b, *run_spos(args, seed, epochs)))
+            else:
+                rows.append((seed, b, *run_darts(args, seed)))
+    accs = dict(zip(range(len(rows)), retrained(args, [r[2] for r in rows])))
     print(f"search (retrained {args.retrain_epochs:g} epochs, mean of {args.retrain_seeds} seeds)")
     print(f"{'seed':<6}{'search':<16}{'seconds':>10}{'GFLOPs':>10}{'retrained %':>13}")
-    for (seed, _, si_s, si_f, _, rea_s, rea_f), sa, ra in zip(rows, si_acc, rea_acc):
-        print(f"{seed:<6}{'si-evolution':<16}{si_s:>10.1f}{si_f / 1e9:>10.2f}{sa:>13.2f}")
-        print(f"{seed:<6}{'REA train-each':<16}{rea_s:>10.1f}{rea_f / 1e9:>10.2f}{ra:>13.2f}")
-    flops = sum(r[6] for r in rows) / sum(r[3] for r in rows)
-    secs = sum(r[5] for r in rows) / sum(r[2] for r in rows)
-    gaps = np.array(si_acc) - np.array(rea_acc)
-    print(f"over {len(rows)} search seeds: compute ratio REA/si {flops:.1f}x FLOPs, {secs:.1f}x "
-          f"seconds; retrained accuracy si {np.mean(si_acc):.2f} %, REA {np.mean(rea_acc):.2f} %, "
-          f"gap (si - REA) {gaps.mean():+.2f} points (per seed: "
-          + ", ".join(f"{g:+.2f}" for g in gaps) + ")")
-    for seed, si_best, *_ in rows[:1]:
-        print(f"seed {seed} si best: {si_best}")
+    for i, (seed, method, _, secs, flops) in enumerate(rows):
+        name = BASELINES.get(method, method)
+        gflops = f"{flops / 1e9:>10.2f}" if flops else f"{'-':>10}"
+        print(f"{seed:<6}{name:<16}{secs:>10.1f}{gflops}{accs[i]:>13.2f}")
+    si_rows = [i for i, r in enumerate(rows) if r[1] == "si-evolution"]
+    si_acc = np.array([accs[i] for i in si_rows])
+    for b in baselines:
+        b_rows = [i for i, r in enumerate(rows) if r[1] == b]
+        b_acc = np.array([accs[i] for i in b_rows])
+        gaps = si_acc - b_acc
+        secs = sum(rows[i][3] for i in b_rows) / sum(rows[i][3] for i in si_rows)
+        line = (f"over {len(si_rows)} search seeds, {BASELINES[b]}: compute ratio {b}/si "
+                f"{secs:.1f}x seconds")
+        if b == "rea":
+            flops = sum(rows[i][4] for i in b_rows) / sum(rows[i][4] for i in si_rows)
+            line += f", {flops:.1f}x FLOPs"
+        print(line + f"; retrained accuracy si {si_acc.mean():.2f} %, {b} {b_acc.mean():.2f} %, "
+              f"gap (si - {b}) {gaps.mean():+.2f} points (per seed: "
+              + ", ".join(f"{g:+.2f}" for g in gaps) + ")")
+    for seed, method, best, *_ in rows:
+        if seed == rows[0][0]:
+            print(f"seed {seed} {method} best: {best}")
 
 
 def ablation_part(args, runs) -> None:

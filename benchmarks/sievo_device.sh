@@ -6,7 +6,9 @@
 #      CPU cores), then Kendall tau of inherited accuracy against it, for the search's store
 #      with no warm-up, 200 and 1,000 warm-up batches;
 #   2. search seeds 0-3 at the benchmark's size (18 candidates) and at a larger one (50
-#      candidates), si-evolution against train-each REA, winners retrained with two seeds.
+#      candidates), si-evolution against train-each REA, SPOS (supernet trained as long as
+#      si-evolution's sampled training, then evolution on inherited scores) and first-order
+#      DARTS on the dag relaxation, winners retrained with two seeds.
 #
 # Every result goes to JSON caches under DIR (default: $OUT/sievo, else ./sievo-device), so a
 # run cut short resumes where it stopped: copy DIR back and pass it again.

@@ -12,7 +12,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sievo.py"
 TINY = ["--population", "3", "--offspring", "2", "--generations", "1", "--batches", "4",
         "--rea-epochs", "0.05", "--retrain-epochs", "0.05", "--tau-epochs", "0.05",
         "--tau-candidates", "4", "--tau-seeds", "3", "--search-seeds", "2",
-        "--retrain-seeds", "1", "--jobs", "2", "--valid-limit", "40"]
+        "--retrain-seeds", "1", "--jobs", "2", "--valid-limit", "40", "--baselines", "rea"]
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout
-    assert "over 2 search seeds: compute ratio REA/si" in text
+    assert "over 2 search seeds, REA train-each: compute ratio rea/si" in text
     assert "inherited (search store)" in text and "inherited (untrained store)" in text
     assert "one seed against the mean of the other 2" in text
     assert "for a perfect estimator" in text and "for one more stand-alone training" in text
@@ -41,13 +41,17 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
     assert "stand-alone training:" not in again.stdout
     assert "seed-to-seed tau of the reference" in again.stdout
 
-    # the search part reuses the cached REA searches (and their retrained winners)
+    # the search part reuses the cached REA searches (and their retrained winners), and sets
+    # SPOS and DARTS beside them
     search = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache),
-                             "--parts", "search"], capture_output=True, text=True, timeout=600,
-                            cwd=tmp_path)
+                             "--parts", "search", "--baselines", "rea,spos,darts"],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert search.returncode == 0, search.stderr[-3000:]
     assert search.stdout.count("from " + str(cache) + " (measured earlier)") == 2
-    assert "compute ratio REA/si" in search.stdout
+    for name in ("REA train-each: compute ratio rea/si", "SPOS + REA: compute ratio spos/si",
+                 "DARTS: compute ratio darts/si"):
+        assert name in search.stdout
+    assert "seed 0 darts best: dag:" in search.stdout and "seed 0 spos best: dag:" in search.stdout
 
 
 @pytest.mark.slow
@@ -68,5 +72,5 @@ def test_device_script_rehearses_every_step_at_a_tiny_size(tmp_path):
         assert "inherited (search store)" in (dev / f"tau_warmup{warmup}.log").read_text()
     for seed in (0,):
         for name in (f"search{seed}", f"search_large{seed}"):
-            assert "compute ratio REA/si" in (dev / f"{name}.log").read_text()
+            assert "compute ratio rea/si" in (dev / f"{name}.log").read_text()
             assert any(k.startswith("rea|digits|") for k in json.loads((dev / f"{name}.json").read_text()))
