@@ -22,21 +22,22 @@ real frugalnas study (``nb201-table`` estimator, in-memory storage):
   feasible trials, and how often the best trial was infeasible (must be 0). The feasible
   optimum is printed from the table.
 
-``--cache FILE`` keeps finished runs (JSON lines), so an interrupted run resumes.
+``--cache FILE`` keeps finished runs (JSON lines), so an interrupted run resumes. A strategy
+named ``<strategy>:deb`` runs with the constraint handling of before the constraint model
+(``constraint_model=False, violation_penalty=inf``).
 
-    nice -n 5 python benchmarks/hw_nb201.py --cache hw.jsonl
+    nice -n 10 python benchmarks/hw_nb201.py --cache hw.jsonl --workers 1
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
+
+from cached_runs import read_cache, run_cached
 
 DEVICE = "pixel3"
 METRIC = f"latency_ms_{DEVICE}"
@@ -55,6 +56,18 @@ OPTIONS = {
     "nsga2": {"population_size": 20},
 }
 MARKS = (25, 50, 100)
+#: ``<strategy>:<variant>`` runs the strategy with these extra options. ``deb``: the constraint
+#: handling before the constraint model (no screening of candidates, every infeasible trial
+#: ranked below every feasible one), for before/after comparisons on the same code.
+VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")}}
+
+
+def strategy_options(name: str) -> tuple[str, dict]:
+    """The strategy and its options for a benchmark name ``<strategy>[:<variant>]``."""
+    base, _, variant = name.partition(":")
+    if variant and variant not in VARIANTS:
+        raise SystemExit(f"unknown variant {variant!r} in {name!r}; valid: {', '.join(VARIANTS)}")
+    return base, {**OPTIONS.get(base, {}), **VARIANTS.get(variant, {})}
 
 
 def run_one(job: tuple[str, str, int, int, str]) -> dict:
@@ -70,8 +83,9 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     experiment, name, seed, queries, select_on = job
     space = NB201Space()
-    common = dict(strategy=name, estimator="nb201-table", seed=seed,
-                  strategy_options=OPTIONS.get(name, {}), disable_plugins=["mlflow", "progress"],
+    strategy, options = strategy_options(name)
+    common = dict(strategy=strategy, estimator="nb201-table", seed=seed,
+                  strategy_options=options, disable_plugins=["mlflow", "progress"],
                   estimator_options={"dataset": "cifar10", "select_on": select_on})
     if experiment == "mo":
         study = frugalnas.create_study(objectives=["value", METRIC], directions=list(DIRECTIONS),
@@ -163,7 +177,7 @@ def summarise(done: list[dict], args: argparse.Namespace) -> None:
                   f"({100 * feasible.mean():.1f} %); feasible optimum: best test accuracy "
                   f"{test[feasible].max():.2f} %; best {select_on} cell {oracle}: valid "
                   f"{valid[oracle]:.2f}, test {test[oracle]:.2f}, {latency[oracle]:.2f} ms")
-            print(f"{'strategy':24s}{'seeds':>6s}" + "".join(f"{'test @' + str(q):>16s}"
+            print(f"{'strategy':28s}{'seeds':>6s}" + "".join(f"{'test @' + str(q):>16s}"
                                                            for q in marks)
                   + f"{'feasible':>10s}{'infeas.best':>12s}{'s/run':>7s}")
             for name in args.constrained_strategies:
@@ -184,7 +198,7 @@ def summarise(done: list[dict], args: argparse.Namespace) -> None:
                     cols += f"{np.mean(accs):9.2f} +-{np.std(accs):4.2f}"
                 frac = np.mean([np.mean(r["feasible"]) for r in runs])
                 secs = np.mean([r["seconds"] for r in runs])
-                print(f"{name:24s}{len(runs):6d}{cols}{100 * frac:9.0f}%{bad:12d}{secs:7.1f}")
+                print(f"{name:28s}{len(runs):6d}{cols}{100 * frac:9.0f}%{bad:12d}{secs:7.1f}")
 
 
 def main() -> None:
@@ -204,17 +218,10 @@ def main() -> None:
     args = parser.parse_args()
     for key in ("experiments", "mo_strategies", "constrained_strategies", "select_on"):
         setattr(args, key, [s for s in getattr(args, key).split(",") if s])
-    done: list[dict] = []
-    if args.cache and args.cache.exists():
-        latest = {}  # a run repeated in the cache counts once (its last record)
-        for line in args.cache.read_text().splitlines():
-            if line:
-                r = json.loads(line)
-                latest[(r["experiment"], r["strategy"], r["seed"], r["queries"],
-                        r["select_on"])] = r
-        done = list(latest.values())
-    have = {(r["experiment"], r["strategy"], r["seed"], r["queries"], r["select_on"])
-            for r in done}
+    latest = {}  # a run repeated in the cache counts once (its last record)
+    for r in read_cache(args.cache):
+        latest[(r["experiment"], r["strategy"], r["seed"], r["queries"], r["select_on"])] = r
+    done = list(latest.values())
     jobs = []
     if "mo" in args.experiments:
         jobs += [("mo", n, s, args.queries, "valid") for n in args.mo_strategies
@@ -222,20 +229,10 @@ def main() -> None:
     if "constrained" in args.experiments:
         jobs += [("constrained", n, s, args.queries, sel) for sel in args.select_on
                  for n in args.constrained_strategies for s in range(args.seeds)]
-    jobs = [j for j in jobs if j not in have and not args.summary_only]
-    wall = time.perf_counter()
-    if jobs:
-        with Pool(args.workers) as pool:
-            for res in pool.imap_unordered(run_one, jobs, chunksize=1):
-                done.append(res)
-                if args.cache:
-                    with args.cache.open("a") as fh:
-                        fh.write(json.dumps(res) + "\n")
-                print(f"  {res['experiment']} {res['strategy']} seed {res['seed']} "
-                      f"({res['select_on']}): {res['seconds']:.1f}s", file=sys.stderr,
-                      flush=True)
-    print(f"({len(jobs)} runs in {time.perf_counter() - wall:.0f}s wall, {args.workers} "
-          "workers)", file=sys.stderr)
+    jobs = [j for j in jobs if j not in latest and not args.summary_only]
+    done += run_cached(jobs, run_one, workers=args.workers, cache=args.cache,
+                       describe=lambda r: f"{r['experiment']} {r['strategy']} seed {r['seed']} "
+                                          f"({r['select_on']}): {r['seconds']:.1f}s")
     summarise(done, args)
 
 

@@ -23,13 +23,12 @@ the proxy's 10 scores per query are not counted as queries) and optuna's TPE (``
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
-from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
+
+from cached_runs import read_cache, run_cached
 
 STRATEGIES = ("random", "regularized-evolution", "local-search", "surrogate-evolution",
               "bananas", "prescreen")
@@ -114,25 +113,13 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished runs (resume)")
     args = parser.parse_args()
     names = [s for s in args.strategies.split(",") if s]
-    done: list[dict] = []
-    if args.cache and args.cache.exists():
-        done = [json.loads(line) for line in args.cache.read_text().splitlines() if line]
+    done = read_cache(args.cache)
     have = {(r["strategy"], r["seed"], r["queries"], r["select_on"]) for r in done}
     jobs = [(n, s, args.queries, args.select_on) for n in names for s in range(args.seeds)
             if (n, s, args.queries, args.select_on) not in have]
-    wall = time.perf_counter()
-    if jobs:
-        with Pool(args.workers) as pool:
-            for res in pool.imap_unordered(run_one, jobs, chunksize=1):
-                done.append(res)
-                if args.cache:
-                    with args.cache.open("a") as fh:
-                        fh.write(json.dumps(res) + "\n")
-                print(f"  {res['strategy']} seed {res['seed']}: test of choice "
-                      f"{choice_curves(res)[1][-1]:.2f} in {res['seconds']:.1f}s",
-                      file=sys.stderr, flush=True)
-    print(f"({len(jobs)} runs in {time.perf_counter() - wall:.0f}s wall, {args.workers} workers)",
-          file=sys.stderr)
+    done += run_cached(jobs, run_one, workers=args.workers, cache=args.cache,
+                       describe=lambda r: f"{r['strategy']} seed {r['seed']}: test of choice "
+                                          f"{choice_curves(r)[1][-1]:.2f} in {r['seconds']:.1f}s")
 
     from frugalnas.spaces.nb201.table import nb201_data
 

@@ -182,3 +182,116 @@ def test_edge_search_example_runs_constrained(capsys):
     config, _ = load_run_file(example)
     assert config.constraints == EDGE and config.objectives == ["value", PIXEL3]
     assert cli_main(["run", str(example), "--no-tracking", "-q", "--n-trials", "30"]) == 0
+
+
+# -- the constraint model of frugalnas's strategies ------------------------------------------
+def _table_latency():
+    from frugalnas.spaces.nb201.space import NB201Space
+    from frugalnas.spaces.nb201.table import nb201_data
+    from frugalnas.surrogates.encodings import OneHotEncoding
+
+    space = NB201Space()
+    archs = list(space.enumerate())
+    return space, archs, OneHotEncoding(space).encode(archs), nb201_data().latency("pixel3")
+
+
+def test_constraint_model_predicts_pixel3_feasibility_from_few_cells():
+    from frugalnas.multiobjective.feasibility import ConstraintModel
+
+    _, _, X, latency = _table_latency()
+    rng = np.random.default_rng(0)
+    train = rng.choice(len(X), 60, replace=False)
+    test = np.setdiff1d(np.arange(len(X)), train)
+    model = ConstraintModel().fit(X[train], latency[train] - 10.0)
+    mean, std = model.predict(X[test])
+    assert mean.shape == std.shape == (len(test), 1) and (std > 0).all()
+    prob = model.prob_feasible(X[test])
+    feasible = latency[test] <= 10.0
+    accuracy = np.mean((prob >= 0.5) == feasible)
+    assert accuracy > max(feasible.mean(), 1 - feasible.mean()) + 0.2, accuracy
+    # Calibrated enough to rank: feasible cells get higher probabilities on average.
+    assert prob[feasible].mean() > prob[~feasible].mean() + 0.3
+
+
+def test_constraint_model_bad_input():
+    from frugalnas.multiobjective.feasibility import ConstraintModel
+
+    with pytest.raises(ConfigError, match="invalid constraint model alpha 0"):
+        ConstraintModel(alpha=0)
+    with pytest.raises(ValueError, match=r"matching non-empty X \(3, 2\) and diffs \(2, 1\)"):
+        ConstraintModel().fit(np.zeros((3, 2)), np.zeros((2, 1)))
+    with pytest.raises(RuntimeError, match="before fit"):
+        ConstraintModel().predict(np.zeros((1, 2)))
+
+
+def test_violation_penalty_keeps_near_feasible_parents_and_prefers_feasible_ties():
+    maximize = [StudyDirection.MAXIMIZE]
+    values = [[90.0], [93.0], [80.0], [93.0]]
+    deb = fitness(values, maximize, violations=[0, 0.01, 0, 0.0])
+    assert deb[1] < deb[2]  # Deb's rule: 1 % over the bound ranks below 80 %
+    soft = fitness(values, maximize, violations=[0, 0.01, 0, 0.0], penalty=5.0)
+    assert soft[2] < soft[1] < soft[3]  # above 80 %, below the feasible 93 %
+    far = fitness(values, maximize, violations=[0, 1.0, 0, 0.0], penalty=5.0)
+    assert far[1] < far[2]  # twice the bound: below every feasible trial here
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"feasibility_threshold": 1.5}, r"invalid feasibility_threshold 1.5; valid range: \[0.0, 1.0\]"),
+    ({"screen_size": 0}, r"invalid screen_size 0; valid range: \[1, inf\]"),
+    ({"violation_penalty": -1}, r"invalid violation_penalty -1; valid range: \[0.0, inf\]"),
+    ({"constraint_model": "yes"}, r"invalid constraint_model 'yes'; valid: True, False"),
+])
+def test_bad_constraint_options_name_the_value(options, match):
+    with pytest.raises(ConfigError, match=match):
+        frugalnas.create_study(strategy="regularized-evolution", strategy_options=options,
+                               constraints=EDGE, **OFF)
+
+
+def test_constraint_model_screens_candidates_of_evolution_and_local_search():
+    """With the constraint model the strategies evaluate feasible cells more often than
+    without it (same seeds, same budget)."""
+    frac = {}
+    for strategy in ("regularized-evolution", "local-search"):
+        for model in (True, False):
+            runs = []
+            for seed in range(4):
+                options = {"constraint_model": model, "violation_penalty": math.inf}
+                study = frugalnas.create_study(strategy=strategy, constraints=EDGE, seed=seed,
+                                               strategy_options=options, **OFF)
+                study.optimize(80)
+                runs.append(np.mean([t.user_attrs[FEASIBLE_ATTR] for t in study.trials]))
+            frac[strategy, model] = np.mean(runs)
+    for strategy in ("regularized-evolution", "local-search"):
+        assert frac[strategy, True] > frac[strategy, False] + 0.05, frac
+
+
+def test_prefer_feasible_picks_the_predicted_feasible_candidate_nearest_the_boundary():
+    """On a history of table cells where accuracy grows with latency, the strategy picks,
+    among the candidates its model calls feasible, the one predicted closest to the bound."""
+    from frugalnas.strategies.base import History
+    from frugalnas.strategies.regularized import RegularizedEvolutionSampler
+
+    space, archs, _, latency = _table_latency()
+    rng = np.random.default_rng(1)
+    idx = rng.choice(len(archs), 80, replace=False)
+    hist = History(archs=[archs[i] for i in idx], values=[[float(latency[i])] for i in idx],
+                   numbers=list(range(80)), violations=[max(0.0, (latency[i] - 10) / 10)
+                                                        for i in idx],
+                   constraint_diffs=[(float(latency[i] - 10),) for i in idx])
+    sampler = RegularizedEvolutionSampler(space, seed=0)
+    study = optuna.create_study(direction="maximize")
+    assert sampler.boundary_is_active(study, hist)
+    pool = [a for a in archs if latency[space.index(a)] <= 20][:200]
+    prob, margin = sampler.constraint_prediction(hist, pool)
+    chosen = sampler.prefer_feasible(study, hist, pool)
+    ok = [i for i in range(len(pool)) if prob[i] >= 0.5]
+    assert chosen.key == pool[max(ok, key=lambda i: margin[i])].key
+    # Minimising the same values turns the preference off: the first predicted feasible.
+    low = optuna.create_study(direction="minimize")
+    assert not sampler.boundary_is_active(low, hist)
+    assert sampler.prefer_feasible(low, hist, pool).key == pool[ok[0]].key
+    # Without a violation in the history nothing is predicted: the first candidate.
+    clean = History(archs=hist.archs[:3], values=hist.values[:3], numbers=[0, 1, 2],
+                    violations=[0.0] * 3, constraint_diffs=[(-1.0,)] * 3)
+    assert sampler.constraint_prediction(clean, pool) is None
+    assert sampler.prefer_feasible(study, clean, pool).key == pool[0].key

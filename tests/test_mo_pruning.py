@@ -11,7 +11,7 @@ import frugalnas
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.keys import INTERMEDIATE_ATTR
 from frugalnas.core.plugins import PluginHost
-from frugalnas.multiobjective.pruning import ParetoPruner, nondominated_rank
+from frugalnas.multiobjective.pruning import ParetoHalvingPruner, ParetoPruner, nondominated_rank
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}
 TINY = {"N": 1, "C": 8}
@@ -123,7 +123,8 @@ def test_bad_pruner_settings_are_refused_before_the_first_trial(tmp_path):
 
 def test_pruners_are_components_listed_by_name():
     names = PluginHost().registry("pruners").names()
-    assert {"pareto", "median", "successive-halving", "hyperband", "nop"} <= set(names)
+    assert {"pareto", "pareto-halving", "median", "successive-halving", "hyperband",
+            "nop"} <= set(names)
 
 
 def test_every_objective_per_epoch_is_tracked_in_mlflow(tmp_path):
@@ -147,3 +148,62 @@ def test_every_objective_per_epoch_is_tracked_in_mlflow(tmp_path):
             history = client.get_metric_history(runs[t.number].info.run_id, f"intermediate_{name}")
             assert sorted((m.step, m.value) for m in history) == pytest.approx(
                 sorted((int(s), v[i]) for s, v in steps.items()))
+
+
+def _plain_study(vectors_at_step):
+    """A plain optuna study whose finished trials reported ``vectors_at_step`` at step 1."""
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    for acc, size in vectors_at_step:
+        t = study.ask()
+        t.set_user_attr(INTERMEDIATE_ATTR, {"1": [acc, size]})
+        study.tell(t, [acc, size])
+    return study
+
+
+def test_margin_gives_the_benefit_of_the_doubt():
+    # Accuracies span 60..90 and sizes 1..10 at step 1: a 10 % margin is 3 points and 0.9.
+    study = _plain_study([(90.0, 10.0), (80.0, 5.0), (60.0, 1.0)])
+    assert ParetoPruner(n_startup_trials=0).prune_vector(study, 99, 1, [79.0, 5.5])
+    assert not ParetoPruner(n_startup_trials=0, margin=0.1).prune_vector(study, 99, 1,
+                                                                          [79.0, 5.5])
+    # Far behind: pruned even with the margin.
+    assert ParetoPruner(n_startup_trials=0, margin=0.1).prune_vector(study, 99, 1, [70.0, 6.0])
+
+
+def test_halving_keeps_the_best_fraction_at_each_rung():
+    pruner = ParetoHalvingPruner(n_startup_trials=0, min_resource=1, reduction_factor=2)
+    assert [s for s in range(1, 10) if pruner.is_rung(s)] == [1, 2, 4, 8]
+    assert [s for s in range(1, 20) if ParetoHalvingPruner(min_resource=2, reduction_factor=3)
+            .is_rung(s)] == [2, 6, 18]
+    # Three earlier vectors, all on the front; with the newcomer there are four: keep two.
+    study = _plain_study([(90.0, 10.0), (80.0, 5.0), (60.0, 1.0)])
+    assert pruner.prune_vector(study, 99, 1, [70.0, 8.0])       # dominated by (80, 5)
+    assert not pruner.prune_vector(study, 99, 1, [95.0, 0.5])   # dominates everything
+    # Not dominated, but third of four in NSGA-II order (least crowded go first): stops,
+    # where the dominance rule lets it go on.
+    assert pruner.prune_vector(study, 99, 1, [85.0, 7.0])
+    assert not ParetoPruner(n_startup_trials=0).prune_vector(study, 99, 1, [85.0, 7.0])
+    assert not pruner.prune_vector(study, 99, 3, [0.0, 99.0])   # not a rung
+    assert not ParetoHalvingPruner(n_startup_trials=4).prune_vector(study, 99, 1, [70.0, 8.0])
+
+
+def test_halving_study_on_digits_prunes_and_completes():
+    study = _study(pruner="pareto-halving",
+                   pruner_options={"n_startup_trials": 3, "reduction_factor": 2})
+    study.optimize(10)
+    states = [t.state.name for t in study.trials]
+    assert "FAIL" not in states and states.count("PRUNED") >= 1, states
+    assert states.count("COMPLETE") >= 4, states
+    for t in study.trials:
+        if t.state.name == "PRUNED":
+            assert list(t.user_attrs[INTERMEDIATE_ATTR]) == ["1"]  # stopped at the rung
+
+
+def test_bad_halving_settings_are_refused_before_the_first_trial():
+    with pytest.raises(ConfigError, match=r"invalid pareto-halving reduction_factor 1; valid "
+                                          r"range: \[2, inf\]"):
+        _study(pruner="pareto-halving", pruner_options={"reduction_factor": 1})
+    with pytest.raises(ConfigError, match=r"invalid pareto margin -0.5; valid range"):
+        _study(pruner_options={"margin": -0.5})
+    with pytest.raises(ConfigError, match="unknown option 'eta'.*reduction_factor"):
+        _study(pruner="pareto-halving", pruner_options={"eta": 2})

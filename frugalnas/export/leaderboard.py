@@ -22,51 +22,13 @@ from optuna.trial import TrialState
 
 from frugalnas.core import keys
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.multiobjective.pareto import pareto_fronts
 
 #: Trial user attribute that says whether a trial met the study's constraints.
 FEASIBLE_ATTR: str = getattr(keys, "FEASIBLE_ATTR", "feasible")
 
 #: Input shape and classes used to count a network's size when the study has no dataset.
 FALLBACK_INPUT = ((3, 32, 32), 10)
-
-
-def _dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[int]) -> bool:
-    better = False
-    for x, y, s in zip(a, b, signs):
-        if s * x < s * y:
-            return False
-        better = better or s * x > s * y
-    return better
-
-
-def pareto_fronts(values: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:
-    """The front of each point (1: not dominated by any point; 2: only by points of front
-    1; ...), for objectives to ``maximize``/``minimize``."""
-    signs = [1 if d == "maximize" else -1 for d in directions]
-    n = len(values)
-    dominated_by = [0] * n
-    dominates: list[list[int]] = [[] for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            if _dominates(values[i], values[j], signs):
-                dominates[i].append(j)
-                dominated_by[j] += 1
-            elif _dominates(values[j], values[i], signs):
-                dominates[j].append(i)
-                dominated_by[i] += 1
-    front = [0] * n
-    current = [i for i in range(n) if dominated_by[i] == 0]
-    level = 1
-    while current:
-        nxt = []
-        for i in current:
-            front[i] = level
-            for j in dominates[i]:
-                dominated_by[j] -= 1
-                if dominated_by[j] == 0:
-                    nxt.append(j)
-        current, level = nxt, level + 1
-    return front
 
 
 class _SizeCounter:

@@ -23,6 +23,7 @@ arXiv:2106.12639, 2021). Warm-up as in optuna's MedianPruner: nothing is pruned 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import INTERMEDIATE_ATTR
-from frugalnas.strategies.base import nondominated_ranks
+from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
 
 VALID_DIRECTIONS = ("maximize", "minimize")
 
@@ -63,26 +64,26 @@ class ParetoPruner(optuna.pruners.BasePruner):
     ``n_startup_trials``: no pruning until that many trials have finished (COMPLETE or
     PRUNED). ``n_warmup_steps``: no pruning at steps below it. ``interval_steps``: decide every
     that many steps after the warm-up. ``min_trials_at_step``: at least that many other
-    trials must have reported the step. ``directions``: the study's (read from the study when
-    not given)."""
+    trials must have reported the step. ``margin``: the benefit of the doubt, as a fraction of
+    each objective's range among the vectors at that step; the trial's vector is moved that
+    far in the better direction of every objective before it is compared, so it is stopped
+    only when others beat it by more than the margin (an epsilon-dominance test, Laumanns et
+    al., Evolutionary Computation 10(3), 2002). ``directions``: the study's (read from the study
+    when not given)."""
 
     def __init__(self, directions: Sequence[str] | None = None, n_startup_trials: int = 5,
                  n_warmup_steps: int = 0, interval_steps: int = 1, keep_fronts: int = 1,
-                 min_trials_at_step: int = 1):
+                 min_trials_at_step: int = 1, margin: float = 0.0):
         check_range("pareto n_startup_trials", n_startup_trials, 0)
         check_range("pareto n_warmup_steps", n_warmup_steps, 0)
         check_range("pareto interval_steps", interval_steps, 1)
         check_range("pareto keep_fronts", keep_fronts, 1)
         check_range("pareto min_trials_at_step", min_trials_at_step, 1)
-        if directions is not None:
-            for d in directions:
-                if d not in VALID_DIRECTIONS:
-                    raise ConfigError(f"invalid direction {d!r} for pruner 'pareto'; valid: "
-                                      f"{', '.join(VALID_DIRECTIONS)}")
-        self.directions = list(directions) if directions is not None else None
+        check_range("pareto margin", margin, 0.0)
+        self.directions = _check_directions(directions, "pareto")
         self.n_startup_trials, self.n_warmup_steps = int(n_startup_trials), int(n_warmup_steps)
         self.interval_steps, self.keep_fronts = int(interval_steps), int(keep_fronts)
-        self.min_trials_at_step = int(min_trials_at_step)
+        self.min_trials_at_step, self.margin = int(min_trials_at_step), float(margin)
 
     # -- frugalnas's route: a vector per step ----------------------------------------------
     def prune_vector(self, study: optuna.Study, trial_number: int, step: int,
@@ -91,58 +92,164 @@ class ParetoPruner(optuna.pruners.BasePruner):
         ``values`` should stop."""
         if step < self.n_warmup_steps or (step - self.n_warmup_steps) % self.interval_steps:
             return False
-        signs = self._signs(study, len(values))
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
-                                                          TrialState.PRUNED, TrialState.RUNNING))
-        finished = sum(1 for t in trials if t.number != trial_number and t.state.is_finished())
-        if finished < self.n_startup_trials:
+        others = _vectors_at_step(study, trial_number, step, len(values), self.n_startup_trials)
+        if others is None or len(others) < self.min_trials_at_step:
             return False
-        others = []
-        for t in trials:
-            if t.number == trial_number:
-                continue
-            vec = intermediate_vectors(t, len(values)).get(step)
-            if vec is not None and len(vec) == len(values):
-                others.append(vec)
-        if len(others) < self.min_trials_at_step:
-            return False
+        signs = _signs(self.directions, study, len(values), "pareto")
         points = np.asarray([*others, list(values)], dtype=float) * signs
+        if self.margin:
+            points[-1] += self.margin * np.ptp(points, axis=0)
         return nondominated_rank(points, len(others)) >= self.keep_fronts
 
     # -- optuna's pruner API ---------------------------------------------------------------
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         """optuna's entry point: decides on the trial's latest reported step."""
-        vectors = intermediate_vectors(trial, len(study.directions))
-        if not vectors:
-            return False
-        step = max(vectors)
-        return self.prune_vector(study, trial.number, step, vectors[step])
-
-    def _signs(self, study: optuna.Study, n: int) -> np.ndarray:
-        if self.directions is not None:
-            dirs = self.directions
-        else:
-            dirs = ["maximize" if d == StudyDirection.MAXIMIZE else "minimize"
-                    for d in study.directions]
-        if len(dirs) != n:
-            raise ConfigError(f"pruner 'pareto' was given {len(dirs)} direction(s) {dirs}; the "
-                              f"reported vector has {n} value(s)")
-        return np.array([1.0 if d == "maximize" else -1.0 for d in dirs])
+        return _prune_latest(self, study, trial)
 
     def __repr__(self) -> str:
         return (f"ParetoPruner(n_startup_trials={self.n_startup_trials}, n_warmup_steps="
                 f"{self.n_warmup_steps}, interval_steps={self.interval_steps}, keep_fronts="
-                f"{self.keep_fronts})")
+                f"{self.keep_fronts}, margin={self.margin})")
+
+
+class ParetoHalvingPruner(optuna.pruners.BasePruner):
+    """Asynchronous successive halving on non-dominated rank (after Schmucker et al.,
+    "Multi-objective asynchronous successive halving", arXiv:2106.12639, 2021).
+
+    Rungs at steps ``min_resource * reduction_factor ** k``. When a trial reports a rung step,
+    it is sorted with every other trial's vector at that step by NSGA-II's order
+    (non-dominated rank, then larger crowding distance first); it goes on when it is among the
+    best ``ceil(n / reduction_factor)`` of the ``n`` vectors, else it stops. Steps between rungs
+    are never pruned. Unlike ``pareto``, which stops every dominated trial, this keeps a fixed
+    fraction at each rung whatever the noise, so the compute saved is set by
+    ``reduction_factor`` and the number of rungs, and a trial that is dominated only by a
+    little can still go on when few trials are ahead of it.
+
+    ``n_startup_trials``: no pruning until that many trials have finished (COMPLETE or
+    PRUNED). ``min_trials_at_step``: at least that many other trials must have reported the
+    rung. ``directions``: the study's (read from the study when not given)."""
+
+    def __init__(self, directions: Sequence[str] | None = None, n_startup_trials: int = 5,
+                 min_resource: int = 1, reduction_factor: int = 2, min_trials_at_step: int = 1):
+        check_range("pareto-halving n_startup_trials", n_startup_trials, 0)
+        check_range("pareto-halving min_resource", min_resource, 1)
+        check_range("pareto-halving reduction_factor", reduction_factor, 2)
+        check_range("pareto-halving min_trials_at_step", min_trials_at_step, 1)
+        self.directions = _check_directions(directions, "pareto-halving")
+        self.n_startup_trials, self.min_resource = int(n_startup_trials), int(min_resource)
+        self.reduction_factor = int(reduction_factor)
+        self.min_trials_at_step = int(min_trials_at_step)
+
+    def is_rung(self, step: int) -> bool:
+        """Whether ``step`` is one of the rungs ``min_resource * reduction_factor ** k``."""
+        if step < self.min_resource or step % self.min_resource:
+            return False
+        ratio = step // self.min_resource
+        while ratio % self.reduction_factor == 0:
+            ratio //= self.reduction_factor
+        return ratio == 1
+
+    def prune_vector(self, study: optuna.Study, trial_number: int, step: int,
+                     values: Sequence[float]) -> bool:
+        """Whether the trial ``trial_number`` whose objective vector after ``step`` is
+        ``values`` should stop."""
+        if not self.is_rung(step):
+            return False
+        others = _vectors_at_step(study, trial_number, step, len(values), self.n_startup_trials)
+        if others is None or len(others) < self.min_trials_at_step:
+            return False
+        signs = _signs(self.directions, study, len(values), "pareto-halving")
+        points = np.asarray([*others, list(values)], dtype=float) * signs
+        ranks = nondominated_ranks(points)
+        crowd = np.zeros(len(points))
+        for r in np.unique(ranks):
+            idx = np.where(ranks == r)[0]
+            crowd[idx] = crowding(points[idx])
+        me = len(others)
+        # Position of the trial in NSGA-II order; ties with others count against it.
+        ahead = sum(1 for i in range(me)
+                    if (ranks[i], -crowd[i]) <= (ranks[me], -crowd[me]))
+        return ahead >= math.ceil(len(points) / self.reduction_factor)
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        """optuna's entry point: decides on the trial's latest reported step."""
+        return _prune_latest(self, study, trial)
+
+    def __repr__(self) -> str:
+        return (f"ParetoHalvingPruner(n_startup_trials={self.n_startup_trials}, min_resource="
+                f"{self.min_resource}, reduction_factor={self.reduction_factor})")
+
+
+def _check_directions(directions: Sequence[str] | None, name: str) -> list[str] | None:
+    if directions is None:
+        return None
+    for d in directions:
+        if d not in VALID_DIRECTIONS:
+            raise ConfigError(f"invalid direction {d!r} for pruner {name!r}; valid: "
+                              f"{', '.join(VALID_DIRECTIONS)}")
+    return list(directions)
+
+
+def _vectors_at_step(study: optuna.Study, trial_number: int, step: int, n_objectives: int,
+                     n_startup_trials: int) -> list[list[float]] | None:
+    """The vectors other trials (finished or running) reported at ``step``; ``None`` while
+    fewer than ``n_startup_trials`` other trials have finished."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                      TrialState.RUNNING))
+    finished = sum(1 for t in trials if t.number != trial_number and t.state.is_finished())
+    if finished < n_startup_trials:
+        return None
+    others = []
+    for t in trials:
+        if t.number == trial_number:
+            continue
+        vec = intermediate_vectors(t, n_objectives).get(step)
+        if vec is not None and len(vec) == n_objectives:
+            others.append(vec)
+    return others
+
+
+def _signs(directions: Sequence[str] | None, study: optuna.Study, n: int,
+           name: str) -> np.ndarray:
+    if directions is not None:
+        dirs = list(directions)
+    else:
+        dirs = ["maximize" if d == StudyDirection.MAXIMIZE else "minimize"
+                for d in study.directions]
+    if len(dirs) != n:
+        raise ConfigError(f"pruner {name!r} was given {len(dirs)} direction(s) {dirs}; the "
+                          f"reported vector has {n} value(s)")
+    return np.array([1.0 if d == "maximize" else -1.0 for d in dirs])
+
+
+def _prune_latest(pruner: Any, study: optuna.Study, trial: FrozenTrial) -> bool:
+    vectors = intermediate_vectors(trial, len(study.directions))
+    if not vectors:
+        return False
+    step = max(vectors)
+    return pruner.prune_vector(study, trial.number, step, vectors[step])
 
 
 def pareto_pruner(directions: Sequence[str] | None = None, n_startup_trials: int = 5,
                   n_warmup_steps: int = 0, interval_steps: int = 1, keep_fronts: int = 1,
-                  min_trials_at_step: int = 1) -> ParetoPruner:
+                  min_trials_at_step: int = 1, margin: float = 0.0) -> ParetoPruner:
     """Multi-objective pruning: stop a trial whose objective vector at a step is dominated by
-    other trials' vectors at that step (warm-up: n_startup_trials, n_warmup_steps)."""
+    other trials' vectors at that step (warm-up: n_startup_trials, n_warmup_steps; margin: the
+    benefit of the doubt as a fraction of each objective's range)."""
     return ParetoPruner(directions, n_startup_trials=n_startup_trials,
                         n_warmup_steps=n_warmup_steps, interval_steps=interval_steps,
-                        keep_fronts=keep_fronts, min_trials_at_step=min_trials_at_step)
+                        keep_fronts=keep_fronts, min_trials_at_step=min_trials_at_step,
+                        margin=margin)
+
+
+def pareto_halving_pruner(directions: Sequence[str] | None = None, n_startup_trials: int = 5,
+                          min_resource: int = 1, reduction_factor: int = 2,
+                          min_trials_at_step: int = 1) -> ParetoHalvingPruner:
+    """Multi-objective successive halving: at steps min_resource * reduction_factor**k keep
+    the best 1/reduction_factor of the trials by non-dominated rank and crowding distance."""
+    return ParetoHalvingPruner(directions, n_startup_trials=n_startup_trials,
+                               min_resource=min_resource, reduction_factor=reduction_factor,
+                               min_trials_at_step=min_trials_at_step)
 
 
 def _optuna_pruner(name: str, cls: type, summary: str) -> Any:
@@ -169,11 +276,12 @@ def _optuna_pruner(name: str, cls: type, summary: str) -> Any:
 
 
 def builtin_pruners() -> dict[str, Any]:
-    """The pruners this package registers: ``pareto`` (several objectives) and optuna's
-    single-objective ones by name."""
+    """The pruners this package registers: ``pareto`` and ``pareto-halving`` (several
+    objectives) and optuna's single-objective ones by name."""
     p = optuna.pruners
     return {
         "pareto": pareto_pruner,
+        "pareto-halving": pareto_halving_pruner,
         "median": _optuna_pruner("median", p.MedianPruner,
                                  "optuna's median stopping rule (one objective)."),
         "successive-halving": _optuna_pruner(

@@ -10,6 +10,7 @@ workers sharing a storage share one population (the pattern of optuna's NSGA-II 
 from __future__ import annotations
 
 import inspect
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from scipy.stats import spearmanr
 from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
@@ -27,6 +29,12 @@ from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, STRATEGY_METRIC_PREFIX,
                                  VIOLATION_ATTR)
 from frugalnas.core.space import SearchSpace
+from frugalnas.multiobjective.feasibility import ConstraintModel
+from frugalnas.surrogates.encodings import OneHotEncoding
+from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
+
+__all__ = ["ArchSampler", "History", "crowding", "fitness", "nondominated_ranks", "read_history",
+           "strategy_factory"]
 
 
 @dataclass
@@ -119,51 +127,28 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
     return hist
 
 
-def nondominated_ranks(obj: np.ndarray) -> np.ndarray:
-    """Pareto rank of each row of ``obj`` (all objectives maximised), 0 = non-dominated."""
-    n = len(obj)
-    ranks = np.full(n, -1)
-    remaining = np.arange(n)
-    rank = 0
-    while len(remaining):
-        sub = obj[remaining]
-        ge = (sub[:, None, :] >= sub[None, :, :]).all(-1)
-        gt = (sub[:, None, :] > sub[None, :, :]).any(-1)
-        dominated = (ge & gt).any(0)
-        ranks[remaining[~dominated]] = rank
-        remaining = remaining[dominated]
-        rank += 1
-    return ranks
-
-
-def crowding(obj: np.ndarray) -> np.ndarray:
-    """NSGA-II crowding distance of each row within ``obj``."""
-    n, m = obj.shape
-    dist = np.zeros(n)
-    if n <= 2:
-        return np.full(n, np.inf)
-    for k in range(m):
-        order = np.argsort(obj[:, k], kind="stable")
-        span = obj[order[-1], k] - obj[order[0], k]
-        dist[order[0]] = dist[order[-1]] = np.inf
-        if span > 0:
-            dist[order[1:-1]] += (obj[order[2:], k] - obj[order[:-2], k]) / span
-    return dist
-
-
 def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirection],
-            violations: Sequence[float] | None = None) -> np.ndarray:
+            violations: Sequence[float] | None = None,
+            penalty: float = math.inf) -> np.ndarray:
     """One scalar per trial, higher is better. One objective: the value, negated when it is
     minimised. Several: ``-rank + 0.99 * c / (1 + c)`` with the non-dominated rank and the
     crowding distance ``c`` within that rank (NSGA-II's order, as a number).
 
-    With ``violations`` (each trial's total relative constraint violation), Deb's constrained
-    domination: the fitness above ranks the feasible trials (violation 0) among themselves, and
-    every infeasible trial scores below all of them, lower the larger its violation."""
+    With ``violations`` (each trial's total relative constraint violation) and the default
+    ``penalty=inf``, Deb's constrained domination: the fitness above ranks the feasible trials
+    (violation 0) among themselves, and every infeasible trial scores below all of them, lower
+    the larger its violation. A finite ``penalty`` instead subtracts
+    ``penalty * spread * violation`` from an infeasible trial's fitness (``spread``: the
+    standard deviation of the unpenalised fitness over all trials), so a trial slightly over a
+    bound keeps most of its fitness: a static penalty (Michalewicz & Schoenauer, Evolutionary
+    Computation 4(1), 1996). Of two trials with the same value the feasible one still wins."""
     if not len(values):
         return np.zeros(0)
     if violations is not None and any(v > 0 for v in violations):
         viol = np.asarray(violations, dtype=float)
+        if math.isfinite(penalty):
+            raw = fitness(values, directions)
+            return raw - penalty * (float(raw.std()) + 1e-12) * viol
         feasible = viol <= 0
         out = np.empty(len(values))
         if feasible.any():
@@ -200,11 +185,24 @@ class ArchSampler(optuna.samplers.BaseSampler):
 
     def __init__(self, space: SearchSpace, seed: int = 0, n_init: int = 10,
                  warm_start_proxy: str | None = None, warm_start_pool: int = 100,
-                 warm_start_options: dict[str, Any] | None = None, host: Any = None):
+                 warm_start_options: dict[str, Any] | None = None,
+                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
+                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
         if space is None:
             raise ConfigError(f"strategy {type(self).__name__} needs a search space (space=...)")
         check_range("n_init", n_init, 1)
         check_range("warm_start_pool", warm_start_pool, 1)
+        check_range("feasibility_threshold", feasibility_threshold, 0.0, 1.0)
+        check_range("screen_size", screen_size, 1)
+        check_range("violation_penalty", violation_penalty, 0.0)
+        if not isinstance(constraint_model, bool):
+            raise ConfigError(f"invalid constraint_model {constraint_model!r}; valid: True, False")
+        self.constraint_model = constraint_model
+        self.feasibility_threshold, self.screen_size = float(feasibility_threshold), int(screen_size)
+        self.violation_penalty = float(violation_penalty)
+        self._onehot = OneHotEncoding(space)
+        self._onehot_rows: dict[str, np.ndarray] = {}
+        self._cmodel: tuple[tuple[int, ...], ConstraintModel] | None = None
         self.space, self.seed, self.n_init = space, int(seed), int(n_init)
         self.warm_start_proxy = warm_start_proxy
         self.warm_start_pool = int(warm_start_pool)
@@ -329,10 +327,93 @@ class ArchSampler(optuna.samplers.BaseSampler):
             return rng.choice(fresh)
         return self.fresh_random(History(seen=blocked), rng)
 
+    # -- constraints ---------------------------------------------------------------------
+    def constrained(self, hist: History) -> bool:
+        """Whether the constraint model applies: the option is on and some evaluated trial
+        violated a constraint (before that, every candidate looks feasible)."""
+        return self.constraint_model and any(v > 0 for v in hist.violations)
+
+    def constraint_prediction(self, hist: History, candidates: Sequence[Architecture]
+                              ) -> tuple[np.ndarray, np.ndarray] | None:
+        """For each candidate: the predicted probability that it meets every constraint, and
+        its predicted largest margin in units of each constraint's spread
+        (``max((value - bound) / std)``: < 0 inside the feasible region, about 0 at the
+        boundary). ``None`` when :meth:`constrained` is false."""
+        if not self.constrained(hist) or not candidates:
+            return None
+        model, scale = self._constraint_model(hist)
+        X = self._encode_onehot(list(candidates))
+        mean, _ = model.predict(X)
+        return model.prob_feasible(X), (mean / scale).max(1)
+
+    def _constraint_model(self, hist: History) -> tuple[ConstraintModel, np.ndarray]:
+        width = max(len(d) for d in hist.constraint_diffs)
+        rows = [i for i, d in enumerate(hist.constraint_diffs) if len(d) == width]
+        key = tuple(hist.numbers[i] for i in rows)
+        if self._cmodel is None or self._cmodel[0] != key:
+            diffs = np.asarray([hist.constraint_diffs[i] for i in rows], dtype=float)
+            X = self._encode_onehot([hist.archs[i] for i in rows])
+            self._cmodel = (key, (ConstraintModel().fit(X, diffs), diffs.std(0) + 1e-12))
+        return self._cmodel[1]
+
+    def _encode_onehot(self, archs: list[Architecture]) -> np.ndarray:
+        for a in archs:
+            if a.key not in self._onehot_rows:
+                self._onehot_rows[a.key] = self._onehot.encode_one(a)
+        return np.stack([self._onehot_rows[a.key] for a in archs])
+
+    def boundary_is_active(self, study: optuna.Study, hist: History) -> bool:
+        """Whether the evaluated trials get better towards the constraint boundary: a
+        positive rank correlation between the unpenalised fitness and the largest scaled
+        margin. Then the constrained optimum is likely on the boundary (Schoenauer &
+        Michalewicz, "Evolutionary computation at the edge of feasibility", PPSN 1996)."""
+        if len(hist) < 3:
+            return False
+        width = max(len(d) for d in hist.constraint_diffs)
+        rows = [i for i, d in enumerate(hist.constraint_diffs) if len(d) == width]
+        diffs = np.asarray([hist.constraint_diffs[i] for i in rows], dtype=float)
+        margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
+        fit = fitness([hist.values[i] for i in rows], study.directions)
+        if np.ptp(margin) == 0 or np.ptp(fit) == 0:
+            return False
+        return bool(spearmanr(fit, margin)[0] > 0)
+
+    def prefer_feasible(self, study: optuna.Study, hist: History,
+                        candidates: list[Architecture]) -> Architecture:
+        """The candidate to evaluate among ``candidates`` (in the order the strategy would
+        take them). Without a constraint model: the first. With one: among the candidates
+        predicted feasible (probability >= ``feasibility_threshold``), the one predicted
+        closest to the boundary when :meth:`boundary_is_active` (else the first of them); when
+        none is predicted feasible, the most probably feasible one."""
+        pred = self.constraint_prediction(hist, candidates)
+        if pred is None:
+            return candidates[0]
+        prob, margin = pred
+        ok = [i for i in range(len(candidates)) if prob[i] >= self.feasibility_threshold]
+        if not ok:
+            return candidates[int(np.argmax(prob))]
+        if self.boundary_is_active(study, hist):
+            return candidates[max(ok, key=lambda i: (margin[i], -i))]
+        return candidates[ok[0]]
+
+    def screened_mutation(self, study: optuna.Study, parent: Architecture, hist: History,
+                          rng: random.Random, avoid: set[str] = frozenset()) -> Architecture:
+        """A fresh mutation of ``parent`` (:meth:`fresh_mutation`); with a constraint model,
+        ``screen_size`` distinct ones and the one :meth:`prefer_feasible` picks."""
+        child = self.fresh_mutation(parent, hist, rng, avoid)
+        if not self.constrained(hist) or self.screen_size == 1:
+            return child
+        children = {child.key: child}
+        for _ in range(self.screen_size - 1):
+            other = self.fresh_mutation(parent, hist, rng, set(avoid) | set(children))
+            children.setdefault(other.key, other)
+        return self.prefer_feasible(study, hist, list(children.values()))
+
     def fitness(self, study: optuna.Study, values: Sequence[Sequence[float]],
                 violations: Sequence[float] | None = None) -> np.ndarray:
-        """Higher is better; infeasible trials (``violations`` > 0) below every feasible one."""
-        return fitness(values, study.directions, violations)
+        """Higher is better; infeasible trials (``violations`` > 0) penalised by
+        ``violation_penalty`` (:func:`fitness`)."""
+        return fitness(values, study.directions, violations, self.violation_penalty)
 
     def emit(self, study: optuna.Study, trial: FrozenTrial, metrics: dict[str, float],
              step: int) -> None:

@@ -29,6 +29,9 @@ class LocalSearchSampler(ArchSampler):
         for i in order:
             fresh = [n for n in self.space.neighbours(hist.archs[i]) if n.key not in hist.seen]
             if fresh:
-                return rng.choice(fresh)
+                if not self.constrained(hist):
+                    return rng.choice(fresh)
+                rng.shuffle(fresh)
+                return self.prefer_feasible(study, hist, fresh)
         # Spaces with numeric decisions have neighbours only along categorical ones.
         return self.fresh_mutation(hist.archs[order[0]], hist, rng)

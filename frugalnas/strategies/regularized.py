@@ -39,4 +39,4 @@ class RegularizedEvolutionSampler(ArchSampler):
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
         archs, fit = self.population(study, hist)
-        return self.fresh_mutation(self.tournament(archs, fit, rng), hist, rng)
+        return self.screened_mutation(study, self.tournament(archs, fit, rng), hist, rng)

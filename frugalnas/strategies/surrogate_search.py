@@ -76,21 +76,22 @@ class SurrogateMixin:
               candidates: list[Architecture], rng: random.Random) -> np.ndarray:
         """Acquisition values of ``candidates`` under a surrogate fitted on ``hist``.
 
-        With constraints, once some trial violated them: a second surrogate learns the
-        constraint margin (the largest ``value - bound`` over the constraints, each scaled by
-        its spread; <= 0 is feasible) and the acquisition is weighted by the predicted
-        probability of feasibility -- constrained expected improvement over the best feasible
-        fitness (Gardner et al., ICML 2014) for ``ei``, a feasible-first draw for Thompson
-        sampling (``its``), and predicted-feasible candidates first for ``ucb``/``mean``."""
+        With constraints, once some trial violated them, the acquisition is weighted by the
+        predicted probability of feasibility: constrained expected improvement over the best
+        feasible fitness (Gardner et al., ICML 2014) for ``ei``, a feasible-first draw for
+        Thompson sampling (``its``); for every acquisition the candidates predicted feasible
+        (probability >= ``feasibility_threshold``) come first. The probability comes from the strategy's constraint model (ridge
+        regression of each constraint's margin, :meth:`ArchSampler.constraint_prediction`);
+        with ``constraint_model=False`` from a second surrogate of the study's kind fitted on
+        the largest scaled margin."""
         constrained = any(v > 0 for v in hist.violations)
         y = self.fitness(study, hist.values)
         key = (trial.number, len(hist))
-        X = None
         if self._fitted is None or self._fitted[0] != key:  # once per trial, even for k proposals
             X = self._encode(hist.archs)
             self._maybe_quality(study, trial, X, y)
             margin_model = None
-            if constrained:
+            if constrained and not self.constraint_model:
                 diffs = np.asarray(hist.constraint_diffs, dtype=float)
                 margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
                 margin_model = self._new_surrogate().fit(X, margin)
@@ -102,19 +103,29 @@ class SurrogateMixin:
         feasible = np.asarray(hist.violations) <= 0
         best = float(np.max(y[feasible])) if feasible.any() else float(np.min(y))
         acq = acquisition(self.acquisition, mean, std, best=best, kappa=self.kappa, rng=draws)
-        if margin_model is None:
+        if not constrained:
             return acq
-        m_mean, m_std = margin_model.predict(features)
-        m_std = np.maximum(np.asarray(m_std, float), 1e-12)
-        if self.acquisition == "ei":
-            return acq * norm.cdf(-np.asarray(m_mean, float) / m_std)
-        if self.acquisition == "its":
-            ok = m_mean + m_std * draws.standard_normal(len(m_mean)) <= 0
+        if margin_model is not None:
+            m_mean, m_std = margin_model.predict(features)
+            m_mean = np.asarray(m_mean, float)[:, None]
+            m_std = np.maximum(np.asarray(m_std, float), 1e-12)[:, None]
+            scale = np.ones(1)
         else:
-            ok = np.asarray(m_mean, float) <= 0
+            cmodel, scale = self._constraint_model(hist)
+            m_mean, m_std = cmodel.predict(self._encode_onehot(candidates))
+        prob = norm.cdf(-m_mean / m_std).prod(1)
+        if self.acquisition == "its":
+            ok = (m_mean + m_std * draws.standard_normal(m_mean.shape) <= 0).all(1)
+        else:
+            ok = prob >= self.feasibility_threshold
+        if self.acquisition == "ei":
+            # EI spans orders of magnitude when the surrogate is confident, so weighting alone
+            # would let a large EI outbid a small probability of feasibility: the candidates
+            # predicted feasible go first whatever their EI.
+            acq = acq * prob
         # Predicted-feasible candidates by acquisition, then the others by margin.
         low = float(np.min(acq)) if len(acq) else 0.0
-        return np.where(ok, acq, low - 1.0 - np.maximum(np.asarray(m_mean, float), 0.0))
+        return np.where(ok, acq, low - 1.0 - np.maximum((m_mean / scale).max(1), 0.0))
 
     def _maybe_quality(self, study: optuna.Study, trial: FrozenTrial, X: np.ndarray,
                        y: np.ndarray) -> None:
