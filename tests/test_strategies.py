@@ -69,6 +69,20 @@ def test_nondominated_ranking_and_fitness():
     assert mixed[1] > mixed[0]  # same accuracy, smaller second objective wins
 
 
+def test_one_dominance_sort_serves_strategies_pruner_and_leaderboard():
+    from frugalnas.export import pareto_fronts as leaderboard_fronts
+    from frugalnas.multiobjective import pareto, pruning
+    from frugalnas.strategies import base
+
+    assert base.nondominated_ranks is pruning.nondominated_ranks is pareto.nondominated_ranks
+    assert leaderboard_fronts is pareto.pareto_fronts
+    points = [[90.0, 5.0], [95.0, 9.0], [85.0, 6.0], [95.0, 9.0]]
+    assert pareto.pareto_fronts(points, ["maximize", "minimize"]) == [1, 1, 2, 1]
+    assert pareto.pareto_fronts([], ["maximize"]) == []
+    with pytest.raises(ValueError, match="invalid direction 'max'; valid: maximize, minimize"):
+        pareto.pareto_fronts(points, ["max", "minimize"])
+
+
 def test_multi_objective_evolution_finds_a_front(tmp_path):
     study = frugalnas.create_study(
         space="nb201", strategy="regularized-evolution", estimator="nb201-table", seed=1,

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from frugalnas.multiobjective.pareto import nondominated_ranks
+
 VALID_DIRECTIONS = ("minimize", "maximize")
 
 
@@ -40,11 +44,10 @@ def to_minimization(points: Sequence[Sequence[float]], reference: Sequence[float
 
 def _nondominated(points: list[tuple[float, ...]]) -> list[tuple[float, ...]]:
     unique = sorted(set(points))
-    front = []
-    for p in unique:
-        if not any(all(a <= b for a, b in zip(q, p)) and q != p for q in unique):
-            front.append(p)
-    return front
+    if not unique:
+        return []
+    ranks = nondominated_ranks(-np.asarray(unique))  # minimised here, maximised there
+    return [p for p, r in zip(unique, ranks) if r == 0]
 
 
 def _volume(points: list[tuple[float, ...]], ref: tuple[float, ...]) -> float:
