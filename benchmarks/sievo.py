@@ -36,6 +36,7 @@ import frugalnas
 from frugalnas.core.cost import count_flops, count_params
 from frugalnas.sievo import retrain
 from frugalnas.spaces.dag.space import DagSpace
+from frugalnas.weight_sharing.ground_truth import reference_ceiling
 
 
 def space_options(args: argparse.Namespace, attention: bool = True) -> dict:
@@ -378,29 +379,6 @@ def reliability(per_seed: list[list[float]]) -> str:
              f"(sd) about {spread:.2f}; expected tau against this reference for a perfect estimator "
              f"{perfect:.2f}, for one more stand-alone training {single:.2f}")
     return text
-
-
-def reference_ceiling(per_seed: list[list[float]], draws: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float, float]:
-    """How high any estimator's tau against the mean of ``k`` noisy trainings can go. Takes
-    the seed-to-seed noise (within-candidate sd) and the candidates' true spread (the variance
-    of their means less the noise left in a k-seed mean), and simulates normal candidates:
-    the expected tau of the true values (a perfect estimator) and of one more noisy training
-    against such a reference. Returns (noise sd, true sd, perfect tau, one-training tau)."""
-    a = np.asarray(per_seed, dtype=float)
-    k, n = a.shape
-    noise = float(np.sqrt(a.var(axis=0, ddof=1).mean()))
-    spread = float(np.sqrt(max(a.mean(axis=0).var(ddof=1) - noise ** 2 / k, 0.0)))
-    if spread == 0.0:  # no true differences left after the noise: nothing to rank
-        return noise, spread, float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    perfect, single = [], []
-    for _ in range(draws):
-        true = rng.normal(0.0, spread, n)
-        ref = true + rng.normal(0.0, noise / np.sqrt(k), n)
-        perfect.append(kendalltau(true, ref).statistic)
-        single.append(kendalltau(true + rng.normal(0.0, noise, n), ref).statistic)
-    return noise, spread, float(np.nanmean(perfect)), float(np.nanmean(single))
 
 
 def tau_with_interval(x: list[float], y: list[float], rng: np.random.Generator,

@@ -71,7 +71,7 @@ def main() -> int:
     p.add_argument("--bn-batches", type=int, default=4)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--cache", dest="score_cache", type=Path,
-                   default=Path("~/.cache/frugalnas/weight_sharing_ranking.json").expanduser(),
+                   default=Path(__file__).parent / "results" / "weight_sharing_ranking.json",
                    help="scores of every variant and proxy, reused by later runs with the same settings")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
@@ -85,8 +85,10 @@ def main() -> int:
                        **({"resize": args.resize} if args.resize else {}))
     archs = [space.parse(a) for a in gt.architectures]
     backend = SingleDeviceBackend()
-    print(f"ground truth {gt.name}: {len(archs)} cells x {len(gt.seeds)} seeds; tau ceiling "
-          f"(seed vs seed) {gt.tau_ceiling():.3f}")
+    perfect, single = gt.expected_taus()
+    print(f"ground truth {gt.name}: {len(archs)} cells x {len(gt.seeds)} seeds; seed-vs-seed tau "
+          f"{gt.tau_ceiling():.3f}; expected tau against the {len(gt.seeds)}-seed mean: perfect "
+          f"estimator {perfect:.3f}, one more stand-alone training {single:.3f}")
     cache: dict[str, object] = (json.loads(args.score_cache.read_text())
                                 if args.score_cache.exists() else {})
 

@@ -5,7 +5,8 @@ seeds, to measure how well cheap estimates (weight sharing, proxies, surrogates)
 ``frugalnas/data/ground_truth/<name>.json``, which ships with the package:
 :func:`load_ground_truth` reads it, :meth:`GroundTruth.kendall_tau` scores a ranking against
 the mean over seeds, and :meth:`GroundTruth.tau_ceiling` says how far the reference's own
-noise lets any ranking go (the Kendall tau between its seeds).
+noise lets any ranking go (the Kendall tau between its seeds); :func:`reference_ceiling` models
+that noise to give the tau a perfect estimator could expect against the mean over seeds.
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ class GroundTruth:
                 for a in range(len(self.seeds)) for b in range(a + 1, len(self.seeds))]
         return float(np.mean(taus)) if taus else float("nan")
 
+    def expected_taus(self, floor: float = 50.0) -> tuple[float, float]:
+        """(perfect, one more training): the Kendall tau a perfect estimator, and one more
+        stand-alone training, can expect against the mean over seeds, from
+        :func:`reference_ceiling` on the cells whose mean validation accuracy is above
+        ``floor`` % (cells at chance level, e.g. with no path from input to output, would
+        distort the normal noise model; every estimator ranks them last anyway)."""
+        keep = self.mean_valid > floor
+        _, _, perfect, single = reference_ceiling(list(self.valid[keep].T))
+        return perfect, single
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "space": self.space, "space_options": self.space_options,
                 "dataset": self.dataset, "epochs": self.epochs, "seeds": self.seeds,
@@ -118,3 +129,26 @@ def train_stand_alone(space: SearchSpace, arch: Architecture, dataset: Dataset, 
         out["test"] = accuracy(model, backend, dataset.test_x, dataset.test_y)
     out["seconds"] = time.perf_counter() - start
     return out
+
+
+def reference_ceiling(per_seed: list[list[float]], draws: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float, float]:
+    """How high any estimator's tau against the mean of ``k`` noisy trainings can go. Takes
+    the seed-to-seed noise (within-candidate sd) and the candidates' true spread (the variance
+    of their means less the noise left in a k-seed mean), and simulates normal candidates:
+    the expected tau of the true values (a perfect estimator) and of one more noisy training
+    against such a reference. Returns (noise sd, true sd, perfect tau, one-training tau)."""
+    a = np.asarray(per_seed, dtype=float)
+    k, n = a.shape
+    noise = float(np.sqrt(a.var(axis=0, ddof=1).mean()))
+    spread = float(np.sqrt(max(a.mean(axis=0).var(ddof=1) - noise ** 2 / k, 0.0)))
+    if spread == 0.0:  # no true differences left after the noise: nothing to rank
+        return noise, spread, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    perfect, single = [], []
+    for _ in range(draws):
+        true = rng.normal(0.0, spread, n)
+        ref = true + rng.normal(0.0, noise / np.sqrt(k), n)
+        perfect.append(kendalltau(true, ref).statistic)
+        single.append(kendalltau(true + rng.normal(0.0, noise, n), ref).statistic)
+    return noise, spread, float(np.nanmean(perfect)), float(np.nanmean(single))
