@@ -32,14 +32,16 @@ bench() { python benchmarks/sievo.py --dataset mnist5k "$@" ${SIEVO_EXTRA:-}; }
 # 1. the reference (all jobs in parallel), then tau for three stores
 bench --parts reference --jobs "$JOBS" --tau-cache "$DIR/reference.json" | tee "$DIR/reference.log"
 for warmup in 0 200 1000; do
-  bench --parts tau --search-seeds 1 --warmup "$warmup" --jobs "$JOBS" \
+  bench --parts tau --search-seeds 1 --population 6 --offspring 6 --generations 2 --batches 30 \
+        --warmup "$warmup" --jobs "$JOBS" \
         --tau-cache "$DIR/reference.json" | tee "$DIR/tau_warmup$warmup.log"
 done
 
 # 2. search seeds, one process each (each has its own cache: no two writers share a file)
 pids=()
 for seed in ${SIEVO_SEARCH_SEEDS:-0 1 2 3}; do
-  bench --parts search --seed "$seed" --search-seeds 1 --retrain-seeds 2 --warmup 200 --jobs 1 \
+  bench --parts search --seed "$seed" --search-seeds 1 --retrain-seeds 2 --population 6 \
+        --offspring 6 --generations 2 --batches 30 --warmup 200 --jobs 1 \
         --tau-cache "$DIR/search$seed.json" > "$DIR/search$seed.log" 2>&1 &
   pids+=($!)
   bench --parts search --seed "$seed" --search-seeds 1 --retrain-seeds 2 --population 10 \

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sievo.py"
-TINY = ["--population", "3", "--offspring", "2", "--generations", "1", "--batches", "4",
+TINY = ["--population", "3", "--offspring", "2", "--generations", "1", "--batches", "4", "--warmup", "0",
         "--rea-epochs", "0.05", "--retrain-epochs", "0.05", "--tau-epochs", "0.05",
         "--tau-candidates", "4", "--tau-seeds", "3", "--search-seeds", "2",
         "--retrain-seeds", "1", "--jobs", "2", "--valid-limit", "40", "--baselines", "rea"]
