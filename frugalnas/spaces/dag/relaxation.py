@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.spaces.dag.space import CELL_TYPES, DagSpace
+from frugalnas.spaces.dag.space import CELL_TYPES, DagNetwork, DagSpace
 from frugalnas.spaces.dag.weight_store import Key
 
 
@@ -50,8 +50,11 @@ class DagRelaxation:
     def network(self, builder: object, get: Callable[[Key], nn.Module],
                 alphas: torch.Tensor) -> nn.Module:
         """The relaxed network over ``get``'s modules (the shared builder's keys; ``builder``
-        itself is not needed)."""
-        return MixedDagNetwork(self, get, alphas)
+        itself is not needed): the stem, final batch norm and head of every ``dag`` network
+        around mixed cells."""
+        cells = [MixedDagCell(self, i, t, get, alphas)
+                 for i, t in enumerate(self.space.cell_layout())]
+        return DagNetwork(self.space, None, get, cells=cells)
 
     def read(self, alphas: torch.Tensor) -> Architecture:
         """The discrete cell DARTS reads off ``alphas``."""
@@ -121,24 +124,3 @@ class MixedDagCell(nn.Module):
                 out = off * out + on * self.gates[str(n)](out)
             states.append(out)
         return torch.cat(states[2:], dim=1)
-
-
-class MixedDagNetwork(nn.Module):
-    """The whole relaxed network: the same stem, final batch norm and head as
-    :class:`~frugalnas.spaces.dag.space.DagNetwork`, mixed cells in between."""
-
-    def __init__(self, relaxation: DagRelaxation, get: Callable[[Key], nn.Module],
-                 alphas: torch.Tensor):
-        super().__init__()
-        space = relaxation.space
-        self.stem = get(("stem",))
-        self.cells = nn.ModuleList(MixedDagCell(relaxation, i, t, get, alphas)
-                                   for i, t in enumerate(space.cell_layout()))
-        self.final = get(("final",))
-        self.head = get(("head",))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s0 = s1 = self.stem(x)
-        for cell in self.cells:
-            s0, s1 = s1, cell(s0, s1)
-        return self.head(torch.relu(self.final(s1)).mean(dim=(2, 3)))

@@ -338,11 +338,14 @@ class DagNetwork(nn.Module):
     its nodes, whose scales depend on the candidate's operations, and the shared classifier
     should see the same per-channel statistics whatever the candidate."""
 
-    def __init__(self, space: DagSpace, arch: Architecture, get: Callable[[Key], nn.Module]):
+    def __init__(self, space: DagSpace, arch: Architecture | None, get: Callable[[Key], nn.Module],
+                 cells: Sequence[nn.Module] | None = None):
+        """``cells``, when given, replace the cells of ``arch`` (DARTS's mixed cells)."""
         super().__init__()
         self.stem = get(("stem",))
-        self.cells = nn.ModuleList(DagCell(i, t, arch, space.nodes, get)
-                                   for i, t in enumerate(space.cell_layout()))
+        if cells is None:
+            cells = [DagCell(i, t, arch, space.nodes, get) for i, t in enumerate(space.cell_layout())]
+        self.cells = nn.ModuleList(cells)
         self.final = get(("final",))
         self.head = get(("head",))
 
