@@ -173,7 +173,7 @@ def main() -> None:
     done = [r for r in read_cache(args.cache) if r["settings"] == settings(args, r["pruned"])
             and r["seed"] in seeds]
     have = {(r["seed"], r["pruned"]) for r in done}
-    kinds = (False,) if args.unpruned_only or args.replay else (True, False)
+    kinds = () if args.replay else (False,) if args.unpruned_only else (True, False)
     jobs = [(s, p, args) for s in seeds for p in kinds if (s, p) not in have]
     done += run_cached(jobs, run_one, workers=args.workers, cache=args.cache,
                        describe=lambda r: f"seed {r['seed']} "
