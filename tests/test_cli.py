@@ -45,34 +45,56 @@ def test_readme_first_study(tmp_path):
     assert sum(1 for r in runs if r.data.tags.get("mlflow.parentRunId")) == 9
 
 
-def test_plugins_command_lists_builtins(tmp_path):
-    out = frugalnas_cli("plugins", cwd=tmp_path).stdout
-    for name in ("nb201", "random", "single-device", "mlflow", "train", "nb201-table", "digits"):
-        assert name in out
-    data = json.loads(frugalnas_cli("plugins", "--json", cwd=tmp_path).stdout)
-    names = {p["name"] for p in data["plugins"]}
-    assert {"nb201", "mlflow", "progress"} <= names
-    blocked = json.loads(frugalnas_cli("plugins", "--json", "-p", "no:random", cwd=tmp_path).stdout)
-    assert "random" not in {c["name"] for c in blocked["components"]["strategies"]}
-
-
-def test_run_with_flags_and_dry_run(tmp_path):
-    proc = frugalnas_cli("run", "--estimator", "nb201-table", "--n-trials", "3", "--no-tracking",
-                         "-o", "estimator.dataset=cifar10", "--dry-run", cwd=tmp_path)
-    plan = json.loads(proc.stdout)
-    assert plan["estimator"]["options"] == {"dataset": "cifar10"}
-    assert "mlflow" not in plan["plugins"] and plan["run"]["n_trials"] == 3
-    proc = frugalnas_cli("run", "--n-trials", "3", "--no-tracking", "-q", cwd=tmp_path)
-    assert "3 trial(s) completed" in proc.stdout
-
-
-@pytest.mark.parametrize("args, fragment", [
+# The command lines below only list, check or run a few table lookups: they run in one
+# interpreter (ops_support.cli_driver), each with its own stdout, stderr and exit status.
+PLUGINS = [["plugins"], ["plugins", "--json"], ["plugins", "--json", "-p", "no:random"]]
+RUN_FLAGS = [["run", "--estimator", "nb201-table", "--n-trials", "3", "--no-tracking",
+              "-o", "estimator.dataset=cifar10", "--dry-run"],
+             ["run", "--n-trials", "3", "--no-tracking", "-q"]]
+ERRORS = [
     (["run", "--space", "nb-201"], "unknown search space 'nb-201'"),
     (["run", "-o", "estimator.epochz=2", "--estimator", "train"], "unknown option 'epochz'"),
     (["run", "-o", "widget.x=1"], "unknown option group 'widget'"),
     (["run", "-p", "not_a_plugin_module"], "'not_a_plugin_module' failed to import"),
-])
-def test_cli_errors_exit_2_with_a_message(tmp_path, args, fragment):
-    proc = frugalnas_cli(*args, "--no-tracking", cwd=tmp_path, check=False)
-    assert proc.returncode == 2
-    assert fragment in proc.stderr
+]
+
+
+@pytest.fixture(scope="module")
+def cli_results(tmp_path_factory):
+    """{tuple(argv): {"rc", "out", "err"}} for every command line above."""
+    from ops_support.cli_driver import cli_cases
+
+    cases = [*PLUGINS, *RUN_FLAGS, *([*args, "--no-tracking"] for args, _ in ERRORS)]
+    env = {**os.environ, "FRUGALNAS_PROGRESS": "1"}
+    results = cli_cases(cases, tmp_path_factory.mktemp("cli"), env=env, timeout=600)
+    return {tuple(argv): result for argv, result in zip(cases, results)}
+
+
+def _ok(result: dict) -> dict:
+    assert result["rc"] in (0, None), result
+    return result
+
+
+def test_plugins_command_lists_builtins(cli_results):
+    out = _ok(cli_results[tuple(PLUGINS[0])])["out"]
+    for name in ("nb201", "random", "single-device", "mlflow", "train", "nb201-table", "digits"):
+        assert name in out
+    data = json.loads(_ok(cli_results[tuple(PLUGINS[1])])["out"])
+    names = {p["name"] for p in data["plugins"]}
+    assert {"nb201", "mlflow", "progress"} <= names
+    blocked = json.loads(_ok(cli_results[tuple(PLUGINS[2])])["out"])
+    assert "random" not in {c["name"] for c in blocked["components"]["strategies"]}
+
+
+def test_run_with_flags_and_dry_run(cli_results):
+    plan = json.loads(_ok(cli_results[tuple(RUN_FLAGS[0])])["out"])
+    assert plan["estimator"]["options"] == {"dataset": "cifar10"}
+    assert "mlflow" not in plan["plugins"] and plan["run"]["n_trials"] == 3
+    assert "3 trial(s) completed" in _ok(cli_results[tuple(RUN_FLAGS[1])])["out"]
+
+
+@pytest.mark.parametrize("args, fragment", ERRORS)
+def test_cli_errors_exit_2_with_a_message(cli_results, args, fragment):
+    result = cli_results[(*args, "--no-tracking")]
+    assert result["rc"] == 2
+    assert fragment in result["err"]

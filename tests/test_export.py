@@ -19,6 +19,7 @@ import frugalnas
 from frugalnas import ConfigError
 from frugalnas.core.data import Dataset
 from frugalnas.testing import fresh_mlflow_uri
+from ops_support.cli_driver import cli_cases
 
 SMALL = {"N": 1, "C": 4}
 FAST_TRAIN = {"epochs": 1, "max_steps": 3, "batch_size": 32}
@@ -165,20 +166,24 @@ def test_cli_export_registers_and_report_prints_the_leaderboard(tracked, tmp_pat
     assert [str(v.version) for v in versions] == ["1"]
     assert versions[0].source == report["mlflow"]["model_uri"]
 
-    # errors: one line, exit 2, naming the valid choices
-    bad = frugalnas_cli("export", "--storage", storage, "--study-name", "tiny", "--out",
-                        str(tmp_path / "x"), "--trial", "99", cwd=root, check=False)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-    assert "trial 99 of study 'tiny' does not exist; completed trials: 0-2" in bad.stderr
-    bad = frugalnas_cli("export", "--storage", storage, "--study-name", "nope", "--out",
-                        str(tmp_path / "x"), cwd=root, check=False)
-    assert bad.returncode == 2 and "no study named 'nope'" in bad.stderr and "tiny" in bad.stderr
+    # errors: one line, exit 2, naming the valid choices; then the leaderboard (these three
+    # command lines run in one interpreter: ops_support.cli_driver)
+    html = tmp_path / "board.html"
+    bad_trial, bad_study, board = cli_cases([
+        ["export", "--storage", storage, "--study-name", "tiny", "--out", str(tmp_path / "x"),
+         "--trial", "99"],
+        ["export", "--storage", storage, "--study-name", "nope", "--out", str(tmp_path / "x")],
+        ["report", "--storage", storage, "--study-name", "tiny", "--html", str(html),
+         "--mlflow-url", "http://127.0.0.1:5000"]],
+        root, env={**os.environ, "FRUGALNAS_PROGRESS": "1"}, timeout=900)
+    assert bad_trial["rc"] == 2 and bad_trial["err"].count("\n") == 1
+    assert "trial 99 of study 'tiny' does not exist; completed trials: 0-2" in bad_trial["err"]
+    assert bad_study["rc"] == 2 and "no study named 'nope'" in bad_study["err"]
+    assert "tiny" in bad_study["err"]
     assert not (tmp_path / "x").exists()
 
-    html = tmp_path / "board.html"
-    proc = frugalnas_cli("report", "--storage", storage, "--study-name", "tiny", "--html", str(html),
-                         "--mlflow-url", "http://127.0.0.1:5000", cwd=root)
-    lines = proc.stdout
+    assert board["rc"] in (0, None), board
+    lines = board["out"]
     assert "study tiny: 3 of 3 completed trial(s)" in lines
     for t in study.completed_trials():
         assert str(t.architecture) in lines.replace("\n", "").replace(" ", "").replace("│", "") \

@@ -4,7 +4,8 @@ what would be valid, nothing is written to the storage when a check fails, and a
 no trial completed or a plugin hook raised exits 1 with a one-line summary.
 
 The command line runs as real subprocesses. Starting one costs seconds, so the bad-input
-cases run in one process that calls the CLI's ``main`` once per case (``_DRIVER``)."""
+cases run in one process that calls the CLI's ``main`` once per case
+(``ops_support.cli_driver``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import os
 import pickle
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import optuna
@@ -24,28 +24,11 @@ from frugalnas import ConfigError, PluginError
 from frugalnas.core import storage_url
 from frugalnas.core.errors import ConfigConflictError, PluginHookError
 from frugalnas.core.storage_url import check_storage_url
+from ops_support.cli_driver import cli_cases as ops_cli_cases
 
 NO_PLUGINS = {"disable_plugins": ["mlflow", "progress"]}
 OFF = {**NO_PLUGINS, "dataset": None}
 SMALL = {"space_options": {"N": 1, "C": 4}}
-
-_DRIVER = textwrap.dedent('''
-    import contextlib, io, json, sys, traceback
-    from frugalnas.core.cli import main
-    results = []
-    for argv in json.loads(sys.argv[1]):
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = main(argv)
-            except SystemExit as exc:
-                rc = exc.code
-            except BaseException:
-                rc = "exception"
-                traceback.print_exc()
-        results.append({"rc": rc, "out": out.getvalue(), "err": err.getvalue()})
-    print(json.dumps(results))
-''')
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -55,10 +38,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def cli_cases(cases: list[list[str]], cwd: Path) -> list[dict]:
     """Run ``frugalnas ARGV`` for each case in one fresh interpreter."""
-    proc = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(cases)], cwd=cwd,
-                          capture_output=True, text=True, env=_env(cwd), timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
+    return ops_cli_cases(cases, cwd, env=_env(cwd))
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -124,6 +104,8 @@ BAD_INPUT = [
     (BAD + ["--seed", "-1", "--dry-run"], ["seed -1", "valid range: [0, "]),
     (["worker", "--no-tracking", "--storage", "sqlite:///w.db", "--n-trials", "-5", "--dry-run"],
      ["n_trials -5", "integer >= 1"]),
+    (["worker", "--no-tracking", "--storage", "sqlite:///{tmp}/w.db", "--n-trials", "2",
+      "--max-failures", "-1", "--dry-run"], ["invalid max_failures -1"]),
     # storage URLs: scheme, driver, directory
     (BAD + ["--storage", "study.db"], ["'study.db'", "sqlite:///study.db", "journal:PATH",
                                        "postgresql://"]),
@@ -242,12 +224,6 @@ def test_a_worker_whose_trials_all_fail_gives_up(tmp_path):
         "evaluation failure); it stops (raise --max-failures, or 0 to never stop)")
     study = optuna.load_study(study_name="w", storage=storage)
     assert [t.state.name for t in study.trials] == ["FAIL"] * 3
-
-
-def test_max_failures_must_be_a_count(tmp_path):
-    proc = cli("worker", "--no-tracking", "--storage", f"sqlite:///{tmp_path / 'w.db'}",
-               "--n-trials", "2", "--max-failures", "-1", "--dry-run", cwd=tmp_path)
-    assert proc.returncode == 2 and "invalid max_failures -1" in proc.stderr
 
 
 # -- the Python API -----------------------------------------------------------------------

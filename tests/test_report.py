@@ -92,22 +92,20 @@ def test_rich_table_shows_architectures_in_full():
 
 @pytest.mark.slow
 def test_report_command_writes_html(tmp_path):
-    import subprocess
-    import sys
+    from ops_support.cli_driver import cli_cases
 
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = frugalnas.create_study(space="nb201", estimator="nb201-table", space_options=SMALL,
                                    storage=storage, study_name="board", disable_plugins=OFF)
     study.optimize(n_trials=4)
     html = tmp_path / "out" / "board.html"
-    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "report", "--storage",
-                           storage, "--study-name", "board", "--html", str(html), "--limit", "3"],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "study board: 3 of 4 completed trial(s), best first" in proc.stdout
-    assert str(study.best_trial.architecture) in proc.stdout
+    # both command lines in one interpreter (ops_support.cli_driver)
+    proc, bad = cli_cases([
+        ["report", "--storage", storage, "--study-name", "board", "--html", str(html),
+         "--limit", "3"],
+        ["report", "--storage", storage, "--study-name", "boards"]], tmp_path, timeout=600)
+    assert proc["rc"] in (0, None), proc["err"]
+    assert "study board: 3 of 4 completed trial(s), best first" in proc["out"]
+    assert str(study.best_trial.architecture) in proc["out"]
     assert html.read_text().count("<tr") == 4
-    bad = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "report", "--storage",
-                          storage, "--study-name", "boards"], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=600)
-    assert bad.returncode == 2 and "no study named 'boards'" in bad.stderr and "board" in bad.stderr
+    assert bad["rc"] == 2 and "no study named 'boards'" in bad["err"] and "board" in bad["err"]

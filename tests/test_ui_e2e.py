@@ -80,9 +80,10 @@ def _chromium(tmp_path: Path, url: str, *extra: str) -> str:
     return out.stdout
 
 
-def _dom(tmp_path: Path, url: str) -> str:
-    """The visible text of the page Chromium rendered (tags dropped, whitespace collapsed)."""
-    html = _chromium(tmp_path, url, "--dump-dom", "--window-size=1600,1000")
+def _dom(tmp_path: Path, url: str, *extra: str) -> str:
+    """The visible text of the page Chromium rendered (tags dropped, whitespace collapsed);
+    ``extra`` flags (a ``--screenshot=PATH``) act on the same rendering."""
+    html = _chromium(tmp_path, url, "--dump-dom", "--window-size=1600,1000", *extra)
     text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", html, flags=re.S)
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
 
@@ -147,7 +148,8 @@ def test_frugalnas_ui_opens_the_study_on_its_trial_rows(tmp_path):
         listed = json.loads(_get(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent}"))
         assert {"best_so_far.png", "leaderboard.html"} <= {f["path"] for f in listed["files"]}
 
-        page = _dom(tmp_path, url)
+        shot = tmp_path / "ui.png"  # one Chromium run renders the page, dumps and shoots it
+        page = _dom(tmp_path, url, f"--screenshot={shot}")
         assert "Detect Issues" not in page
         assert "6 matching runs" in page  # the parent run and its 5 trial runs, as rows
         for t in study.completed_trials():  # trial rows with their architecture and value
@@ -159,8 +161,6 @@ def test_frugalnas_ui_opens_the_study_on_its_trial_rows(tmp_path):
         best = page.index(f"trial {study.best_trial.number}")
         assert all(best <= page.index(f"trial {t.number}") for t in study.completed_trials())
 
-        shot = tmp_path / "ui.png"
-        _chromium(tmp_path, url, f"--screenshot={shot}", "--window-size=1600,1000")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
         shutil.copyfile(shot, _artifact_dir() / "ui_study_runs.png")
     finally:
