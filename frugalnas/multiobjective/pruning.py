@@ -34,9 +34,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import INTERMEDIATE_ATTR
-from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
-
-VALID_DIRECTIONS = ("maximize", "minimize")
+from frugalnas.multiobjective.pareto import (VALID_DIRECTIONS, crowding, direction_signs,
+                                             nondominated_ranks)
 
 
 def nondominated_rank(points: np.ndarray, index: int) -> int:
@@ -219,7 +218,7 @@ def _signs(directions: Sequence[str] | None, study: optuna.Study, n: int,
     if len(dirs) != n:
         raise ConfigError(f"pruner {name!r} was given {len(dirs)} direction(s) {dirs}; the "
                           f"reported vector has {n} value(s)")
-    return np.array([1.0 if d == "maximize" else -1.0 for d in dirs])
+    return direction_signs(dirs)
 
 
 def _prune_latest(pruner: Any, study: optuna.Study, trial: FrozenTrial) -> bool:

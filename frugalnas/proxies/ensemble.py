@@ -160,13 +160,19 @@ class RankEnsembleEstimator(Estimator):
                              latency_batch_size=self.latency_batch_size,
                              latency_min_run_time=self.latency_min_run_time)
 
+    def population_scores(self, values: dict[str, float], population: list[dict[str, float]],
+                          weights: Sequence[float] | None) -> np.ndarray:
+        """The combined score of every member of ``population`` + the candidate (last), each
+        within that whole population."""
+        keys = [f"proxy_{n}" for n in self.proxies]
+        rows = [[row[k] for k in keys] for row in population] + [[values[k] for k in keys]]
+        return aggregate(np.array(rows), weights, self.aggregation)
+
     def combine(self, values: dict[str, float], population: list[dict[str, float]],
                 weights: Sequence[float] | None) -> float:
         """The candidate's weighted mean percentile rank (or mean log-rank) within
         ``population`` + itself."""
-        keys = [f"proxy_{n}" for n in self.proxies]
-        rows = [[row[k] for k in keys] for row in population] + [[values[k] for k in keys]]
-        return float(aggregate(np.array(rows), weights, self.aggregation)[-1])
+        return float(self.population_scores(values, population, weights)[-1])
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         values, cost = self.measure(arch, context)

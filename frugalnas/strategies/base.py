@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import optuna
-from scipy.stats import spearmanr
 from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
+from scipy.stats import spearmanr
 
 from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
@@ -30,8 +30,8 @@ from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, STRATEGY_M
                                  VIOLATION_ATTR)
 from frugalnas.core.space import SearchSpace
 from frugalnas.multiobjective.feasibility import ConstraintModel
-from frugalnas.surrogates.encodings import OneHotEncoding
 from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
+from frugalnas.surrogates.encodings import OneHotEncoding
 
 __all__ = ["ArchSampler", "History", "crowding", "fitness", "nondominated_ranks", "read_history",
            "strategy_factory"]
@@ -346,12 +346,18 @@ class ArchSampler(optuna.samplers.BaseSampler):
         mean, _ = model.predict(X)
         return model.prob_feasible(X), (mean / scale).max(1)
 
-    def _constraint_model(self, hist: History) -> tuple[ConstraintModel, np.ndarray]:
+    @staticmethod
+    def _constraint_rows(hist: History) -> tuple[list[int], np.ndarray]:
+        """The trials that recorded every constraint (the widest records) and their
+        ``value - bound`` margins, one row each."""
         width = max(len(d) for d in hist.constraint_diffs)
         rows = [i for i, d in enumerate(hist.constraint_diffs) if len(d) == width]
+        return rows, np.asarray([hist.constraint_diffs[i] for i in rows], dtype=float)
+
+    def _constraint_model(self, hist: History) -> tuple[ConstraintModel, np.ndarray]:
+        rows, diffs = self._constraint_rows(hist)
         key = tuple(hist.numbers[i] for i in rows)
         if self._cmodel is None or self._cmodel[0] != key:
-            diffs = np.asarray([hist.constraint_diffs[i] for i in rows], dtype=float)
             X = self._encode_onehot([hist.archs[i] for i in rows])
             self._cmodel = (key, (ConstraintModel().fit(X, diffs), diffs.std(0) + 1e-12))
         return self._cmodel[1]
@@ -369,9 +375,7 @@ class ArchSampler(optuna.samplers.BaseSampler):
         Michalewicz, "Evolutionary computation at the edge of feasibility", PPSN 1996)."""
         if len(hist) < 3:
             return False
-        width = max(len(d) for d in hist.constraint_diffs)
-        rows = [i for i, d in enumerate(hist.constraint_diffs) if len(d) == width]
-        diffs = np.asarray([hist.constraint_diffs[i] for i in rows], dtype=float)
+        rows, diffs = self._constraint_rows(hist)
         margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
         fit = fitness([hist.values[i] for i in rows], study.directions)
         if np.ptp(margin) == 0 or np.ptp(fit) == 0:

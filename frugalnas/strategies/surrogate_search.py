@@ -80,8 +80,9 @@ class SurrogateMixin:
         predicted probability of feasibility: constrained expected improvement over the best
         feasible fitness (Gardner et al., ICML 2014) for ``ei``, a feasible-first draw for
         Thompson sampling (``its``); for every acquisition the candidates predicted feasible
-        (probability >= ``feasibility_threshold``) come first. The probability comes from the strategy's constraint model (ridge
-        regression of each constraint's margin, :meth:`ArchSampler.constraint_prediction`);
+        (probability >= ``feasibility_threshold``) come first. The probability comes from the
+        strategy's constraint model (ridge regression of each constraint's margin,
+        :meth:`ArchSampler.constraint_prediction`);
         with ``constraint_model=False`` from a second surrogate of the study's kind fitted on
         the largest scaled margin."""
         constrained = any(v > 0 for v in hist.violations)

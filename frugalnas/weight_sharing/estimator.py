@@ -31,8 +31,7 @@ from frugalnas.core.cost import Cost
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.training import TrainConfig, seed_everything
-from frugalnas.proxies.ensemble import (RankEnsembleEstimator, aggregate, rank_average,
-                                        stored_population)
+from frugalnas.proxies.ensemble import RankEnsembleEstimator, rank_average, stored_population
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
 
 
@@ -155,9 +154,7 @@ class SupernetEstimator(Estimator):
         """The candidate's hybrid score within ``population`` + itself: the weighted mean of
         its inherited accuracy's percentile rank and its proxy ensemble's."""
         assert self.ensemble is not None
-        keys = [f"proxy_{n}" for n in self.ensemble.proxies]
-        rows = [[row[k] for k in keys] for row in population] + [[proxy_values[k] for k in keys]]
-        ensemble = aggregate(np.array(rows), None, self.ensemble.aggregation)
+        ensemble = self.ensemble.population_scores(proxy_values, population, None)
         accuracies = [row["valid_accuracy"] for row in population] + [accuracy]
         both = np.column_stack([accuracies, ensemble])
         return float(rank_average(both, [self.hybrid_weight, 1.0 - self.hybrid_weight])[-1])
