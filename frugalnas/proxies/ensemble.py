@@ -30,10 +30,17 @@ from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 TEACHER_METRIC = "teacher_value"
-#: How member ranks combine: the weighted mean of percentile ranks, or AZ-NAS's non-linear
+#: How member ranks combine: the weighted mean of percentile ranks; AZ-NAS's non-linear
 #: aggregation, the weighted mean of log(rank / n) (Lee & Ham, CVPR 2024), which rewards
-#: networks that rank high on every member and punishes a low rank on any one.
-AGGREGATIONS = ("mean-rank", "log-rank")
+#: networks that rank high on every member and punishes a low rank on any one; or the mean
+#: percentile rank weighted by each member's agreement with the others (:func:`spectral_weights`).
+AGGREGATIONS = ("mean-rank", "log-rank", "spectral")
+#: below this many candidates ``spectral_weights`` returns equal weights (no correlations)
+SPECTRAL_MIN_POPULATION = 3
+#: how :func:`fit_weights` regularises: not at all (plain non-negative least squares), or a
+#: ridge penalty chosen by leave-one-out error among ``RIDGE_PENALTIES`` (0 included)
+PENALTIES = ("none", "loo")
+RIDGE_PENALTIES = (0.0, *np.logspace(-3, 1, 9).tolist())
 
 
 def percentile_ranks(values: Sequence[float]) -> np.ndarray:
@@ -67,23 +74,84 @@ def log_rank_average(matrix: np.ndarray, weights: Sequence[float] | None = None)
     return logs @ (w / w.sum())
 
 
+def spectral_weights(matrix: np.ndarray) -> np.ndarray:
+    """Label-free member weights (summing to 1) from how much each member agrees with the rest.
+
+    After the spectral meta-learner of Parisi, Strino, Nadler and Kluger ("Ranking and
+    combining multiple predictors without labeled data", PNAS 2014): if the members are
+    independent noisy views of one hidden ranking, the off-diagonal part of the covariance of
+    their rank vectors is rank one, and its leading eigenvector holds each member's
+    agreement with the hidden ranking. Here that eigenvector is taken from the Spearman
+    correlation matrix of the columns of ``matrix`` (rows: candidates, columns: members),
+    oriented to a positive sum; members against the consensus get weight 0 (every member is
+    meant to score higher for better networks). Equal weights with fewer than
+    ``SPECTRAL_MIN_POPULATION`` candidates or when no member agrees with another. Members
+    that are near copies of each other (params and flops) break the independence assumption
+    and together weigh more than one view."""
+    m = np.asarray(matrix, dtype=float)
+    k = m.shape[1]
+    equal = np.full(k, 1.0 / k)
+    if len(m) < SPECTRAL_MIN_POPULATION or k < 2:
+        return equal
+    ranks = np.column_stack([rankdata(m[:, j]) for j in range(k)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr = np.nan_to_num(np.corrcoef(ranks, rowvar=False))  # a constant member: 0
+    np.fill_diagonal(corr, 1.0)
+    vector = np.linalg.eigh(corr)[1][:, -1]
+    w = np.clip(vector * np.sign(vector.sum()), 0.0, None)
+    return w / w.sum() if w.sum() > 0 else equal
+
+
 def aggregate(matrix: np.ndarray, weights: Sequence[float] | None = None,
               aggregation: str = "mean-rank") -> np.ndarray:
-    """Each row's combined score under ``aggregation`` (``AGGREGATIONS``)."""
+    """Each row's combined score under ``aggregation`` (``AGGREGATIONS``); ``"spectral"``
+    computes its own weights from ``matrix`` and takes none."""
     check_choice("ensemble aggregation", aggregation, AGGREGATIONS)
     if aggregation == "log-rank":
         return log_rank_average(matrix, weights)
+    if aggregation == "spectral":
+        if weights is not None:
+            raise ConfigError("the 'spectral' aggregation computes its own weights; give "
+                              "weights=None or aggregation 'mean-rank' or 'log-rank'")
+        return rank_average(matrix, spectral_weights(matrix))
     return rank_average(matrix, weights)
 
 
-def fit_weights(matrix: np.ndarray, target: Sequence[float]) -> np.ndarray:
+def _ridge_nnls(ranks: np.ndarray, target: np.ndarray, penalty: float) -> np.ndarray:
+    """Non-negative least squares of centred ``target`` on centred ``ranks`` plus
+    ``penalty`` * |w|^2."""
+    x, y, k = ranks - ranks.mean(0), target - target.mean(), ranks.shape[1]
+    w, _ = nnls(np.vstack([x, np.sqrt(penalty) * np.eye(k)]), np.concatenate([y, np.zeros(k)]))
+    return w
+
+
+def _loo_penalty(ranks: np.ndarray, target: np.ndarray) -> float:
+    """The ``RIDGE_PENALTIES`` entry with the least leave-one-out squared error (the
+    smallest on ties)."""
+    errors = []
+    for penalty in RIDGE_PENALTIES:
+        error = 0.0
+        for i in range(len(target)):
+            keep = np.arange(len(target)) != i
+            w = _ridge_nnls(ranks[keep], target[keep], penalty)
+            fitted = target[keep].mean() + (ranks[i] - ranks[keep].mean(0)) @ w
+            error += float((target[i] - fitted) ** 2)
+        errors.append(error)
+    return RIDGE_PENALTIES[int(np.argmin(errors))]
+
+
+def fit_weights(matrix: np.ndarray, target: Sequence[float], penalty: str = "none") -> np.ndarray:
     """Non-negative weights (summing to 1) for :func:`rank_average`, fitted by non-negative
     least squares of the target's ranks on the proxies' ranks; equal weights when the fit
-    finds no proxy that helps."""
+    finds no proxy that helps. ``penalty="loo"`` adds a ridge penalty on the weights, its
+    strength chosen by leave-one-out error over the labelled rows (``RIDGE_PENALTIES``, 0
+    among them), which shrinks the weights of proxies the few labels cannot tell apart."""
+    check_choice("fit_weights penalty", penalty, PENALTIES)
     m = np.asarray(matrix, dtype=float)
     ranks = np.column_stack([percentile_ranks(m[:, j]) for j in range(m.shape[1])])
     t = percentile_ranks(target)
-    w, _ = nnls(ranks - ranks.mean(0), t - t.mean())
+    strength = _loo_penalty(ranks, t) if penalty == "loo" and len(t) >= 3 else 0.0
+    w = _ridge_nnls(ranks, t, strength)
     return w / w.sum() if w.sum() > 0 else np.full(m.shape[1], 1.0 / m.shape[1])
 
 
@@ -110,7 +178,12 @@ def stored_population(study: Any, names: Sequence[str],
 class RankEnsembleEstimator(Estimator):
     """Mean percentile rank of several zero-cost proxies among the trials seen so far.
 
-    ``aggregation="log-rank"`` combines the ranks as AZ-NAS does (mean of log(rank / n)).
+    ``aggregation`` is one of ``AGGREGATIONS``: ``"mean-rank"`` (default), ``"log-rank"``
+    (AZ-NAS, mean of log(rank / n)) or ``"spectral"``: the mean rank weighted by
+    :func:`spectral_weights` of the members over the population (the stored trials and the
+    candidate), label-free, re-estimated at every trial; equal weights below
+    ``SPECTRAL_MIN_POPULATION`` candidates. ``weights`` cannot be combined with
+    ``"spectral"``.
 
     ``latency=True`` also measures the network's inference latency on the backend's device
     (batches of ``latency_batch_size``) and adds ``latency_ms`` and ``latency_ms_iqr``."""
@@ -125,6 +198,10 @@ class RankEnsembleEstimator(Estimator):
                  host: Any = None, latency: bool = False, latency_batch_size: int = 1,
                  latency_min_run_time: float = 0.2, aggregation: str = "mean-rank"):
         check_choice("ensemble aggregation", aggregation, AGGREGATIONS)
+        if aggregation == "spectral" and weights is not None:
+            raise ConfigError(f"invalid ensemble weights {list(weights)!r} with aggregation "
+                              "'spectral', which computes its own; drop weights or use "
+                              "aggregation 'mean-rank' or 'log-rank'")
         self.aggregation = aggregation
         if isinstance(proxies, str) or not proxies:
             raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names")
@@ -188,7 +265,12 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
     Any registered proxy can be a member (a feature of the fit). The metrics
     ``teacher_value`` (on the trials the teacher scores) and ``weight_<proxy>`` (once
     ``min_labelled`` trials have teacher scores) are in the results but not in ``provides``,
-    which lists only the metrics every result holds."""
+    which lists only the metrics every result holds.
+
+    ``penalty`` is :func:`fit_weights`'s (``"none"``: plain non-negative least squares,
+    ``"loo"``: ridge chosen by leave-one-out). The fitted weights combine under
+    ``aggregation`` ``"mean-rank"`` or ``"log-rank"``; ``"spectral"``, whose weights come from
+    the population instead, is refused."""
 
     name = "learned-ensemble"
 
@@ -198,7 +280,13 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
                  resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  host: Any = None, latency: bool = False, latency_batch_size: int = 1,
-                 latency_min_run_time: float = 0.2, aggregation: str = "mean-rank"):
+                 latency_min_run_time: float = 0.2, aggregation: str = "mean-rank",
+                 penalty: str = "none"):
+        if aggregation == "spectral":
+            raise ConfigError("invalid learned-ensemble aggregation 'spectral' (its weights "
+                              "would replace the learned ones); valid: 'mean-rank', 'log-rank'")
+        check_choice("learned-ensemble penalty", penalty, PENALTIES)
+        self.penalty = penalty
         super().__init__(proxies, None, batch_size, data, resize, seed, input_shape, num_classes,
                          host, latency=latency, latency_batch_size=latency_batch_size,
                          latency_min_run_time=latency_min_run_time, aggregation=aggregation)
@@ -226,7 +314,7 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
         if len(labelled) >= self.min_labelled:
             keys = [f"proxy_{n}" for n in self.proxies]
             weights = fit_weights(np.array([[r[k] for k in keys] for r in labelled]),
-                                  [r[TEACHER_METRIC] for r in labelled])
+                                  [r[TEACHER_METRIC] for r in labelled], self.penalty)
             metrics.update({f"weight_{n}": float(w) for n, w in zip(self.proxies, weights)})
         metrics["population"] = len(population) + 1
         return EstimateResult(value=self.combine(values, population, weights), metrics=metrics,
