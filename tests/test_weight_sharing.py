@@ -272,6 +272,39 @@ def test_the_dag_space_shares_weights_too():
     assert history.one_shot_epochs == 1 and 0 <= per_position.accuracy(a, data, SingleDeviceBackend()) <= 100
 
 
+@pytest.mark.parametrize("space_name", ["nb201", "dag"])
+def test_inherited_accuracy_is_recalibrated_per_candidate_on_every_space(space_name):
+    """On both spaces a candidate's logits come from statistics of the fixed training
+    batches, not of the examples being scored (a subset scores as in the whole split), and
+    scoring leaves the store's own statistics as they were."""
+    from frugalnas.core.plugins import PluginHost
+    from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
+
+    space = (SPACE if space_name == "nb201" else
+             PluginHost().create("search_spaces", "dag", nodes=2, channels=4, reductions=1))
+    data = digits(seed=0).subset(0.3)
+    supernet = Supernet(space, 10, data.input_shape, seed=0)
+    backend = SingleDeviceBackend()
+    supernet.train(data, backend, TrainConfig(batch_size=32, lr=0.05), epochs=1)
+    arch = space.sample(random.Random(3))
+    before = {k: v.clone() for k, v in supernet.stores[0].state_dict().items()}
+    x, y = data.split("valid")
+    model = supernet.subnet(arch)
+    batches = calibration_batches(data, 4, 64, seed=supernet.seed + 1, epoch=0)
+    with recalibrated(model, batches):
+        whole = backend.predict(model, x)
+        part = backend.predict(model, x[:5])
+    assert torch.allclose(whole[:5], part, atol=1e-5)
+    expected = float((whole.argmax(1) == y).float().mean() * 100)
+    assert supernet.accuracy(arch, data, backend) == pytest.approx(expected)
+    # Without recalibration the dag space normalises with the scored batch itself.
+    if space_name == "dag":
+        assert not torch.allclose(backend.predict(model, x)[:5], backend.predict(model, x[:5]),
+                                  atol=1e-5)
+    after = supernet.stores[0].state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_ground_truth_file_round_trip_tau_and_ceiling(tmp_path):
     import json
 

@@ -22,8 +22,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +37,9 @@ from frugalnas.core.cost import count_flops
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.space import SearchSpace
-from frugalnas.spaces.dag.ops import SharedBatchNorm2d, recalibrated_bn
 from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.spaces.dag.weight_store import Key, WeightStore
+from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 from frugalnas.weight_sharing.supernet import Supernet
 
 CHECKPOINT_SUFFIX = ".sievo.pt"
@@ -196,12 +195,7 @@ class SievoSession:
                             batch_size: int) -> list[torch.Tensor]:
         """The first ``batches`` training batches of a fixed shuffle: every candidate's batch
         norm is recalibrated on the same examples."""
-        out = []
-        for x, _ in dataset.batches("train", batch_size, seed=self.seed, epoch=-1):
-            if len(out) >= batches:
-                break
-            out.append(x)
-        return out
+        return calibration_batches(dataset, batches, batch_size, seed=self.seed, epoch=-1)
 
     def score(self, arch: Architecture, backend: Backend, x: torch.Tensor, y: torch.Tensor,
               calibration: list[torch.Tensor] | None = None) -> tuple[float, float]:
@@ -295,29 +289,3 @@ class SievoSession:
         if self.path is not None:
             self.supernet.save(self.path, generation=self.trained_generation,
                                candidate_steps=self.candidate_steps, **meta)
-
-
-@contextmanager
-def recalibrated(model: nn.Module, batches: list[torch.Tensor]) -> Iterator[int]:
-    """:func:`recalibrated_bn` for every batch norm of ``model``: shared ones (``dag``) keep
-    per-network statistics aside; in ordinary ones that track running statistics (NB201) the
-    running statistics are replaced, within the block, by the cumulative average over
-    ``batches``, and the store's own are put back on exit (scoring leaves the store as it
-    was). Yields the number of examples forwarded."""
-    plain = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-             and not isinstance(m, SharedBatchNorm2d) and m.track_running_stats]
-    saved = [(m.momentum, m.running_mean.clone(), m.running_var.clone(),
-              m.num_batches_tracked.clone()) for m in plain]
-    for m in plain:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative average
-    try:
-        with recalibrated_bn(model, batches) as seen:
-            yield seen
-    finally:
-        with torch.no_grad():
-            for m, (momentum, mean, var, count) in zip(plain, saved):
-                m.momentum = momentum
-                m.running_mean.copy_(mean)
-                m.running_var.copy_(var)
-                m.num_batches_tracked.copy_(count)

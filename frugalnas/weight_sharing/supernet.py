@@ -37,6 +37,7 @@ from frugalnas.core.errors import ConfigError, TrialFailure, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, make_optimizer
 from frugalnas.spaces.dag.weight_store import WeightStore
+from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 
 #: Bumped when the checkpoint layout changes.
 CHECKPOINT_VERSION = 1
@@ -203,37 +204,20 @@ class Supernet:
         return self.history
 
     # -- evaluation ----------------------------------------------------------------------
-    @torch.no_grad()
-    def recalibrate(self, model: nn.Module, dataset: Dataset, backend: Backend, batches: int,
-                    batch_size: int) -> None:
-        """Reset the batch-norm statistics of ``model`` and average them over ``batches``
-        training batches (a fixed draw, so the result depends only on the architecture)."""
-        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-        if not norms or batches <= 0:
-            return
-        saved = [m.momentum for m in norms]
-        for m in norms:
-            m.reset_running_stats()
-            m.momentum = None  # cumulative average
-        model.train()
-        try:
-            for i, (x, _) in enumerate(dataset.batches("train", batch_size, seed=self.seed + 1,
-                                                       epoch=0)):
-                if i >= batches:
-                    break
-                model(x.to(backend.device))
-        finally:
-            for m, momentum in zip(norms, saved):
-                m.momentum = momentum
-            model.eval()
-
     def accuracy(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
                  bn_batches: int = 4, batch_size: int = 64, split: str = "valid") -> float:
-        """Top-1 accuracy (%) of ``arch`` with inherited weights on ``split``."""
+        """Top-1 accuracy (%) of ``arch`` with inherited weights on ``split``, its batch norms
+        recalibrated for it alone on ``bn_batches`` fixed training batches (0: none, the
+        store's statistics: running ones where kept, else the batch's own)."""
         model = self.subnet(arch)
-        self.recalibrate(model, dataset, backend, bn_batches, batch_size)
         x, y = dataset.split(split)
-        logits = backend.predict(model, x)
+        batches = calibration_batches(dataset, bn_batches, batch_size, seed=self.seed + 1,
+                                      epoch=0, device=backend.device)
+        if batches:
+            with recalibrated(model, batches):
+                logits = backend.predict(model, x)
+        else:
+            logits = backend.predict(model, x)
         return float((logits.argmax(1) == y).float().mean().item() * 100.0)
 
     # -- checkpoints ---------------------------------------------------------------------
