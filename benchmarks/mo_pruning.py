@@ -41,7 +41,7 @@ import numpy as np
 from cached_runs import read_cache, run_cached
 
 DIRECTIONS = ("maximize", "minimize")
-PRUNERS = ("pareto", "pareto-halving")
+PRUNERS = ("pareto", "pareto-halving", "pareto-hv")
 
 
 def largest_params(channels: int) -> int:

@@ -179,6 +179,97 @@ class ParetoHalvingPruner(optuna.pruners.BasePruner):
                 f"{self.min_resource}, reduction_factor={self.reduction_factor})")
 
 
+class HypervolumePruner(optuna.pruners.BasePruner):
+    """Stops a trial when too few of the learning curves seen so far would carry it to a
+    result that adds hypervolume to the front of the completed trials.
+
+    At step ``s`` every completed trial that reported ``s`` gives one curve: its gain from
+    ``s`` to the end, per objective, ``final - value at s`` in the better direction (counted
+    as zero when it got worse). Adding each gain to the running trial's vector at ``s`` gives
+    one candidate final vector per curve; a candidate "adds hypervolume" when no completed
+    trial's final vector is better or equal in every objective (then it would enlarge the
+    front's dominated region whatever the reference point). The trial's chance is the share of
+    candidates that add hypervolume; it is stopped when the chance is at most ``min_chance``.
+    With ``min_chance=0`` (the default) a trial is stopped only when no observed curve would
+    make it count; larger values trade hypervolume for compute.
+
+    The rule judges a trial by where it could end rather than by where it is: a trial at
+    chance level after one epoch is kept when trials that were there too gained enough to
+    reach the front's empty region (a small network where the front is sparse), and a trial
+    that leads at a step is stopped when no observed gain lifts it past a completed result
+    with fewer resources. How much an early step says about the end is read from the
+    study's own curves, so it needs no assumption about the objectives. An objective that
+    does not change during training (a parameter count) has no gain and counts as final.
+
+    ``n_startup_trials``: no pruning until that many trials have finished (COMPLETE or
+    PRUNED); nothing is pruned either while no completed trial reported the step.
+    ``n_warmup_steps``: no pruning at steps below it. ``interval_steps``: decide every that
+    many steps after the warm-up. ``min_chance``: in [0, 1). ``directions``: the study's (read
+    from the study when not given)."""
+
+    def __init__(self, directions: Sequence[str] | None = None, n_startup_trials: int = 5,
+                 n_warmup_steps: int = 0, interval_steps: int = 1, min_chance: float = 0.0):
+        check_range("pareto-hv n_startup_trials", n_startup_trials, 0)
+        check_range("pareto-hv n_warmup_steps", n_warmup_steps, 0)
+        check_range("pareto-hv interval_steps", interval_steps, 1)
+        check_range("pareto-hv min_chance", min_chance, 0.0)
+        if min_chance >= 1:
+            raise ConfigError(f"invalid pareto-hv min_chance {min_chance!r}; valid range: "
+                              "[0, 1) (1 or more would stop every trial)")
+        self.directions = _check_directions(directions, "pareto-hv")
+        self.n_startup_trials, self.n_warmup_steps = int(n_startup_trials), int(n_warmup_steps)
+        self.interval_steps, self.min_chance = int(interval_steps), float(min_chance)
+
+    def chance(self, study: optuna.Study, trial_number: int, step: int,
+               values: Sequence[float]) -> float | None:
+        """The share of completed trials' curves from ``step`` that would carry ``values`` to
+        a final vector no completed trial dominates; ``None`` while there is nothing to learn
+        from (fewer than ``n_startup_trials`` finished trials, or no completed trial reported
+        ``step``)."""
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
+                                                          TrialState.PRUNED,
+                                                          TrialState.RUNNING))
+        others = [t for t in trials if t.number != trial_number]
+        if sum(1 for t in others if t.state.is_finished()) < self.n_startup_trials:
+            return None
+        n = len(values)
+        signs = _signs(self.directions, study, n, "pareto-hv")
+        finals, curves = [], []
+        for t in others:
+            if t.state != TrialState.COMPLETE or t.values is None or len(t.values) != n:
+                continue
+            finals.append(t.values)
+            vec = intermediate_vectors(t, n).get(step)
+            if vec is not None and len(vec) == n:
+                curves.append((vec, t.values))
+        if not curves:
+            return None
+        final = np.asarray(finals, dtype=float) * signs
+        at_step = np.asarray([u for u, _ in curves], dtype=float) * signs
+        ends = np.asarray([f for _, f in curves], dtype=float) * signs
+        candidates = np.asarray(values, dtype=float) * signs + np.maximum(ends - at_step, 0.0)
+        dominated = (final[None, :, :] >= candidates[:, None, :]).all(axis=2).any(axis=1)
+        return float(1.0 - dominated.mean())
+
+    def prune_vector(self, study: optuna.Study, trial_number: int, step: int,
+                     values: Sequence[float]) -> bool:
+        """Whether the trial ``trial_number`` whose objective vector after ``step`` is
+        ``values`` should stop."""
+        if step < self.n_warmup_steps or (step - self.n_warmup_steps) % self.interval_steps:
+            return False
+        chance = self.chance(study, trial_number, step, values)
+        return chance is not None and chance <= self.min_chance
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        """optuna's entry point: decides on the trial's latest reported step."""
+        return _prune_latest(self, study, trial)
+
+    def __repr__(self) -> str:
+        return (f"HypervolumePruner(n_startup_trials={self.n_startup_trials}, n_warmup_steps="
+                f"{self.n_warmup_steps}, interval_steps={self.interval_steps}, min_chance="
+                f"{self.min_chance})")
+
+
 def _check_directions(directions: Sequence[str] | None, name: str) -> list[str] | None:
     if directions is None:
         return None
@@ -251,6 +342,17 @@ def pareto_halving_pruner(directions: Sequence[str] | None = None, n_startup_tri
                                min_trials_at_step=min_trials_at_step)
 
 
+def pareto_hv_pruner(directions: Sequence[str] | None = None, n_startup_trials: int = 5,
+                     n_warmup_steps: int = 0, interval_steps: int = 1,
+                     min_chance: float = 0.0) -> HypervolumePruner:
+    """Multi-objective pruning by hypervolume chance: stop a trial when at most min_chance of
+    the completed trials' gains from this step would carry it to a result no completed trial
+    dominates."""
+    return HypervolumePruner(directions, n_startup_trials=n_startup_trials,
+                             n_warmup_steps=n_warmup_steps, interval_steps=interval_steps,
+                             min_chance=min_chance)
+
+
 def _optuna_pruner(name: str, cls: type, summary: str) -> Any:
     """A factory for one of optuna's pruners, named in a run file (its options are the
     class's keyword arguments; an unknown one is a ConfigError listing them)."""
@@ -275,12 +377,13 @@ def _optuna_pruner(name: str, cls: type, summary: str) -> Any:
 
 
 def builtin_pruners() -> dict[str, Any]:
-    """The pruners this package registers: ``pareto`` and ``pareto-halving`` (several
-    objectives) and optuna's single-objective ones by name."""
+    """The pruners this package registers: ``pareto``, ``pareto-halving`` and ``pareto-hv``
+    (several objectives) and optuna's single-objective ones by name."""
     p = optuna.pruners
     return {
         "pareto": pareto_pruner,
         "pareto-halving": pareto_halving_pruner,
+        "pareto-hv": pareto_hv_pruner,
         "median": _optuna_pruner("median", p.MedianPruner,
                                  "optuna's median stopping rule (one objective)."),
         "successive-halving": _optuna_pruner(
