@@ -8,9 +8,13 @@ with ``torch.manual_seed(seed)``) and scored by every proxy on one fixed batch o
 noise), against the NB201 test accuracies (CIFAR-10, CIFAR-100, ImageNet16-120). Spearman
 rho and Kendall tau come with percentile-bootstrap 95 % intervals (``--bootstrap`` resamples
 of the cells). Then the aggregations, declared before any result was seen (``AGGREGATION_SETS``,
-each as mean percentile rank and as AZ-NAS's mean log-rank), and the learned ensemble:
-non-negative weights over every measured proxy, fitted on the CIFAR-10 accuracy of
-``--labelled`` random cells, scored on the others.
+each as mean percentile rank, as AZ-NAS's mean log-rank and as the spectral mean rank, whose
+label-free weights come from the members' agreement over the cells), and the learned
+ensemble: non-negative weights over every measured proxy, fitted on the CIFAR-10 accuracy of
+``--labelled`` random cells (plain NNLS, and with the ridge penalty chosen by leave-one-out),
+scored on the others, once with bootstrap intervals and as the mean over ``--draws`` random
+draws of the labelled cells. The first K cells of the seeded order are a random sample, so
+``--n K --limit 0`` gives the same table on a development split.
 
 Scoring runs through :class:`frugalnas.proxies.runner.ProxyRunner`: worker processes
 (``--workers``, one per core by default; the GPUs when present), an append-only cache in
@@ -51,7 +55,7 @@ import torch.nn.functional as F
 from scipy.stats import kendalltau, rankdata
 
 from frugalnas.core.plugins import get_host
-from frugalnas.proxies.ensemble import aggregate, fit_weights
+from frugalnas.proxies.ensemble import aggregate, fit_weights, spectral_weights
 from frugalnas.proxies.runner import ProxyRunner
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
@@ -172,7 +176,40 @@ def _cell(c: dict) -> str:
 
 
 # -- the table -------------------------------------------------------------------------------
-def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed: int) -> dict:
+#: how the learned ensemble's weights are fitted (``fit_weights``'s penalty), by row label
+LEARNERS = {"": "none", "loo ": "loo"}
+AGGREGATION_ROWS = ("mean-rank", "log-rank", "spectral")
+
+
+def learned_draws(matrix: np.ndarray, acc: np.ndarray, labelled: int, draws: int,
+                  seed: int) -> dict[str, dict]:
+    """Rho and tau of each learned row over ``draws`` random draws of the ``labelled`` cells
+    (draw d: ``default_rng(seed + 1 + d)``), each scored on the other cells: per row and
+    dataset the mean, standard deviation, minimum and maximum."""
+    found: dict[str, list] = {}
+    for d in range(draws):
+        perm = np.random.default_rng(seed + 1 + d).permutation(len(matrix))
+        lab, held = perm[:labelled], perm[labelled:]
+        for prefix, penalty in LEARNERS.items():
+            w = fit_weights(matrix[lab], acc[lab, 0], penalty)
+            for how in ("mean-rank", "log-rank"):
+                score = aggregate(matrix[held], w, how)
+                found.setdefault(f"learned-ensemble {prefix}{how}", []).append(
+                    [[_pearson_rows(rankdata(score)[None], rankdata(acc[held, j])[None])[0],
+                      np.nan_to_num(kendalltau(score, acc[held, j]).statistic)]
+                     for j in range(acc.shape[1])])
+    out = {}
+    for label, values in found.items():
+        v = np.array(values)  # (draws, datasets, [rho, tau])
+        out[label] = {ds: {stat: {"mean": float(v[:, j, k].mean()), "sd": float(v[:, j, k].std()),
+                                  "min": float(v[:, j, k].min()), "max": float(v[:, j, k].max())}
+                           for k, stat in enumerate(("rho", "tau"))}
+                      for j, ds in enumerate(TABLE_DATASETS)}
+    return out
+
+
+def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed: int,
+           draws: int = 20) -> dict:
     """Print the markdown table and return everything as a dict (for ``--json``)."""
     space = NB201Space()
     index = [space.index(space.parse(r["arch"])) for r in rows]
@@ -198,23 +235,38 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
         if not all(m in names for m in members) or len(members) < 2:
             continue
         cols = [names.index(m) for m in members]
-        for how in ("mean-rank", "log-rank"):
+        for how in AGGREGATION_ROWS:
             aggregated[f"{how} {set_name}"] = aggregate(matrix[:, cols], None, how)
-            emit(f"{how} {set_name}", aggregated[f"{how} {set_name}"],
-                 f"({'+'.join(members)})" if set_name != "all" else f"({len(members)} proxies)")
+            note = f"({'+'.join(members)})" if set_name != "all" else f"({len(members)} proxies)"
+            if how == "spectral":
+                w = spectral_weights(matrix[:, cols])
+                note += " weights " + ", ".join(f"{m} {v:.2f}" for m, v in zip(members, w))
+            emit(f"{how} {set_name}", aggregated[f"{how} {set_name}"], note)
     # learned: weights from `labelled` cells (CIFAR-10 accuracy), scored on the others
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(rows))
     lab, held = perm[:labelled], perm[labelled:]
     if len(lab) >= 5 and len(held) >= 5:
-        w = fit_weights(matrix[lab], acc[lab, 0])
-        top = sorted(zip(names, w), key=lambda t: -t[1])
-        desc = ", ".join(f"{n} {v:.2f}" for n, v in top if v > 0.005)
-        for how in ("mean-rank", "log-rank"):
-            emit(f"learned-ensemble {how}", aggregate(matrix[held], w, how),
-                 f"(weights from {len(lab)} labelled cells, scored on {len(held)}: {desc})",
-                 target=acc[held])
-        summary["learned_weights"] = dict(zip(names, map(float, w)))
+        for prefix, penalty in LEARNERS.items():
+            w = fit_weights(matrix[lab], acc[lab, 0], penalty)
+            top = sorted(zip(names, w), key=lambda t: -t[1])
+            desc = ", ".join(f"{n} {v:.2f}" for n, v in top if v > 0.005)
+            for how in ("mean-rank", "log-rank"):
+                emit(f"learned-ensemble {prefix}{how}", aggregate(matrix[held], w, how),
+                     f"(weights from {len(lab)} labelled cells, scored on {len(held)}: {desc})",
+                     target=acc[held])
+            summary[f"learned_weights{'_' + penalty if prefix else ''}"] = dict(
+                zip(names, map(float, w)))
+        if draws:
+            summary["learned_draws"] = learned_draws(matrix, acc, len(lab), draws, seed)
+            print(f"\nlearned ensemble over {draws} draws of {len(lab)} labelled cells, each "
+                  f"scored on the other {len(held)}: mean (sd) [min, max]")
+            for label, per in summary["learned_draws"].items():
+                cells = "  ".join(
+                    f"{ds} {st}: {per[ds][st]['mean']:.3f} ({per[ds][st]['sd']:.3f}) "
+                    f"[{per[ds][st]['min']:.3f}, {per[ds][st]['max']:.3f}]"
+                    for ds in TABLE_DATASETS for st in ("rho", "tau"))
+                print(f"  {label:<30} {cells}")
     # each aggregation against the project's four-proxy ensemble, on the same cells
     base = "mean-rank default"
     if base in aggregated:
@@ -327,6 +379,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="score at most this many new cells")
     ap.add_argument("--labelled", type=int, default=50,
                     help="cells whose CIFAR-10 accuracy the learned ensemble sees (default 50)")
+    ap.add_argument("--draws", type=int, default=20,
+                    help="random draws of the labelled cells for the learned ensemble's mean "
+                         "(default 20; 0: only the one draw with intervals)")
     ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--cost", type=int, default=0, metavar="K",
@@ -407,7 +462,7 @@ def main() -> None:
     if len(rows) < 10:
         print("fewer than 10 complete cells: no table")
         return
-    summary = report(rows, names, args.labelled, args.bootstrap, args.seed)
+    summary = report(rows, names, args.labelled, args.bootstrap, args.seed, args.draws)
     summary.update(command=vars(args), wall_s=wall, complete=len(rows), requested=len(archs),
                    proxy_seconds=proxy_seconds)
     if args.json:
