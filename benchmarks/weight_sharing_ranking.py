@@ -18,6 +18,8 @@ default members). Scores are kept in ``--cache`` so a rerun only computes what i
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
 import json
 import time
 from pathlib import Path
@@ -55,6 +57,30 @@ def from_cache(path: Path) -> GroundTruth:
                        np.array([[rows[a][s].get("test", np.nan) for s in seeds] for a in archs]))
 
 
+def trained_supernet(args: argparse.Namespace, space, data, backend, name: str,
+                     key: str) -> tuple[Supernet, float]:
+    """The supernet of variant ``name``, trained, or loaded from ``--checkpoints``."""
+    spec = VARIANTS[name]
+    split = FewShotSplit.create(space, ["edge_1_0"], spec["groups"]) if "groups" in spec else None
+    seed_everything(args.seed)
+    supernet = Supernet(space, data.num_classes, data.input_shape, spec["sharing"],
+                        seed=args.seed, few_shot=split)
+    path = None
+    if args.checkpoints is not None:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        path = args.checkpoints / f"{digest}.supernet.pt"
+        if path.exists() and supernet.load(path):
+            return supernet.to(backend.device), supernet.history.seconds
+    start = time.perf_counter()
+    supernet.train(data, backend, TrainConfig(batch_size=64, lr=args.lr, weight_decay=3e-4),
+                   epochs=args.epochs, few_shot_epochs=args.few_shot_epochs if split else 0)
+    seconds = time.perf_counter() - start
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        supernet.save(path)
+    return supernet, seconds
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ground-truth", default="nb201-mnist5k")
@@ -69,6 +95,13 @@ def main() -> int:
     p.add_argument("--hybrid-weight", type=float, default=0.5,
                    help="weight of the inherited-accuracy rank in the hybrid (the ensemble's: 1 - it)")
     p.add_argument("--bn-batches", type=int, default=4)
+    p.add_argument("--finetune-steps", default="0",
+                   help="comma-separated: score each cell also after this many SGD steps of a "
+                        "private copy of its inherited weights (0: inherited weights as they are)")
+    p.add_argument("--finetune-lr", type=float, default=0.05)
+    p.add_argument("--checkpoints", type=Path, default=None,
+                   help="folder keeping each trained supernet, so new --finetune-steps on the "
+                        "same supernet do not retrain it")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--cache", dest="score_cache", type=Path,
                    default=Path(__file__).parent / "results" / "weight_sharing_ranking.json",
@@ -97,31 +130,31 @@ def main() -> int:
         args.score_cache.write_text(json.dumps(cache))
 
     results: dict[str, np.ndarray] = {}
-    for name in args.variants.split(","):
+    finetune = TrainConfig(batch_size=64, lr=args.finetune_lr, weight_decay=3e-4)
+    for name, steps in itertools.product(args.variants.split(","),
+                                         [int(k) for k in args.finetune_steps.split(",")]):
         spec = VARIANTS[name]
-        key = (f"{gt.name} {len(archs)} {name} epochs {args.epochs} few-shot {args.few_shot_epochs} "
-               f"lr {args.lr} bn {args.bn_batches} seed {args.seed}")
+        base = (f"{gt.name} {len(archs)} {name} epochs {args.epochs} few-shot "
+                f"{args.few_shot_epochs} lr {args.lr} bn {args.bn_batches} seed {args.seed}")
+        label = name if steps == 0 else f"{name} +{steps} steps"
+        key = base if steps == 0 else f"{base} finetune {steps} lr {args.finetune_lr}"
         if key in cache:
             entry = cache[key]
-            results[name] = np.array(entry["scores"])
-            print(f"  {name:16s} tau {gt.kendall_tau(results[name]):+.3f}  (cached; train "
+            results[label] = np.array(entry["scores"])
+            print(f"  {label:26s} tau {gt.kendall_tau(results[label]):+.3f}  (cached; train "
                   f"{entry['seconds']:.0f} s)", flush=True)
             continue
-        split = FewShotSplit.create(space, ["edge_1_0"], spec["groups"]) if "groups" in spec else None
-        seed_everything(args.seed)
-        supernet = Supernet(space, data.num_classes, data.input_shape, spec["sharing"],
-                            seed=args.seed, few_shot=split)
+        supernet, seconds = trained_supernet(args, space, data, backend, name, base)
         start = time.perf_counter()
-        supernet.train(data, backend, TrainConfig(batch_size=64, lr=args.lr, weight_decay=3e-4),
-                       epochs=args.epochs, few_shot_epochs=args.few_shot_epochs if split else 0)
-        seconds = time.perf_counter() - start
-        scores = np.array([supernet.accuracy(a, data, backend, bn_batches=args.bn_batches)
+        scores = np.array([supernet.accuracy(a, data, backend, bn_batches=args.bn_batches,
+                                             finetune_steps=steps, finetune=finetune)
                            for a in archs])
-        results[name] = scores
-        cache[key] = {"scores": scores.tolist(), "seconds": seconds}
+        results[label] = scores
+        cache[key] = {"scores": scores.tolist(), "seconds": seconds,
+                      "score_seconds": time.perf_counter() - start}
         save_cache()
-        print(f"  {name:16s} tau {gt.kendall_tau(scores):+.3f}  (train {seconds:.0f} s, "
-              f"mean inherited acc {scores.mean():.1f} %)", flush=True)
+        print(f"  {label:26s} tau {gt.kendall_tau(scores):+.3f}  (train {seconds:.0f} s, score "
+              f"{cache[key]['score_seconds']:.0f} s, mean acc {scores.mean():.1f} %)", flush=True)
     if args.proxies:
         from frugalnas.core.estimator import EvaluationContext
         from frugalnas.proxies.ensemble import rank_average

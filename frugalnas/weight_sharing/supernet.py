@@ -19,6 +19,7 @@ training batches); the result depends only on the architecture and the data.
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import random
 import time
@@ -204,12 +205,40 @@ class Supernet:
         return self.history
 
     # -- evaluation ----------------------------------------------------------------------
+    def finetuned(self, arch: Architecture, dataset: Dataset, backend: Backend, steps: int,
+                  cfg: TrainConfig) -> nn.Module:
+        """A private copy of ``arch``'s sub-network trained ``steps`` SGD steps further (a
+        cosine schedule from ``cfg.lr``) on a fixed draw of training batches, the same for
+        every candidate; the supernet is left unchanged."""
+        model = copy.deepcopy(self.subnet(arch)).to(backend.device)
+        optimizer = make_optimizer(model, cfg)
+        loss_fn = nn.CrossEntropyLoss()
+        model.train()
+        step, epoch = 0, 0
+        while step < steps:
+            for x, y in dataset.batches("train", cfg.batch_size, seed=self.seed + 2, epoch=epoch):
+                if step >= steps:
+                    break
+                for group in optimizer.param_groups:
+                    group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * step / steps))
+                loss = backend.train_step(model, optimizer, loss_fn, x, y, step)
+                if not math.isfinite(loss):
+                    raise TrialFailure(f"non-finite loss {loss} fine-tuning {arch}")
+                step += 1
+            epoch += 1
+        return model
+
     def accuracy(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
-                 bn_batches: int = 4, batch_size: int = 64, split: str = "valid") -> float:
+                 bn_batches: int = 4, batch_size: int = 64, split: str = "valid",
+                 finetune_steps: int = 0, finetune: TrainConfig | None = None) -> float:
         """Top-1 accuracy (%) of ``arch`` with inherited weights on ``split``, its batch norms
         recalibrated for it alone on ``bn_batches`` fixed training batches (0: none, the
-        store's statistics: running ones where kept, else the batch's own)."""
-        model = self.subnet(arch)
+        store's statistics: running ones where kept, else the batch's own). With
+        ``finetune_steps``, a private copy is first trained that many steps (see
+        :meth:`finetuned`; ``finetune`` holds its SGD settings)."""
+        model = (self.finetuned(arch, dataset, backend, finetune_steps,
+                                finetune or TrainConfig(batch_size=batch_size))
+                 if finetune_steps > 0 else self.subnet(arch))
         x, y = dataset.split(split)
         batches = calibration_batches(dataset, bn_batches, batch_size, seed=self.seed + 1,
                                       epoch=0, device=backend.device)
