@@ -305,6 +305,22 @@ def test_inherited_accuracy_is_recalibrated_per_candidate_on_every_space(space_n
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_fine_tuned_scoring_trains_a_private_copy_and_leaves_the_supernet_unchanged():
+    data = digits(seed=0).subset(0.5)
+    supernet = Supernet(SPACE, data.num_classes, data.input_shape, seed=0)
+    backend = SingleDeviceBackend()
+    before = {k: v.clone() for k, v in supernet.stores[0].state_dict().items()}
+    tuned = supernet.finetuned(A, data, backend, 30, TrainConfig(batch_size=32, lr=0.05))
+    assert pointers(tuned).isdisjoint(pointers(supernet.stores[0]))
+    assert all(torch.equal(v, before[k]) for k, v in supernet.stores[0].state_dict().items())
+    inherited = supernet.accuracy(A, data, backend)
+    scored = supernet.accuracy(A, data, backend, finetune_steps=30,
+                               finetune=TrainConfig(batch_size=32, lr=0.05))
+    assert scored > inherited + 10  # 30 steps from an untrained store learn digits
+    assert scored == supernet.accuracy(A, data, backend, finetune_steps=30,
+                                       finetune=TrainConfig(batch_size=32, lr=0.05))
+
+
 def test_ground_truth_file_round_trip_tau_and_ceiling(tmp_path):
     import json
 
