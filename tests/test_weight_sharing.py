@@ -154,6 +154,24 @@ def test_hybrid_scoring_ranks_inherited_accuracy_and_proxies_within_the_study():
                                disable_plugins=["mlflow"])
 
 
+def test_supernet_estimator_scores_fine_tuned_copies_when_asked():
+    study = frugalnas.create_study(
+        space="nb201", space_options={"N": 1, "C": 4}, dataset="digits",
+        dataset_options={"valid_fraction": 0.2, "test_fraction": 0.5}, strategy="random",
+        estimator="supernet", estimator_options={"epochs": 1, "finetune_steps": 5}, seed=0,
+        disable_plugins=["mlflow"])
+    study.optimize(n_trials=2)
+    supernet, data = study.estimator.supernet_, study.load_dataset()
+    for t in study.completed_trials():
+        tuned = supernet.accuracy(t.architecture, data, SingleDeviceBackend(), batch_size=64,
+                                  finetune_steps=5, finetune=study.estimator.config)
+        assert t.value == pytest.approx(tuned)
+    with pytest.raises(ConfigError, match="finetune_steps"):
+        frugalnas.create_study(space="nb201", dataset="digits", estimator="supernet",
+                               estimator_options={"finetune_steps": -1},
+                               disable_plugins=["mlflow"])
+
+
 def test_darts_returns_a_valid_architecture_read_off_the_mixing_weights():
     data = digits(seed=0).subset(0.1)
     result = darts_search(SPACE, data, SingleDeviceBackend(), epochs=2, batch_size=32, seed=0)

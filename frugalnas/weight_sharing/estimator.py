@@ -46,7 +46,10 @@ class SupernetEstimator(Estimator):
     (default: beside a sqlite study database, ``<db>.<study>.supernet.pt``; none for other
     storages unless given). ``hybrid_proxies`` / ``hybrid_weight``: hybrid scoring with a
     zero-cost rank ensemble of those proxies, the inherited accuracy's rank weighted
-    ``hybrid_weight`` and the ensemble's ``1 - hybrid_weight``."""
+    ``hybrid_weight`` and the ensemble's ``1 - hybrid_weight``. ``finetune_steps``: score a
+    private copy of the candidate's inherited weights trained that many SGD steps further
+    (the training options' SGD, a cosine schedule, the same batches for every candidate); the
+    supernet itself is never changed by scoring."""
 
     name = "supernet"
     provides: tuple[str, ...] = ("valid_accuracy", "supernet_epochs")
@@ -58,8 +61,9 @@ class SupernetEstimator(Estimator):
                  few_shot_groups: int | None = None, few_shot_epochs: int = 0,
                  bn_batches: int = 4, checkpoint: str | None = None,
                  hybrid_proxies: Sequence[str] | None = None, hybrid_weight: float = 0.5,
-                 host: Any = None):
+                 finetune_steps: int = 0, host: Any = None):
         check_range("epochs", epochs, 0)
+        check_range("finetune_steps", finetune_steps, 0)
         check_range("few_shot_epochs", few_shot_epochs, 0)
         check_range("bn_batches", bn_batches, 0)
         from frugalnas.core.errors import check_choice
@@ -72,6 +76,7 @@ class SupernetEstimator(Estimator):
         self.sharing, self.bn_batches = sharing, int(bn_batches)
         self.few_shot_split, self.few_shot_groups = few_shot_split, few_shot_groups
         self.checkpoint = checkpoint
+        self.finetune_steps = int(finetune_steps)
         self.supernet_: Supernet | None = None
         check_range("hybrid_weight", hybrid_weight, 0.0, 1.0)
         self.hybrid_weight = float(hybrid_weight)
@@ -133,7 +138,8 @@ class SupernetEstimator(Estimator):
         supernet = self.trained_supernet(context)
         start = time.perf_counter()
         acc = supernet.accuracy(arch, context.dataset, context.backend,
-                                bn_batches=self.bn_batches, batch_size=self.config.batch_size)
+                                bn_batches=self.bn_batches, batch_size=self.config.batch_size,
+                                finetune_steps=self.finetune_steps, finetune=self.config)
         h = supernet.history
         metrics = {"valid_accuracy": acc,
                    "supernet_epochs": float(h.one_shot_epochs + h.few_shot_epochs)}
