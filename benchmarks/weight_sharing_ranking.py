@@ -129,12 +129,16 @@ def main() -> int:
         args.score_cache.parent.mkdir(parents=True, exist_ok=True)
         args.score_cache.write_text(json.dumps(cache))
 
+    # Scores depend on the cells and the data, not on which reference they are compared with,
+    # so references of other budgets over the same cells reuse them.
+    cells = (f"cells {hashlib.sha256(chr(10).join(gt.architectures).encode()).hexdigest()[:12]}"
+             f" x{len(archs)} {args.space_options} resize {args.resize}")
     results: dict[str, np.ndarray] = {}
     finetune = TrainConfig(batch_size=64, lr=args.finetune_lr, weight_decay=3e-4)
     for name, steps in itertools.product(args.variants.split(","),
                                          [int(k) for k in args.finetune_steps.split(",")]):
         spec = VARIANTS[name]
-        base = (f"{gt.name} {len(archs)} {name} epochs {args.epochs} few-shot "
+        base = (f"{cells} {name} epochs {args.epochs} few-shot "
                 f"{args.few_shot_epochs} lr {args.lr} bn {args.bn_batches} seed {args.seed}")
         label = name if steps == 0 else f"{name} +{steps} steps"
         key = base if steps == 0 else f"{base} finetune {steps} lr {args.finetune_lr}"
@@ -162,7 +166,7 @@ def main() -> int:
         ensemble = host.create_estimator("rank-ensemble", {"proxies": args.proxies.split(",")})
         ctx = EvaluationContext(space=space, backend=backend, seed=args.seed,
                                 dataset_loader=lambda: data)
-        key = f"proxies {args.proxies} seed {args.seed}"
+        key = f"{cells} proxies {args.proxies} seed {args.seed}"
         if key not in cache:
             rows = [ensemble.measure(a, ctx)[0] for a in archs]
             cache[key] = {n: [r[f"proxy_{n}"] for r in rows] for n in ensemble.proxies}
