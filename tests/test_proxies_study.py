@@ -78,6 +78,27 @@ def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
         assert math.isfinite(record["proxy_naswot"]) and t.state.name == "COMPLETE"
 
 
+def test_prescreen_scores_a_candidate_with_shared_passes_as_each_proxy_alone():
+    """jacob_cov and epe_nas share their input-Jacobian pass in the prescreen; the values kept
+    for the chosen candidate equal those each proxy computes alone on the same network."""
+    host = PluginHost()
+    space = NB201Space(**SMALL)
+    inner = host.create("strategies", "random", space=space, seed=0)
+    sampler = PrescreenSampler(inner, space=space, host=host, seed=0,
+                               proxy=["jacob_cov", "epe_nas"], k=3, data="gaussian", **SHAPE)
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
+                                   estimator="nb201-table", disable_plugins=["mlflow"])
+    study.optimize(2)
+    x, y, num_classes = sampler._fixed_batch()
+    for t in study.trials:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = space.build(t.architecture, num_classes, tuple(x.shape[1:]))
+        record = t.system_attrs[PRESCREEN_ATTR]
+        for p in sampler.members:
+            assert record[f"proxy_{p.name}"] == p.score(model, x, y)
+
+
 def test_rank_ensemble_ranks_within_the_trials_seen_so_far():
     study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="rank-ensemble",
                                    dataset=None, disable_plugins=["mlflow"], seed=3,

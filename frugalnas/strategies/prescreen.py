@@ -26,8 +26,9 @@ from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import Proposer, propose
-from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch
+from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch, score_with
 from frugalnas.proxies.ensemble import rank_average
+from frugalnas.proxies.shared import SharedPasses
 
 __all__ = ["PRESCREEN_ATTR", "PrescreenSampler", "prescreen_strategy"]
 
@@ -126,7 +127,8 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
         with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG untouched
             torch.manual_seed(self.seed)
             model = self.space.build(arch, num_classes, tuple(x.shape[1:]))
-        return [p.score(model, x, y) for p in self.members]
+        shared = SharedPasses(model, x, y) if len(self.members) > 1 else None
+        return [score_with(p, model, x, y, shared) for p in self.members]
 
     def _fixed_batch(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         if self._batch is None:
