@@ -158,6 +158,10 @@ def _search_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, flo
         history.append((arch, result.value))
         if len(population) > args.population:
             population.popleft()
+        if (i + 1) % 10 == 0:
+            print(f"REA seed {seed}: {i + 1} candidates trained, best "
+                  f"{max(v for _, v in history):.2f} %, {time.perf_counter() - start:.0f} s",
+                  flush=True)
     seconds = time.perf_counter() - start
     best = max(history, key=lambda p: p[1])[0]
     return best, seconds, flops
