@@ -215,6 +215,9 @@ class Supernet:
         loss_fn = nn.CrossEntropyLoss()
         model.train()
         step, epoch = 0, 0
+        if len(dataset.train_x) == 0:
+            raise ConfigError(f"finetune_steps {steps} needs training data; the dataset's "
+                              "training split is empty")
         while step < steps:
             for x, y in dataset.batches("train", cfg.batch_size, seed=self.seed + 2, epoch=epoch):
                 if step >= steps:
