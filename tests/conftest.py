@@ -66,3 +66,15 @@ def mlflow_server(postgres_server, tmp_path_factory):
         raise
     yield server, env
     server.stop()
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny models run fastest so, and tests that run
+    beside others on a busy machine do not oversubscribe its cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -5,7 +5,6 @@ NB201 network with 8 channels), with the single-device and the virtual-node back
 import numpy as np
 import optuna
 import pytest
-import torch
 
 import frugalnas
 from frugalnas.core.errors import ConfigError
@@ -18,12 +17,7 @@ TINY = {"N": 1, "C": 8}
 TWO = {"objectives": ["value", "params"], "directions": ["maximize", "minimize"]}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _dominated_at_step(study, trial) -> bool:

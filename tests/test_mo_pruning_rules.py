@@ -3,7 +3,6 @@ recorded learning curves, and on a real training study on digits."""
 
 import optuna
 import pytest
-import torch
 
 import frugalnas
 from frugalnas.core.errors import ConfigError
@@ -16,12 +15,7 @@ OFF = {"disable_plugins": ["mlflow", "progress"]}
 TWO = {"objectives": ["value", "params"], "directions": ["maximize", "minimize"]}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _curves_study():

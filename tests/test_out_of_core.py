@@ -20,14 +20,7 @@ CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_con
 LOSS = nn.CrossEntropyLoss()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest on one thread (and recomputation inside backward suffers most
-    from oversubscribed OpenMP threads on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def nb201(N: int = 1, C: int = 4) -> nn.Module:
