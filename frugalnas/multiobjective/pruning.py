@@ -89,7 +89,7 @@ class ParetoPruner(optuna.pruners.BasePruner):
                      values: Sequence[float]) -> bool:
         """Whether the trial ``trial_number`` whose objective vector after ``step`` is
         ``values`` should stop."""
-        if step < self.n_warmup_steps or (step - self.n_warmup_steps) % self.interval_steps:
+        if not _decides_at(step, self.n_warmup_steps, self.interval_steps):
             return False
         others = _vectors_at_step(study, trial_number, step, len(values), self.n_startup_trials)
         if others is None or len(others) < self.min_trials_at_step:
@@ -226,11 +226,8 @@ class HypervolumePruner(optuna.pruners.BasePruner):
         a final vector no completed trial dominates; ``None`` while there is nothing to learn
         from (fewer than ``n_startup_trials`` finished trials, or no completed trial reported
         ``step``)."""
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,
-                                                          TrialState.PRUNED,
-                                                          TrialState.RUNNING))
-        others = [t for t in trials if t.number != trial_number]
-        if sum(1 for t in others if t.state.is_finished()) < self.n_startup_trials:
+        others = _other_trials(study, trial_number, self.n_startup_trials)
+        if others is None:
             return None
         n = len(values)
         signs = _signs(self.directions, study, n, "pareto-hv")
@@ -255,7 +252,7 @@ class HypervolumePruner(optuna.pruners.BasePruner):
                      values: Sequence[float]) -> bool:
         """Whether the trial ``trial_number`` whose objective vector after ``step`` is
         ``values`` should stop."""
-        if step < self.n_warmup_steps or (step - self.n_warmup_steps) % self.interval_steps:
+        if not _decides_at(step, self.n_warmup_steps, self.interval_steps):
             return False
         chance = self.chance(study, trial_number, step, values)
         return chance is not None and chance <= self.min_chance
@@ -280,19 +277,31 @@ def _check_directions(directions: Sequence[str] | None, name: str) -> list[str] 
     return list(directions)
 
 
+def _decides_at(step: int, n_warmup_steps: int, interval_steps: int) -> bool:
+    """Whether a pruner with this warm-up and interval decides at ``step``."""
+    return step >= n_warmup_steps and (step - n_warmup_steps) % interval_steps == 0
+
+
+def _other_trials(study: optuna.Study, trial_number: int,
+                  n_startup_trials: int) -> list[FrozenTrial] | None:
+    """The study's other trials (finished or running); ``None`` while fewer than
+    ``n_startup_trials`` of them have finished."""
+    trials = [t for t in study.get_trials(deepcopy=False, states=(
+        TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)) if t.number != trial_number]
+    if sum(1 for t in trials if t.state.is_finished()) < n_startup_trials:
+        return None
+    return trials
+
+
 def _vectors_at_step(study: optuna.Study, trial_number: int, step: int, n_objectives: int,
                      n_startup_trials: int) -> list[list[float]] | None:
     """The vectors other trials (finished or running) reported at ``step``; ``None`` while
     fewer than ``n_startup_trials`` other trials have finished."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
-                                                      TrialState.RUNNING))
-    finished = sum(1 for t in trials if t.number != trial_number and t.state.is_finished())
-    if finished < n_startup_trials:
+    trials = _other_trials(study, trial_number, n_startup_trials)
+    if trials is None:
         return None
     others = []
     for t in trials:
-        if t.number == trial_number:
-            continue
         vec = intermediate_vectors(t, n_objectives).get(step)
         if vec is not None and len(vec) == n_objectives:
             others.append(vec)
