@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import math
 import random
 import time
@@ -37,6 +38,7 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, TrialFailure, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, make_optimizer
+from frugalnas.core.training import train as train_model
 from frugalnas.spaces.dag.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 
@@ -210,25 +212,13 @@ class Supernet:
         """A private copy of ``arch``'s sub-network trained ``steps`` SGD steps further (a
         cosine schedule from ``cfg.lr``) on a fixed draw of training batches, the same for
         every candidate; the supernet is left unchanged."""
-        model = copy.deepcopy(self.subnet(arch)).to(backend.device)
-        optimizer = make_optimizer(model, cfg)
-        loss_fn = nn.CrossEntropyLoss()
-        model.train()
-        step, epoch = 0, 0
         if len(dataset.train_x) == 0:
             raise ConfigError(f"finetune_steps {steps} needs training data; the dataset's "
                               "training split is empty")
-        while step < steps:
-            for x, y in dataset.batches("train", cfg.batch_size, seed=self.seed + 2, epoch=epoch):
-                if step >= steps:
-                    break
-                for group in optimizer.param_groups:
-                    group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * step / steps))
-                loss = backend.train_step(model, optimizer, loss_fn, x, y, step)
-                if not math.isfinite(loss):
-                    raise TrialFailure(f"non-finite loss {loss} fine-tuning {arch}")
-                step += 1
-            epoch += 1
+        model = copy.deepcopy(self.subnet(arch)).to(backend.device)
+        per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
+        train_model(model, dataset, backend, dataclasses.replace(
+            cfg, epochs=math.ceil(steps / per_epoch), max_steps=steps), seed=self.seed + 2)
         return model
 
     def accuracy(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
