@@ -19,6 +19,7 @@ training batches); the result depends only on the architecture and the data.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 import math
@@ -38,6 +39,7 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, TrialFailure, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, make_optimizer
+from frugalnas.core.training import accuracy as top1_accuracy
 from frugalnas.core.training import train as train_model
 from frugalnas.spaces.dag.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
@@ -235,12 +237,8 @@ class Supernet:
         x, y = dataset.split(split)
         batches = calibration_batches(dataset, bn_batches, batch_size, seed=self.seed + 1,
                                       epoch=0, device=backend.device)
-        if batches:
-            with recalibrated(model, batches):
-                logits = backend.predict(model, x)
-        else:
-            logits = backend.predict(model, x)
-        return float((logits.argmax(1) == y).float().mean().item() * 100.0)
+        with recalibrated(model, batches) if batches else contextlib.nullcontext():
+            return top1_accuracy(model, backend, x, y)
 
     # -- checkpoints ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
