@@ -134,10 +134,10 @@ def main() -> int:
     cells = (f"cells {hashlib.sha256(chr(10).join(gt.architectures).encode()).hexdigest()[:12]}"
              f" x{len(archs)} {args.space_options} resize {args.resize}")
     results: dict[str, np.ndarray] = {}
+    trained: dict[str, tuple[Supernet, float]] = {}  # one training per variant and run
     finetune = TrainConfig(batch_size=64, lr=args.finetune_lr, weight_decay=3e-4)
     for name, steps in itertools.product(args.variants.split(","),
                                          [int(k) for k in args.finetune_steps.split(",")]):
-        spec = VARIANTS[name]
         base = (f"{cells} {name} epochs {args.epochs} few-shot "
                 f"{args.few_shot_epochs} lr {args.lr} bn {args.bn_batches} seed {args.seed}")
         label = name if steps == 0 else f"{name} +{steps} steps"
@@ -148,7 +148,9 @@ def main() -> int:
             print(f"  {label:26s} tau {gt.kendall_tau(results[label]):+.3f}  (cached; train "
                   f"{entry['seconds']:.0f} s)", flush=True)
             continue
-        supernet, seconds = trained_supernet(args, space, data, backend, name, base)
+        if base not in trained:
+            trained[base] = trained_supernet(args, space, data, backend, name, base)
+        supernet, seconds = trained[base]
         start = time.perf_counter()
         scores = np.array([supernet.accuracy(a, data, backend, bn_batches=args.bn_batches,
                                              finetune_steps=steps, finetune=finetune)
