@@ -109,6 +109,9 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    if unknown:
+        p.error(f"unknown --variants {unknown}; valid: {', '.join(VARIANTS)}")
     torch.set_num_threads(args.threads)
 
     gt = from_cache(args.partial) if args.partial else load_ground_truth(args.ground_truth)
