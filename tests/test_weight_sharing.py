@@ -339,6 +339,16 @@ def test_fine_tuned_scoring_trains_a_private_copy_and_leaves_the_supernet_unchan
                                        finetune=TrainConfig(batch_size=32, lr=0.05))
 
 
+def test_training_on_an_empty_training_split_is_refused_not_endless():
+    import dataclasses
+
+    data = digits(seed=0)
+    empty = dataclasses.replace(data, train_x=data.train_x[:0], train_y=data.train_y[:0])
+    supernet = Supernet(SPACE, data.num_classes, data.input_shape, seed=0)
+    with pytest.raises(ConfigError, match="training split is empty"):
+        supernet.accuracy(A, empty, SingleDeviceBackend(), finetune_steps=5)
+
+
 def test_ground_truth_file_round_trip_tau_and_ceiling(tmp_path):
     import json
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from frugalnas.core.backend import Backend
 from frugalnas.core.data import Dataset
-from frugalnas.core.errors import TrialFailure
+from frugalnas.core.errors import ConfigError, TrialFailure
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -63,6 +63,9 @@ def train(model: nn.Module, dataset: Dataset, backend: Backend, cfg: TrainConfig
     mean_loss)`` is called after each full epoch (used for pruning). A non-finite loss raises
     :class:`TrialFailure`."""
     n_train = len(dataset.train_x)
+    if n_train == 0:  # no batch would ever come: the loop below would never end
+        raise ConfigError(f"cannot train on dataset {dataset.name!r}: its training split is "
+                          "empty")
     batches_per_epoch = math.ceil(n_train / cfg.batch_size)
     total_steps = max(1, math.ceil(cfg.epochs * batches_per_epoch))
     if cfg.max_steps is not None:

@@ -214,11 +214,8 @@ class Supernet:
         """A private copy of ``arch``'s sub-network trained ``steps`` SGD steps further (a
         cosine schedule from ``cfg.lr``) on a fixed draw of training batches, the same for
         every candidate; the supernet is left unchanged."""
-        if len(dataset.train_x) == 0:
-            raise ConfigError(f"finetune_steps {steps} needs training data; the dataset's "
-                              "training split is empty")
         model = copy.deepcopy(self.subnet(arch)).to(backend.device)
-        per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
+        per_epoch = max(1, math.ceil(len(dataset.train_x) / cfg.batch_size))  # 0: train refuses
         train_model(model, dataset, backend, dataclasses.replace(
             cfg, epochs=math.ceil(steps / per_epoch), max_steps=steps), seed=self.seed + 2)
         return model
