@@ -55,7 +55,8 @@ import torch.nn.functional as F
 from scipy.stats import kendalltau, rankdata
 
 from frugalnas.core.plugins import get_host
-from frugalnas.proxies.ensemble import aggregate, fit_weights, spectral_weights
+from frugalnas.proxies.ensemble import (SELECTED_MEMBERS, aggregate, fit_weights,
+                                        select_members, spectral_weights)
 from frugalnas.proxies.runner import ProxyRunner
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
@@ -63,13 +64,16 @@ from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
 #: Member sets of the aggregation rows, fixed before the first 1,000-cell measurement:
 #: the project's default ensemble, AZ-NAS's four signals (complexity = FLOPs), those four with
 #: the best single proxies of earlier measurements and of the literature (jacob_cov, naswot,
-#: zico, meco), and every proxy measured.
+#: zico, meco), and every proxy measured. ``selected`` came later: the set
+#: ``select_members`` picks on the development half (``--select-on``), whose held-out reading
+#: the script prints separately (its 1,000-cell row includes the cells it was chosen on).
 AGGREGATION_SETS = {
     "default": ("synflow", "naswot", "jacob_cov", "params"),
     "az-nas": ("az_expressivity", "az_progressivity", "az_trainability", "flops"),
     "az-nas+": ("az_expressivity", "az_progressivity", "az_trainability", "flops",
                 "jacob_cov", "naswot", "zico", "meco"),
     "all": (),
+    "selected": SELECTED_MEMBERS,
 }
 #: The published figure beside each row: (value, what it is). Only figures checked in the
 #: papers' abstracts or given in the issue; our batch is MNIST digits, theirs CIFAR-10.
@@ -209,7 +213,7 @@ def learned_draws(matrix: np.ndarray, acc: np.ndarray, labelled: int, draws: int
 
 
 def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed: int,
-           draws: int = 20) -> dict:
+           draws: int = 20, select_on: int = 0) -> dict:
     """Print the markdown table and return everything as a dict (for ``--json``)."""
     space = NB201Space()
     index = [space.index(space.parse(r["arch"])) for r in rows]
@@ -257,6 +261,14 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
                      target=acc[held])
             summary[f"learned_weights{'_' + penalty if prefix else ''}"] = dict(
                 zip(names, map(float, w)))
+        # what no draw can beat: the weights fitted on every cell's label, scored in-sample
+        w = fit_weights(matrix, acc[:, 0])
+        summary["in_sample_bound"] = {how: float(kendalltau(aggregate(matrix, w, how),
+                                                            acc[:, 0]).statistic)
+                                      for how in ("mean-rank", "log-rank")}
+        print("\nin-sample bound of the learned ensemble (weights fitted on all "
+              f"{len(rows)} labels, scored on the same cells), CIFAR-10 tau: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in summary["in_sample_bound"].items()))
         if draws:
             summary["learned_draws"] = learned_draws(matrix, acc, len(lab), draws, seed)
             print(f"\nlearned ensemble over {draws} draws of {len(lab)} labelled cells, each "
@@ -267,6 +279,8 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
                     f"[{per[ds][st]['min']:.3f}, {per[ds][st]['max']:.3f}]"
                     for ds in TABLE_DATASETS for st in ("rho", "tau"))
                 print(f"  {label:<30} {cells}")
+    if 3 <= select_on <= len(rows) - 10:
+        summary["selection"] = selection_holdout(matrix, names, acc, select_on, n_boot, seed)
     # each aggregation against the project's four-proxy ensemble, on the same cells
     base = "mean-rank default"
     if base in aggregated:
@@ -285,6 +299,47 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
             print(f"  {label:<22} rho {d['rho']:+.3f} [{lo_r:+.3f}, {hi_r:+.3f}]  "
                   f"tau {d['tau']:+.3f} [{lo_t:+.3f}, {hi_t:+.3f}]")
     return summary
+
+
+def selection_holdout(matrix: np.ndarray, names: list[str], acc: np.ndarray, select_on: int,
+                      n_boot: int, seed: int) -> dict:
+    """Choose members with ``select_members`` (log-rank, CIFAR-10) on the first ``select_on``
+    cells and print the chosen set's rows on the others, beside the fixed sets on the same
+    held-out cells, with the paired difference against the default ensemble there."""
+    dev, held = np.arange(select_on), np.arange(select_on, len(matrix))
+    chosen = [names[j] for j in select_members(matrix[dev], acc[dev, 0])]
+    same = set(chosen) == set(SELECTED_MEMBERS)
+    print(f"\nmember selection on the first {select_on} cells (log-rank, CIFAR-10 tau): "
+          f"{'+'.join(chosen)} ({'the shipped' if same else 'differs from the shipped'} "
+          f"SELECTED_MEMBERS {'+'.join(SELECTED_MEMBERS)}); rows on the other {len(held)} cells:")
+    print("| row | " + " | ".join(f"{d} rho [95% CI] | tau [95% CI]" for d in TABLE_DATASETS)
+          + " |")
+    print("|---" * (1 + 2 * len(TABLE_DATASETS)) + "|")
+    sets = {"chosen": chosen, **{k: list(v or names) for k, v in AGGREGATION_SETS.items()
+                                 if k != "selected"}}
+    out: dict = {"chosen": chosen, "rows": {}}
+    scores = {}
+    for set_name, members in sets.items():
+        if not all(m in names for m in members):
+            continue
+        cols = [names.index(m) for m in members]
+        for how in ("mean-rank", "log-rank"):
+            label = f"{how} {set_name} (held out)"
+            scores[label] = aggregate(matrix[held][:, cols], None, how)
+            res = evaluate_row(scores[label], acc[held], n_boot, seed)
+            out["rows"][label] = dict(zip(TABLE_DATASETS, res))
+            print(f"| {label} | {' | '.join(_cell(c) for c in res)} |")
+    base = "mean-rank default (held out)"
+    if base in scores:
+        rng = np.random.default_rng(seed)
+        boots = rng.integers(0, len(held), size=(n_boot, len(held))) if n_boot else np.zeros((0, 0), int)
+        for how in ("mean-rank", "log-rank"):
+            d = paired_difference(scores[f"{how} chosen (held out)"], scores[base], acc[held, 0], boots)
+            out[f"paired {how} chosen vs default"] = d
+            lo_t, hi_t = d.get("tau_ci", [np.nan] * 2)
+            print(f"  {how} chosen - mean-rank default, held out, CIFAR-10: rho {d['rho']:+.3f} "
+                  f"tau {d['tau']:+.3f} [{lo_t:+.3f}, {hi_t:+.3f}]")
+    return out
 
 
 # -- cost ------------------------------------------------------------------------------------
@@ -382,6 +437,9 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=20,
                     help="random draws of the labelled cells for the learned ensemble's mean "
                          "(default 20; 0: only the one draw with intervals)")
+    ap.add_argument("--select-on", type=int, default=500, metavar="K",
+                    help="choose ensemble members (select_members) on the first K cells and "
+                         "report the chosen set on the others (default 500; 0: skip)")
     ap.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (0: none)")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     ap.add_argument("--cost", type=int, default=0, metavar="K",
@@ -462,7 +520,8 @@ def main() -> None:
     if len(rows) < 10:
         print("fewer than 10 complete cells: no table")
         return
-    summary = report(rows, names, args.labelled, args.bootstrap, args.seed, args.draws)
+    summary = report(rows, names, args.labelled, args.bootstrap, args.seed, args.draws,
+                     args.select_on)
     summary.update(command=vars(args), wall_s=wall, complete=len(rows), requested=len(archs),
                    proxy_seconds=proxy_seconds)
     if args.json:

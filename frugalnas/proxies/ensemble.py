@@ -15,11 +15,12 @@ the scores of two trials are not comparable across very different population siz
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import combinations
 from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
-from scipy.stats import rankdata, spearmanr
+from scipy.stats import kendalltau, rankdata, spearmanr
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
@@ -29,6 +30,20 @@ from frugalnas.core.latency import LATENCY_METRICS, check_latency_options
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
+#: The members :func:`select_members` picks (log-rank, CIFAR-10 test accuracy) on the
+#: development half of the 1,000-cell NB201 measurement (docs/benchmarks.md, issue 17):
+#: meco and swap rank well alone; synflow and the NTK condition number, weaker alone, add
+#: what the first two miss. On the other 500 cells: Spearman 0.947, Kendall tau 0.807
+#: (CIFAR-10 test accuracy; 0.934 / 0.781 on CIFAR-100, 0.903 / 0.753 on ImageNet16-120).
+SELECTED_MEMBERS = ("meco", "swap", "synflow", "ntk_cond")
+#: Named member sets a ``rank-ensemble`` / ``learned-ensemble`` accepts as ``proxies=``:
+#: the project default, the selected set above, and AZ-NAS's four signals (Lee & Ham, CVPR
+#: 2024; FLOPs as its complexity term).
+MEMBER_PRESETS: dict[str, tuple[str, ...]] = {
+    "default": DEFAULT_MEMBERS,
+    "selected": SELECTED_MEMBERS,
+    "az-nas": ("az_expressivity", "az_progressivity", "az_trainability", "flops"),
+}
 TEACHER_METRIC = "teacher_value"
 #: How member ranks combine: the weighted mean of percentile ranks; AZ-NAS's non-linear
 #: aggregation, the weighted mean of log(rank / n) (Lee & Ham, CVPR 2024), which rewards
@@ -155,6 +170,60 @@ def fit_weights(matrix: np.ndarray, target: Sequence[float], penalty: str = "non
     return w / w.sum() if w.sum() > 0 else np.full(m.shape[1], 1.0 / m.shape[1])
 
 
+def select_members(matrix: np.ndarray, target: Sequence[float],
+                   aggregation: str = "log-rank", lookahead: int = 2,
+                   min_gain: float = 1e-3) -> list[int]:
+    """Columns of ``matrix`` (rows: labelled networks, columns: candidate members) whose
+    equal-weight ensemble under ``aggregation`` best ranks ``target``, by forward selection
+    on Kendall tau.
+
+    Each step adds the one member, or with ``lookahead=2`` the pair, that raises tau most,
+    and stops when no option gains ``min_gain``. The pairs matter: a member that only
+    corrects another's mistakes (the NTK condition number, weak alone) can lower tau when
+    added by itself and raise it with a partner. Returns the chosen column indices in the
+    order chosen. With few labelled rows the choice overfits; the project ships one set
+    chosen on 500 NB201 cells (``SELECTED_MEMBERS``)."""
+    check_choice("ensemble aggregation", aggregation, AGGREGATIONS)
+    check_range("lookahead", lookahead, 1, 2)
+    m = np.asarray(matrix, dtype=float)
+    t = np.asarray(target, dtype=float)
+    if m.ndim != 2 or len(m) != len(t) or len(t) < 3:
+        raise ConfigError(f"select_members needs a (networks x members) matrix and one target "
+                          f"per network, at least 3; got {m.shape} and {len(t)}")
+
+    def score(columns: list[int]) -> float:
+        tau = kendalltau(aggregate(m[:, columns], None, aggregation), t).statistic
+        return float(tau) if np.isfinite(tau) else -1.0
+
+    chosen: list[int] = []
+    best = -np.inf
+    while len(chosen) < m.shape[1]:
+        rest = [j for j in range(m.shape[1]) if j not in chosen]
+        options = [(j,) for j in rest]
+        if lookahead == 2:
+            options += list(combinations(rest, 2))
+        gain, option = max(((score(chosen + list(o)), o) for o in options),
+                           key=lambda pair: pair[0])
+        if gain <= best + min_gain:
+            break
+        best = gain
+        chosen += list(option)
+    return chosen
+
+
+def member_names(proxies: Sequence[str] | str) -> list[str]:
+    """``proxies`` as a list of proxy names: a preset name of ``MEMBER_PRESETS`` or a list."""
+    if isinstance(proxies, str):
+        if proxies not in MEMBER_PRESETS:
+            raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names "
+                              f"or a preset: {', '.join(MEMBER_PRESETS)}")
+        return list(MEMBER_PRESETS[proxies])
+    if not proxies:
+        raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names "
+                          f"or a preset: {', '.join(MEMBER_PRESETS)}")
+    return list(proxies)
+
+
 def stored_population(study: Any, names: Sequence[str],
                       extra: Sequence[str] = ()) -> list[dict[str, float]]:
     """Per-trial metrics of the study's completed trials that hold ``proxy_<name>`` for every
@@ -178,6 +247,9 @@ def stored_population(study: Any, names: Sequence[str],
 class RankEnsembleEstimator(Estimator):
     """Mean percentile rank of several zero-cost proxies among the trials seen so far.
 
+    ``proxies`` is a list of registered proxy names or a preset of ``MEMBER_PRESETS``
+    (``"default"``, ``"selected"``, ``"az-nas"``).
+
     ``aggregation`` is one of ``AGGREGATIONS``: ``"mean-rank"`` (default), ``"log-rank"``
     (AZ-NAS, mean of log(rank / n)) or ``"spectral"``: the mean rank weighted by
     :func:`spectral_weights` of the members over the population (the stored trials and the
@@ -191,7 +263,7 @@ class RankEnsembleEstimator(Estimator):
     name = "rank-ensemble"
     needs_dataset = False
 
-    def __init__(self, proxies: Sequence[str] = DEFAULT_MEMBERS,
+    def __init__(self, proxies: Sequence[str] | str = DEFAULT_MEMBERS,
                  weights: Sequence[float] | None = None, batch_size: int = 64,
                  data: str = "dataset", resize: int | None = None, seed: int | None = None,
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
@@ -203,8 +275,7 @@ class RankEnsembleEstimator(Estimator):
                               "'spectral', which computes its own; drop weights or use "
                               "aggregation 'mean-rank' or 'log-rank'")
         self.aggregation = aggregation
-        if isinstance(proxies, str) or not proxies:
-            raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names")
+        proxies = member_names(proxies)
         if weights is not None and len(weights) != len(proxies):
             raise ConfigError(f"invalid ensemble weights {list(weights)!r}; need one per proxy "
                               f"({len(proxies)})")
@@ -274,7 +345,7 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
 
     name = "learned-ensemble"
 
-    def __init__(self, proxies: Sequence[str] = DEFAULT_MEMBERS, teacher: str = "low-fidelity",
+    def __init__(self, proxies: Sequence[str] | str = DEFAULT_MEMBERS, teacher: str = "low-fidelity",
                  teacher_options: dict[str, Any] | None = None, teacher_every: int = 5,
                  min_labelled: int = 5, batch_size: int = 64, data: str = "dataset",
                  resize: int | None = None, seed: int | None = None,
