@@ -24,6 +24,11 @@ would have stored by then. Because the trainings are deterministic this gives th
 decisions as a real pruned run (a few seconds instead of an hour), which is how pruning rules
 are compared on development seeds (``--first-seed``) before a real run confirms the chosen one.
 
+``--reference-trials R`` adds the equal-budget reading: the unpruned study's first R trials
+set the hypervolume to reach and the compute (their epochs); studies over the same, longer
+sequence of ``--trials`` proposals are then cut at ``--compute-fraction`` of that compute,
+unpruned (fewer trials) and pruned (more trials, each stopped when unpromising).
+
     nice -n 10 python benchmarks/mo_pruning.py --cache mop.jsonl --workers 1 \\
         --pruner pareto-halving -o reduction_factor=2       # 3 seeds x 40 trials x 4 epochs
 """
@@ -142,6 +147,50 @@ def summary_row(run: dict, ref: tuple[float, float], box: float) -> tuple[float,
             sum(t["state"] == "PRUNED" for t in run["trials"]), front)
 
 
+def within_budget(run: dict, budget: float) -> dict:
+    """``run`` cut where its trials, in order, have spent ``budget`` epochs: the trials whose
+    cumulative epochs stay within it (a trial that would cross it is not counted, as a study
+    stopped by a compute budget leaves it unfinished)."""
+    kept, spent = [], 0.0
+    for t in sorted(run["trials"], key=lambda t: t["number"]):
+        if spent + t["epochs"] > budget + 1e-9:
+            break
+        spent += t["epochs"]
+        kept.append(t)
+    return {**run, "trials": kept}
+
+
+def equal_budget_report(done: list[dict], seeds: range, reference_trials: int, fraction: float,
+                        ref: tuple[float, float], box: float, pruner: str) -> None:
+    """The second reading of "the same hypervolume at a fraction of the compute": the
+    unpruned study of ``reference_trials`` trials against studies given ``fraction`` of its
+    epochs, unpruned (fewer trials) and pruned (more trials, each stopped when unpromising),
+    both drawing from the same longer sequence of proposals."""
+    print(f"\nequal budget: no pruning over the first {reference_trials} trials against "
+          f"{fraction:g} of its epochs, spent without and with pruning")
+    print(f"{'seed':>4s}{'HV ref':>8s}{'epochs':>8s}{'budget':>8s}{'HV none':>9s}{'trials':>7s}"
+          f"{'HV ' + pruner:>14s}{'trials':>7s}")
+    rows = []
+    for seed in seeds:
+        runs = {r["pruned"]: r for r in done if r["seed"] == seed}
+        if len(runs) < 2:
+            continue
+        base = {**runs[False], "trials": sorted(runs[False]["trials"],
+                                                key=lambda t: t["number"])[:reference_trials]}
+        hv_ref, epochs_ref, *_ = summary_row(base, ref, box)
+        budget = fraction * epochs_ref
+        cut = {p: within_budget(runs[p], budget) for p in (False, True)}
+        hv = {p: summary_row(cut[p], ref, box)[0] for p in (False, True)}
+        rows.append((hv_ref, hv[False], hv[True]))
+        print(f"{seed:4d}{hv_ref:8.2f}{epochs_ref:8.0f}{budget:8.0f}{hv[False]:9.2f}"
+              f"{len(cut[False]['trials']):7d}{hv[True]:14.2f}{len(cut[True]['trials']):7d}")
+    if rows:
+        r = np.array(rows)
+        print(f"mean: reference HV {r[:, 0].mean():.2f} %; at {fraction:g} of its epochs no "
+              f"pruning {r[:, 1].mean():.2f} % ({r[:, 1].mean() - r[:, 0].mean():+.2f}), "
+              f"{pruner} {r[:, 2].mean():.2f} % ({r[:, 2].mean() - r[:, 0].mean():+.2f})")
+
+
 def parse_option(text: str) -> tuple[str, Any]:
     name, sep, value = text.partition("=")
     if not sep:
@@ -165,10 +214,20 @@ def main() -> None:
                         help="run only the unpruned studies (material for --replay)")
     parser.add_argument("--replay", action="store_true",
                         help="train nothing: replay the cached unpruned runs through the pruner")
+    parser.add_argument("--reference-trials", type=int, default=None, metavar="R",
+                        help="also compare at equal budget: the unpruned study's first R "
+                             "trials against --compute-fraction of their epochs spent on the "
+                             "--trials proposals, without and with pruning (R < --trials)")
+    parser.add_argument("--compute-fraction", type=float, default=0.5)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished runs (resume)")
     args = parser.parse_args()
     args.options = {"n_startup_trials": 5, **dict(parse_option(o) for o in args.option)}
+    if args.reference_trials is not None and not 0 < args.reference_trials <= args.trials:
+        parser.error(f"invalid --reference-trials {args.reference_trials}; valid: 1 to "
+                     f"--trials ({args.trials})")
+    if not 0 < args.compute_fraction <= 1:
+        parser.error(f"invalid --compute-fraction {args.compute_fraction}; valid: (0, 1]")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     done = [r for r in read_cache(args.cache) if r["settings"] == settings(args, r["pruned"])
             and r["seed"] in seeds]
@@ -209,6 +268,9 @@ def main() -> None:
               f"{p[:, 1].mean() / u[:, 1].mean():.2f} (epochs), "
               f"{p[:, 2].mean() / u[:, 2].mean():.2f} (seconds); HV difference "
               f"{p[:, 0].mean() - u[:, 0].mean():+.2f} points")
+    if args.reference_trials:
+        equal_budget_report(done, seeds, args.reference_trials, args.compute_fraction, ref, box,
+                            args.pruner)
 
 
 if __name__ == "__main__":
