@@ -346,6 +346,16 @@ class ArchSampler(optuna.samplers.BaseSampler):
         mean, _ = model.predict(X)
         return model.prob_feasible(X), (mean / scale).max(1)
 
+    def feasible_probability(self, study: optuna.Study, trial: FrozenTrial,
+                             candidates: Sequence[Architecture]) -> np.ndarray | None:
+        """For a wrapper choosing among :meth:`propose`'s candidates (the pre-screen): each
+        candidate's predicted probability of meeting every constraint given the study's
+        history at ``trial``; ``None`` when :meth:`constrained` is false."""
+        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
+                            finished=self._finished)
+        pred = self.constraint_prediction(hist, candidates)
+        return None if pred is None else pred[0]
+
     @staticmethod
     def _constraint_rows(hist: History) -> tuple[list[int], np.ndarray]:
         """The trials that recorded every constraint (the widest records) and their

@@ -6,6 +6,8 @@ untrained networks, and the best one becomes the trial's architecture, so the st
 (expensive) estimator only sees pre-screened candidates (Abdelfattah et al., ICLR 2021,
 section 5 "warm-up / move proposal"). The chosen candidate's proxy values are kept on the trial
 (system attribute :data:`~frugalnas.core.keys.PRESCREEN_ATTR`), where rank ensembles find them.
+In a study with constraints, the proxy chooses only among the candidates the inner strategy's
+constraint model predicts feasible (frugalnas's strategies have one).
 """
 
 from __future__ import annotations
@@ -97,13 +99,14 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
         candidates = propose(self.inner, study, trial, self.k)
         if not candidates:  # the space is exhausted: let the inner strategy decide
             return {}
-        scores = np.array([self._score(arch) for arch in candidates])
-        if len(self.members) == 1:
-            best = int(np.argmax(scores[:, 0]))
-        else:
-            best = int(np.argmax(rank_average(scores)))
-        record = {f"proxy_{p.name}": float(v) for p, v in zip(self.members, scores[best])}
+        eligible = self._feasible_first(study, trial, candidates)
+        scores = np.array([self._score(candidates[i]) for i in eligible])
+        combined = scores[:, 0] if len(self.members) == 1 else rank_average(scores)
+        top = int(np.argmax(combined))
+        best = eligible[top]
+        record = {f"proxy_{p.name}": float(v) for p, v in zip(self.members, scores[top])}
         record["prescreen_candidates"] = len(candidates)
+        record["prescreen_scored"] = len(eligible)
         optuna_compat.set_trial_system_attr(study, trial, PRESCREEN_ATTR, record)
         return {k: v for k, v in self.space.to_params(candidates[best]).items() if k in search_space}
 
@@ -122,6 +125,22 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
         self.inner.reseed_rng()
 
     # -- internals -----------------------------------------------------------------------
+    def _feasible_first(self, study: optuna.Study, trial: FrozenTrial,
+                        candidates: list[Architecture]) -> list[int]:
+        """The candidates the proxy may choose from. In a constrained study whose inner
+        strategy predicts feasibility (frugalnas's strategies, once a trial has violated a
+        constraint): those predicted feasible (probability >= the inner strategy's
+        ``feasibility_threshold``), or the most probably feasible one when none is; else all.
+        A proxy alone would pick the largest network, which is what a latency or size bound
+        rules out."""
+        predict = getattr(self.inner, "feasible_probability", None)
+        prob = predict(study, trial, candidates) if predict is not None else None
+        if prob is None:
+            return list(range(len(candidates)))
+        threshold = getattr(self.inner, "feasibility_threshold", 0.5)
+        ok = [i for i in range(len(candidates)) if prob[i] >= threshold]
+        return ok or [int(np.argmax(prob))]
+
     def _score(self, arch: Architecture) -> list[float]:
         x, y, num_classes = self._fixed_batch()
         with torch.random.fork_rng(devices=[]):  # seeded weights, the caller's RNG untouched
