@@ -67,6 +67,8 @@ def test_presets_name_the_members_and_unknown_names_are_refused():
     assert HOST.create_estimator("learned-ensemble", {"proxies": "az-nas",
                                                       "teacher": "nb201-table"}).proxies == \
         list(MEMBER_PRESETS["az-nas"])
+    hybrid = HOST.create_estimator("supernet", {"hybrid_proxies": "selected"})
+    assert hybrid.ensemble.proxies == list(SELECTED_MEMBERS)
     with pytest.raises(ConfigError, match="preset: default, selected, az-nas"):
         HOST.create_estimator("rank-ensemble", {"proxies": "best"})
     with pytest.raises(ConfigError, match="invalid ensemble proxies"):

@@ -379,13 +379,15 @@ def test_stand_alone_training_reports_valid_and_test_accuracy():
     assert set(out) == {"valid", "test", "seconds"} and out["valid"] > 20
 
 
-@pytest.mark.parametrize("name", ["nb201-mnist5k", "nb201-mnist5k-8ep"])
-def test_the_shipped_ground_truth_loads_with_its_command_and_ceiling(name):
+@pytest.mark.parametrize("name,seeds", [("nb201-mnist5k", [0, 1]),
+                                        ("nb201-mnist5k-8ep", [0, 1, 2, 3])])
+def test_the_shipped_ground_truth_loads_with_its_command_and_ceiling(name, seeds):
     from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
 
     assert name in shipped_names()
     gt = load_ground_truth(name)
-    assert len(gt.architectures) == 100 and gt.valid.shape == (100, 2) and gt.seeds == [0, 1]
+    assert gt.seeds == seeds and f"--seeds {','.join(map(str, seeds))}" in gt.command
+    assert len(gt.architectures) == 100 and gt.valid.shape == (100, len(seeds))
     assert gt.command.startswith("python benchmarks/ground_truth.py")
     assert all(SPACE.parse(a) for a in gt.architectures[:3])
     # Both references rank the same sample of cells (the same --sample-seed).

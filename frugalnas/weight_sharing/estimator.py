@@ -45,7 +45,8 @@ class SupernetEstimator(Estimator):
     sub-supernets, epochs after the split). ``checkpoint``: file for the trained supernet
     (default: beside a sqlite study database, ``<db>.<study>.supernet.pt``; none for other
     storages unless given). ``hybrid_proxies`` / ``hybrid_weight``: hybrid scoring with a
-    zero-cost rank ensemble of those proxies, the inherited accuracy's rank weighted
+    zero-cost rank ensemble of those proxies (a list, or a preset name such as ``"selected"``,
+    :data:`frugalnas.proxies.ensemble.MEMBER_PRESETS`), the inherited accuracy's rank weighted
     ``hybrid_weight`` and the ensemble's ``1 - hybrid_weight``. ``finetune_steps``: score a
     private copy of the candidate's inherited weights trained that many SGD steps further
     (the training options' SGD, a cosine schedule, the same batches for every candidate); the
@@ -60,7 +61,7 @@ class SupernetEstimator(Estimator):
                  few_shot_split: Sequence[str] | str | None = None,
                  few_shot_groups: int | None = None, few_shot_epochs: int = 0,
                  bn_batches: int = 4, checkpoint: str | None = None,
-                 hybrid_proxies: Sequence[str] | None = None, hybrid_weight: float = 0.5,
+                 hybrid_proxies: Sequence[str] | str | None = None, hybrid_weight: float = 0.5,
                  finetune_steps: int = 0, host: Any = None):
         check_range("epochs", epochs, 0)
         check_range("finetune_steps", finetune_steps, 0)
@@ -85,7 +86,7 @@ class SupernetEstimator(Estimator):
             if host is None:
                 raise ConfigError("hybrid_proxies needs the plugin host that registers the "
                                   "proxies (host=); a study passes its own")
-            self.ensemble = RankEnsembleEstimator(list(hybrid_proxies), host=host)
+            self.ensemble = RankEnsembleEstimator(hybrid_proxies, host=host)
             self.provides = (*self.provides, *self.ensemble.provides)
 
     def checkpoint_path(self, context: EvaluationContext) -> Path | None:
