@@ -47,7 +47,7 @@ DIRECTIONS = ("maximize", "minimize")
 MO_STRATEGIES = ("nsga2", "tpe", "random", "regularized-evolution", "local-search",
                  "surrogate-evolution")
 CONSTRAINED_STRATEGIES = ("random", "regularized-evolution", "local-search",
-                          "surrogate-evolution", "bananas", "tpe")
+                          "surrogate-evolution", "bananas", "tpe", "prescreen")
 #: Options used here (light surrogates, as in benchmarks/search_nb201.py).
 OPTIONS = {
     "surrogate-evolution": {"quality_every": 0,
