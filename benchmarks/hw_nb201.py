@@ -20,7 +20,10 @@ real frugalnas study (``nb201-table`` estimator, in-memory storage):
   with the constraint ``latency_ms_pixel3 <= 10``. Per strategy: the mean test accuracy of the
   study's ``best_trial`` (the best *feasible* trial) after 25, 50, 100 queries, the fraction of
   feasible trials, and how often the best trial was infeasible (must be 0). The feasible
-  optimum is printed from the table.
+  optimum is printed from the table. ``prescreen`` runs with its defaults (synflow over
+  ``random``, ``k=10``, benchmark-size networks, N=5 and C=16, on a batch of 64 of the study's
+  default dataset, 8x8 digits) and chooses among the candidates its inner strategy's
+  constraint model predicts feasible.
 
 ``--cache FILE`` keeps finished runs (JSON lines), so an interrupted run resumes. A strategy
 named ``<strategy>:deb`` runs with the constraint handling of before the constraint model
