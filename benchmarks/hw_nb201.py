@@ -62,7 +62,14 @@ MARKS = (25, 50, 100)
 #: ``<strategy>:<variant>`` runs the strategy with these extra options. ``deb``: the constraint
 #: handling before the constraint model (no screening of candidates, every infeasible trial
 #: ranked below every feasible one), for before/after comparisons on the same code.
-VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")}}
+#: ``rea`` (``prescreen`` only): the pre-screen of benchmarks/search_nb201.py, synflow over
+#: regularized evolution on reduced networks (N=1, C=8; 16x16 Gaussian inputs, batch 8).
+VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")},
+            "rea": {"inner": "regularized-evolution", "data": "gaussian", "batch_size": 8,
+                    "input_shape": (3, 16, 16)}}
+#: Space options per benchmark name: the table is indexed by the cell alone, so N and C only
+#: matter where a network is built (the pre-screen's proxy).
+SPACE_OPTIONS = {"prescreen:rea": {"N": 1, "C": 8}}
 
 
 def strategy_options(name: str) -> tuple[str, dict]:
@@ -88,6 +95,7 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict:
     space = NB201Space()
     strategy, options = strategy_options(name)
     common = dict(strategy=strategy, estimator="nb201-table", seed=seed,
+                  space_options=SPACE_OPTIONS.get(name, {}),
                   strategy_options=options, disable_plugins=["mlflow", "progress"],
                   estimator_options={"dataset": "cifar10", "select_on": select_on})
     if experiment == "mo":
@@ -112,7 +120,7 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict:
     trials = sorted(study.trials, key=lambda t: t.number)
     return {"experiment": experiment, "strategy": name, "seed": seed, "queries": queries,
             "select_on": select_on, "seconds": seconds,
-            "cells": [space.index(t.architecture) for t in trials],
+            "cells": [space.index(space.parse(str(t.architecture))) for t in trials],
             "feasible": [bool(t.user_attrs.get("feasible", True)) for t in trials],
             "best": {str(k): v for k, v in best.items()}}
 
