@@ -346,15 +346,21 @@ class ArchSampler(optuna.samplers.BaseSampler):
         mean, _ = model.predict(X)
         return model.prob_feasible(X), (mean / scale).max(1)
 
-    def feasible_probability(self, study: optuna.Study, trial: FrozenTrial,
-                             candidates: Sequence[Architecture]) -> np.ndarray | None:
-        """For a wrapper choosing among :meth:`propose`'s candidates (the pre-screen): each
-        candidate's predicted probability of meeting every constraint given the study's
-        history at ``trial``; ``None`` when :meth:`constrained` is false."""
+    def feasible_candidates(self, study: optuna.Study, trial: FrozenTrial,
+                            candidates: Sequence[Architecture]) -> list[int]:
+        """For a wrapper choosing among :meth:`propose`'s candidates (the pre-screen): the
+        indices of those it may choose from given the study's history at ``trial``, by
+        :meth:`predicted_feasible`; all of them when :meth:`constrained` is false."""
         hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
                             finished=self._finished)
         pred = self.constraint_prediction(hist, candidates)
-        return None if pred is None else pred[0]
+        return list(range(len(candidates))) if pred is None else self.predicted_feasible(pred[0])
+
+    def predicted_feasible(self, prob: np.ndarray) -> list[int]:
+        """Indices of the candidates whose probability of feasibility is at least
+        ``feasibility_threshold``; when none is, the most probably feasible one alone."""
+        ok = [i for i in range(len(prob)) if prob[i] >= self.feasibility_threshold]
+        return ok or [int(np.argmax(prob))]
 
     @staticmethod
     def _constraint_rows(hist: History) -> tuple[list[int], np.ndarray]:
@@ -403,10 +409,8 @@ class ArchSampler(optuna.samplers.BaseSampler):
         if pred is None:
             return candidates[0]
         prob, margin = pred
-        ok = [i for i in range(len(candidates)) if prob[i] >= self.feasibility_threshold]
-        if not ok:
-            return candidates[int(np.argmax(prob))]
-        if self.boundary_is_active(study, hist):
+        ok = self.predicted_feasible(prob)
+        if len(ok) > 1 and self.boundary_is_active(study, hist):
             return candidates[max(ok, key=lambda i: (margin[i], -i))]
         return candidates[ok[0]]
 

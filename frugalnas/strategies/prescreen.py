@@ -127,19 +127,13 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
     # -- internals -----------------------------------------------------------------------
     def _feasible_first(self, study: optuna.Study, trial: FrozenTrial,
                         candidates: list[Architecture]) -> list[int]:
-        """The candidates the proxy may choose from. In a constrained study whose inner
-        strategy predicts feasibility (frugalnas's strategies, once a trial has violated a
-        constraint): those predicted feasible (probability >= the inner strategy's
-        ``feasibility_threshold``), or the most probably feasible one when none is; else all.
-        A proxy alone would pick the largest network, which is what a latency or size bound
-        rules out."""
-        predict = getattr(self.inner, "feasible_probability", None)
-        prob = predict(study, trial, candidates) if predict is not None else None
-        if prob is None:
-            return list(range(len(candidates)))
-        threshold = getattr(self.inner, "feasibility_threshold", 0.5)
-        ok = [i for i in range(len(candidates)) if prob[i] >= threshold]
-        return ok or [int(np.argmax(prob))]
+        """The candidates the proxy may choose from: those the inner strategy calls feasible
+        (:meth:`~frugalnas.strategies.base.ArchSampler.feasible_candidates`; all of them
+        until a trial has violated a constraint, or when the inner strategy has no constraint
+        model). A proxy alone would pick the largest network, which is what a latency or size
+        bound rules out."""
+        choose = getattr(self.inner, "feasible_candidates", None)
+        return choose(study, trial, candidates) if choose else list(range(len(candidates)))
 
     def _score(self, arch: Architecture) -> list[float]:
         x, y, num_classes = self._fixed_batch()
