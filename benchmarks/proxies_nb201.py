@@ -165,10 +165,24 @@ def paired_difference(a: np.ndarray, b: np.ndarray, acc: np.ndarray, boots: np.n
     return out
 
 
+def bootstrap_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """``n_boot`` resamples of ``n`` cells (rows of indices), the same for a given seed, so
+    rows evaluated with the same seed share their resamples; none when ``n_boot`` is 0."""
+    if not n_boot:
+        return np.zeros((0, 0), int)
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+
+
+def table_header(published: bool = True) -> str:
+    """The header and rule lines of a correlation table (``published``: the last column)."""
+    cols = ["row", *(f"{d} rho [95% CI] | tau [95% CI]" for d in TABLE_DATASETS),
+            *(["published"] if published else [])]
+    return ("| " + " | ".join(cols) + " |\n"
+            + "|---" * (1 + 2 * len(TABLE_DATASETS) + published) + "|")
+
+
 def evaluate_row(score: np.ndarray, acc: np.ndarray, n_boot: int, seed: int) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    n = len(score)
-    boots = rng.integers(0, n, size=(n_boot, n)) if n_boot else np.zeros((0, 0), int)
+    boots = bootstrap_indices(len(score), n_boot, seed)
     return [correlation_ci(score, acc[:, j], boots) for j in range(acc.shape[1])]
 
 
@@ -219,10 +233,8 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
     index = [space.index(space.parse(r["arch"])) for r in rows]
     acc = nb201_table()[index].astype(float)
     matrix = np.array([[r["values"][n] for n in names] for r in rows], dtype=float)
-    head = " | ".join(f"{d} rho [95% CI] | tau [95% CI]" for d in TABLE_DATASETS)
     print(f"\nn = {len(rows)} cells (bootstrap: {n_boot} resamples)\n")
-    print(f"| row | {head} | published |")
-    print("|---" * (2 + 2 * len(TABLE_DATASETS)) + "|")
+    print(table_header())
     summary: dict = {"n": len(rows), "bootstrap": n_boot, "rows": {}}
 
     def emit(label: str, score: np.ndarray, note: str = "", target=acc) -> None:
@@ -284,9 +296,7 @@ def report(rows: list[dict], names: list[str], labelled: int, n_boot: int, seed:
     # each aggregation against the project's four-proxy ensemble, on the same cells
     base = "mean-rank default"
     if base in aggregated:
-        rng = np.random.default_rng(seed)
-        boots = (rng.integers(0, len(rows), size=(n_boot, len(rows))) if n_boot
-                 else np.zeros((0, 0), int))
+        boots = bootstrap_indices(len(rows), n_boot, seed)
         summary["paired_vs_default"] = {}
         print(f"\npaired difference against '{base}', CIFAR-10, same bootstrap resamples:")
         for label, score in aggregated.items():
@@ -312,9 +322,7 @@ def selection_holdout(matrix: np.ndarray, names: list[str], acc: np.ndarray, sel
     print(f"\nmember selection on the first {select_on} cells (log-rank, CIFAR-10 tau): "
           f"{'+'.join(chosen)} ({'the shipped' if same else 'differs from the shipped'} "
           f"SELECTED_MEMBERS {'+'.join(SELECTED_MEMBERS)}); rows on the other {len(held)} cells:")
-    print("| row | " + " | ".join(f"{d} rho [95% CI] | tau [95% CI]" for d in TABLE_DATASETS)
-          + " |")
-    print("|---" * (1 + 2 * len(TABLE_DATASETS)) + "|")
+    print(table_header(published=False))
     sets = {"chosen": chosen, **{k: list(v or names) for k, v in AGGREGATION_SETS.items()
                                  if k != "selected"}}
     out: dict = {"chosen": chosen, "rows": {}}
@@ -331,10 +339,10 @@ def selection_holdout(matrix: np.ndarray, names: list[str], acc: np.ndarray, sel
             print(f"| {label} | {' | '.join(_cell(c) for c in res)} |")
     base = "mean-rank default (held out)"
     if base in scores:
-        rng = np.random.default_rng(seed)
-        boots = rng.integers(0, len(held), size=(n_boot, len(held))) if n_boot else np.zeros((0, 0), int)
+        boots = bootstrap_indices(len(held), n_boot, seed)
         for how in ("mean-rank", "log-rank"):
-            d = paired_difference(scores[f"{how} chosen (held out)"], scores[base], acc[held, 0], boots)
+            d = paired_difference(scores[f"{how} chosen (held out)"], scores[base],
+                                  acc[held, 0], boots)
             out[f"paired {how} chosen vs default"] = d
             lo_t, hi_t = d.get("tau_ci", [np.nan] * 2)
             print(f"  {how} chosen - mean-rank default, held out, CIFAR-10: rho {d['rho']:+.3f} "
