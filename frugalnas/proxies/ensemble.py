@@ -213,12 +213,9 @@ def select_members(matrix: np.ndarray, target: Sequence[float],
 
 def member_names(proxies: Sequence[str] | str) -> list[str]:
     """``proxies`` as a list of proxy names: a preset name of ``MEMBER_PRESETS`` or a list."""
-    if isinstance(proxies, str):
-        if proxies not in MEMBER_PRESETS:
-            raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names "
-                              f"or a preset: {', '.join(MEMBER_PRESETS)}")
+    if isinstance(proxies, str) and proxies in MEMBER_PRESETS:
         return list(MEMBER_PRESETS[proxies])
-    if not proxies:
+    if isinstance(proxies, str) or not proxies:
         raise ConfigError(f"invalid ensemble proxies {proxies!r}; give a list of proxy names "
                           f"or a preset: {', '.join(MEMBER_PRESETS)}")
     return list(proxies)
