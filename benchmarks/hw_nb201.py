@@ -64,12 +64,18 @@ MARKS = (25, 50, 100)
 #: ranked below every feasible one), for before/after comparisons on the same code.
 #: ``rea`` (``prescreen`` only): the pre-screen of benchmarks/search_nb201.py, synflow over
 #: regularized evolution on reduced networks (N=1, C=8; 16x16 Gaussian inputs, batch 8).
+#: ``rea-selected`` (``prescreen`` only): the ``selected`` proxy preset (meco, swap, synflow,
+#: ntk_cond, ranked together) over regularized evolution, on the same reduced networks and a
+#: batch of 64 mnist5k digits resized to 16x16 (these proxies read the data).
 VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")},
             "rea": {"inner": "regularized-evolution", "data": "gaussian", "batch_size": 8,
-                    "input_shape": (3, 16, 16)}}
+                    "input_shape": (3, 16, 16)},
+            "rea-selected": {"inner": "regularized-evolution", "proxy": "selected",
+                             "dataset": "mnist5k", "dataset_options": {"resize": 16},
+                             "batch_size": 64}}
 #: Space options per benchmark name: the table is indexed by the cell alone, so N and C only
 #: matter where a network is built (the pre-screen's proxy).
-SPACE_OPTIONS = {"prescreen:rea": {"N": 1, "C": 8}}
+SPACE_OPTIONS = {"prescreen:rea": {"N": 1, "C": 8}, "prescreen:rea-selected": {"N": 1, "C": 8}}
 
 
 def strategy_options(name: str) -> tuple[str, dict]:

@@ -41,6 +41,7 @@ from scipy.stats import kendalltau
 import frugalnas
 from frugalnas.core.cost import count_flops, count_params
 from frugalnas.sievo import retrain
+from frugalnas.sievo.final import final_choice
 from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.weight_sharing.ground_truth import reference_ceiling
 
@@ -51,7 +52,7 @@ def space_options(args: argparse.Namespace, attention: bool = True) -> dict:
 
 
 def run_sievo(args: argparse.Namespace, attention: bool = True,
-              seed: int | None = None) -> tuple[frugalnas.Study, float, float]:
+              seed: int | None = None) -> tuple[frugalnas.Study, object, float, float]:
     seed = args.seed if seed is None else seed
     study = frugalnas.create_study(
         space="dag", strategy="si-evolution", estimator="inherited", dataset=args.dataset,
@@ -63,9 +64,15 @@ def run_sievo(args: argparse.Namespace, attention: bool = True,
                            "bn_recalibration_batches": args.bn_batches})
     start = time.perf_counter()
     study.optimize(args.population + args.generations * args.offspring)
+    winner, extra = study.best_architecture, 0.0
+    if args.final_proxies:
+        proxies = args.final_proxies.split(",")
+        choice = final_choice(study, proxies[0] if len(proxies) == 1 else proxies,
+                              args.final_proxy_weight)
+        winner, extra = choice.architecture, choice.cost.flops
     seconds = time.perf_counter() - start
-    flops = sum(t.user_attrs["cost"]["flops"] for t in study.completed_trials())
-    return study, seconds, flops
+    flops = sum(t.user_attrs["cost"]["flops"] for t in study.completed_trials()) + extra
+    return study, winner, seconds, flops
 
 
 def run_rea(args: argparse.Namespace, seed: int) -> tuple[object, float, float]:
@@ -176,6 +183,13 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=60, help="sampled-training batches per generation")
     p.add_argument("--warmup", type=int, default=400,
                    help="si-evolution warm-up batches on uniformly drawn candidates")
+    p.add_argument("--final-proxies", default="",
+                   help="comma-separated zero-cost proxies (or a preset such as 'selected') "
+                        "that join the inherited accuracy in choosing si-evolution's result "
+                        "from its last pool (frugalnas.sievo.final.final_choice); empty: the "
+                        "best inherited accuracy of that pool")
+    p.add_argument("--final-proxy-weight", type=float, default=0.5,
+                   help="weight of the proxies' rank against the inherited accuracy's")
     p.add_argument("--bn-batches", type=int, default=2,
                    help="batch-norm recalibration batches of inherited-weight scoring (0: off)")
     p.add_argument("--rea-epochs", type=float, default=3.0, help="training epochs per REA candidate")
@@ -263,8 +277,8 @@ def search_part(args, runs) -> None:
     if unknown:
         raise SystemExit(f"unknown --baselines {unknown}; valid: {', '.join(BASELINES)}")
     rows = []  # (seed, method, architecture, seconds, flops)
-    for seed, (si, si_s, si_f) in runs.items():
-        rows.append((seed, "si-evolution", si.best_architecture, si_s, si_f))
+    for seed, (si, si_winner, si_s, si_f) in runs.items():
+        rows.append((seed, "si-evolution", si_winner, si_s, si_f))
         for b in baselines:
             if b == "rea":
                 rows.append((seed, b, *run_rea(args, seed)))
@@ -306,9 +320,9 @@ def ablation_part(args, runs) -> None:
     """The same si-evolution budget with the attention decisions on and fixed off."""
     off = {seed: run_sievo(args, attention=False, seed=seed) for seed in runs}
     for name, group in (("on", runs), ("off", off)):
-        accs = retrained(args, [r[0].best_architecture for r in group.values()])
-        secs = np.mean([r[1] for r in group.values()])
-        flops = np.mean([r[2] for r in group.values()])
+        accs = retrained(args, [r[1] for r in group.values()])
+        secs = np.mean([r[2] for r in group.values()])
+        flops = np.mean([r[3] for r in group.values()])
         print(f"ablation: attention {name:<4} retrained {np.mean(accs):.2f} % (per seed: "
               + ", ".join(f"{a:.2f}" for a in accs) + f"), search {secs:.1f} s, {flops / 1e9:.2f} GFLOPs")
 
@@ -443,7 +457,7 @@ def tau_part(args, run) -> None:
     """Inherited accuracy (final shared store of the si-evolution ``run``) vs stand-alone
     training of the tau candidates, next to two baselines: the same scoring with the untrained
     store, and parameter count."""
-    si, _, flops = run
+    si, _, _, flops = run
     archs = tau_candidates(args, si)
     per_seed = reference(args, archs)
     trained = np.mean(per_seed, axis=0)

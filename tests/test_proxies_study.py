@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import frugalnas
+from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import PluginHost
+from frugalnas.proxies.ensemble import MEMBER_PRESETS
 from frugalnas.strategies.prescreen import PRESCREEN_ATTR, PrescreenSampler
 from frugalnas.spaces.nb201.space import NB201Space
 
@@ -76,6 +78,28 @@ def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
         record = t.system_attrs[PRESCREEN_ATTR]
         assert record["prescreen_candidates"] == 3
         assert math.isfinite(record["proxy_naswot"]) and t.state.name == "COMPLETE"
+
+
+def test_prescreen_takes_a_member_preset_and_records_every_member():
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="nb201-table",
+                                   dataset="digits", dataset_options={"resize": 16},
+                                   strategy="prescreen",
+                                   strategy_options={"proxy": "selected", "k": 3,
+                                                     "batch_size": 8},
+                                   disable_plugins=["mlflow"], seed=1)
+    assert [p.name for p in study.strategy.members] == list(MEMBER_PRESETS["selected"])
+    study.optimize(2)
+    for t in study.trials:
+        record = t.system_attrs[PRESCREEN_ATTR]
+        assert all(math.isfinite(record[f"proxy_{n}"]) for n in MEMBER_PRESETS["selected"])
+
+
+def test_prescreen_refuses_an_empty_proxy_list_naming_the_presets():
+    host = PluginHost()
+    space = NB201Space(**SMALL)
+    inner = host.create("strategies", "random", space=space, seed=0)
+    with pytest.raises(ConfigError, match="preset: default, selected"):
+        PrescreenSampler(inner, space=space, host=host, proxy=[], data="gaussian", **SHAPE)
 
 
 def test_prescreen_scores_a_candidate_with_shared_passes_as_each_proxy_alone():

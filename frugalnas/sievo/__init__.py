@@ -13,13 +13,14 @@ from frugalnas.core.plugins import hookimpl
 from frugalnas.core.space import SearchSpace
 from frugalnas.sievo.estimator import (InheritedEstimator, shared_plans, supernet_of,
                                        weight_store_of)
+from frugalnas.sievo.final import FinalChoice, final_choice
 from frugalnas.sievo.plan import GenerationPlan, GenerationPlans, SampledTraining
 from frugalnas.sievo.sampler import SIEvolutionSampler
 from frugalnas.sievo.session import check_weight_sharing
 
-__all__ = ["GenerationPlan", "GenerationPlans", "InheritedEstimator", "SIEvolutionSampler",
-           "SampledTraining", "retrain", "shared_plans", "si_evolution", "supernet_of",
-           "weight_store_of"]
+__all__ = ["FinalChoice", "GenerationPlan", "GenerationPlans", "InheritedEstimator",
+           "SIEvolutionSampler", "SampledTraining", "final_choice", "retrain", "shared_plans",
+           "si_evolution", "supernet_of", "weight_store_of"]
 
 
 def si_evolution(space: SearchSpace | None = None, seed: int = 0, population_size: int = 10,

@@ -29,7 +29,7 @@ from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import Proposer, propose
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch, score_with
-from frugalnas.proxies.ensemble import rank_average
+from frugalnas.proxies.ensemble import MEMBER_PRESETS, member_names, rank_average
 from frugalnas.proxies.shared import SharedPasses
 
 __all__ = ["PRESCREEN_ATTR", "PrescreenSampler", "prescreen_strategy"]
@@ -51,8 +51,10 @@ class _DatasetContext:
 
 class PrescreenSampler(optuna.samplers.BaseSampler):
     """Draws ``k`` distinct candidates from ``inner`` and keeps the one a zero-cost proxy
-    ranks best. The proxy's batch comes from ``dataset`` when given, else from the dataset of
-    the frugalnas study that binds the sampler, else (``data="gaussian"``) random inputs."""
+    ranks best (``proxy``: a proxy name, a list of them ranked together, or a member preset
+    of :data:`~frugalnas.proxies.ensemble.MEMBER_PRESETS` such as ``"selected"``). The proxy's
+    batch comes from ``dataset`` when given, else from the dataset of the frugalnas study that
+    binds the sampler, else (``data="gaussian"``) random inputs."""
 
     def __init__(self, inner: optuna.samplers.BaseSampler, space: SearchSpace, host: Any,
                  seed: int = 0, proxy: str | Sequence[str] = "synflow", k: int = 10,
@@ -66,9 +68,11 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
             raise ConfigError(f"invalid prescreen data {data!r}; valid: {', '.join(DATA_SOURCES)}")
         if not isinstance(inner, Proposer):
             propose(inner, None, None, k)  # raises the ConfigError that names the problem
-        names = [proxy] if isinstance(proxy, str) else list(proxy)
-        if not names:
-            raise ConfigError("prescreen proxy list is empty; give a proxy name or a list")
+        if not isinstance(proxy, str) and not list(proxy):
+            raise ConfigError("prescreen proxy list is empty; give a proxy name, a list or a "
+                              f"preset: {', '.join(MEMBER_PRESETS)}")
+        names = ([proxy] if isinstance(proxy, str) and proxy not in MEMBER_PRESETS
+                 else member_names(proxy))
         self.inner, self.space, self.host, self.seed = inner, space, host, seed
         self.proxy, self.k, self.batch_size, self.data, self.resize = proxy, int(k), batch_size, data, resize
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
@@ -163,7 +167,8 @@ def prescreen_strategy(space: SearchSpace | None = None, seed: int = 0, host: An
                        input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                        proxy_options: dict[str, Any] | None = None) -> PrescreenSampler:
     """Pre-screen: the inner strategy proposes k candidates, a zero-cost proxy (or a rank
-    ensemble of several) keeps the best for the estimator."""
+    ensemble of several, or a member preset such as ``"selected"``) keeps the best for the
+    estimator."""
     if host is None:
         raise ConfigError("strategy 'prescreen' needs the study's plugin host (host=) to "
                           "create its inner strategy and proxies")
