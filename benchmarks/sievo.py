@@ -70,6 +70,9 @@ def run_sievo(args: argparse.Namespace, attention: bool = True,
         choice = final_choice(study, proxies[0] if len(proxies) == 1 else proxies,
                               args.final_proxy_weight)
         winner, extra = choice.architecture, choice.cost.flops
+        print(f"seed {seed}: si-evolution's result chosen from its last pool of "
+              f"{len(choice.candidates)} by inherited accuracy and {args.final_proxies} "
+              f"(proxy weight {args.final_proxy_weight:g})", flush=True)
     seconds = time.perf_counter() - start
     flops = sum(t.user_attrs["cost"]["flops"] for t in study.completed_trials()) + extra
     return study, winner, seconds, flops

@@ -26,12 +26,13 @@ mkdir -p "$DIR"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # SIEVO_EXTRA: options appended to every call (they win over the ones above), for a quick
 # rehearsal elsewhere, e.g. SIEVO_EXTRA="--dataset digits --rea-epochs 0.05 ..." (see tests);
-# SIEVO_SEARCH_SEEDS: the search seeds of part 2 (default "0 1 2 3").
+# SIEVO_SEARCH_SEEDS: the search seeds of part 2 (default "0 1 2 3"); SIEVO_WARMUPS: the
+# warm-ups of part 1's tau runs (default "0 200 1000").
 bench() { python benchmarks/sievo.py --dataset mnist5k "$@" ${SIEVO_EXTRA:-}; }
 
 # 1. the reference (all jobs in parallel), then tau for three stores
 bench --parts reference --jobs "$JOBS" --tau-cache "$DIR/reference.json" | tee "$DIR/reference.log"
-for warmup in 0 200 1000; do
+for warmup in ${SIEVO_WARMUPS:-0 200 1000}; do
   bench --parts tau --search-seeds 1 --population 6 --offspring 6 --generations 2 --batches 30 \
         --warmup "$warmup" --jobs "$JOBS" \
         --tau-cache "$DIR/reference.json" | tee "$DIR/tau_warmup$warmup.log"

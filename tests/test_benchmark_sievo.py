@@ -44,32 +44,37 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
     # the search part reuses the cached REA searches (and their retrained winners), and sets
     # SPOS and DARTS beside them
     search = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache),
-                             "--parts", "search", "--baselines", "rea,spos,darts"],
+                             "--parts", "search", "--baselines", "rea,spos,darts",
+                             "--search-seeds", "1", "--final-proxies", "synflow,params"],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert search.returncode == 0, search.stderr[-3000:]
-    assert search.stdout.count("from " + str(cache) + " (measured earlier)") == 2
+    assert search.stdout.count("from " + str(cache) + " (measured earlier)") == 1
     for name in ("REA train-each: compute ratio rea/si", "SPOS + REA: compute ratio spos/si",
                  "DARTS: compute ratio darts/si"):
         assert name in search.stdout
+    assert "seed 0: si-evolution's result chosen from its last pool of 5 by inherited " \
+        "accuracy and synflow,params" in search.stdout
     assert "seed 0 darts best: dag:" in search.stdout and "seed 0 spos best: dag:" in search.stdout
 
 
 @pytest.mark.slow
 def test_device_script_rehearses_every_step_at_a_tiny_size(tmp_path):
     """benchmarks/sievo_device.sh, meant for a GPU session, runs through on CPU when
-    SIEVO_EXTRA shrinks every call: reference, three tau runs, and the two searches of one
-    seed (SIEVO_SEARCH_SEEDS; the device run does four seeds the same way)."""
+    SIEVO_EXTRA shrinks every call: reference, the tau run of one warm-up (SIEVO_WARMUPS; the
+    device run does three) and the two searches of one seed (SIEVO_SEARCH_SEEDS; the device
+    run does four seeds the same way)."""
     script = SCRIPT.parent / "sievo_device.sh"
     extra = " ".join(["--dataset", "digits", *TINY, "--warmup", "2", "--jobs", "1",
                       "--tau-seeds", "2", "--retrain-seeds", "1", "--search-seeds", "1"])
     out = subprocess.run(["bash", str(script), str(tmp_path / "dev")], capture_output=True,
                          text=True, timeout=900, env={**os.environ, "SIEVO_EXTRA": extra, "JOBS": "1",
-                                                      "SIEVO_SEARCH_SEEDS": "0"})
+                                                      "SIEVO_SEARCH_SEEDS": "0",
+                                                      "SIEVO_WARMUPS": "200"})
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
     dev = tmp_path / "dev"
     assert "seed-to-seed tau of the reference" in (dev / "reference.log").read_text()
-    for warmup in (0, 200, 1000):
-        assert "inherited (search store)" in (dev / f"tau_warmup{warmup}.log").read_text()
+    assert "inherited (search store)" in (dev / "tau_warmup200.log").read_text()
+    assert not (dev / "tau_warmup0.log").exists()
     for seed in (0,):
         for name in (f"search{seed}", f"search_large{seed}"):
             assert "compute ratio rea/si" in (dev / f"{name}.log").read_text()
