@@ -65,14 +65,15 @@ def run_sievo(args: argparse.Namespace, attention: bool = True,
     start = time.perf_counter()
     study.optimize(args.population + args.generations * args.offspring)
     winner, extra = study.best_architecture, 0.0
-    if args.final_proxies:
-        proxies = args.final_proxies.split(",")
-        choice = final_choice(study, proxies[0] if len(proxies) == 1 else proxies,
+    if args.result == "last-pool":
+        proxies = args.final_proxies.split(",") if args.final_proxies else None
+        choice = final_choice(study, proxies[0] if proxies and len(proxies) == 1 else proxies,
                               args.final_proxy_weight)
         winner, extra = choice.architecture, choice.cost.flops
-        print(f"seed {seed}: si-evolution's result chosen from its last pool of "
-              f"{len(choice.candidates)} by inherited accuracy and {args.final_proxies} "
-              f"(proxy weight {args.final_proxy_weight:g})", flush=True)
+        if proxies:
+            print(f"seed {seed}: si-evolution's result chosen from its last pool of "
+                  f"{len(choice.candidates)} by inherited accuracy and {args.final_proxies} "
+                  f"(proxy weight {args.final_proxy_weight:g})", flush=True)
     seconds = time.perf_counter() - start
     flops = sum(t.user_attrs["cost"]["flops"] for t in study.completed_trials()) + extra
     return study, winner, seconds, flops
@@ -186,11 +187,15 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=60, help="sampled-training batches per generation")
     p.add_argument("--warmup", type=int, default=400,
                    help="si-evolution warm-up batches on uniformly drawn candidates")
+    p.add_argument("--result", default="best-trial", choices=["best-trial", "last-pool"],
+                   help="si-evolution's result: the trial with the best inherited accuracy "
+                        "of the whole search (study.best_architecture), or the best of its last "
+                        "generation's pool (frugalnas.sievo.final_choice: the population "
+                        "re-scored and the offspring, one store state)")
     p.add_argument("--final-proxies", default="",
-                   help="comma-separated zero-cost proxies (or a preset such as 'selected') "
-                        "that join the inherited accuracy in choosing si-evolution's result "
-                        "from its last pool (frugalnas.sievo.final.final_choice); empty: the "
-                        "best inherited accuracy of that pool")
+                   help="with --result last-pool: comma-separated zero-cost proxies (or a "
+                        "preset such as 'selected') that join the inherited accuracy in the "
+                        "choice; empty: inherited accuracy alone")
     p.add_argument("--final-proxy-weight", type=float, default=0.5,
                    help="weight of the proxies' rank against the inherited accuracy's")
     p.add_argument("--bn-batches", type=int, default=2,
