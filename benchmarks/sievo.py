@@ -243,6 +243,9 @@ def main() -> None:
     p.add_argument("--probe-stops", default="0,500,1000,2000",
                    help="training batches at which the probe part measures tau")
     args = p.parse_args()
+    if args.final_proxies and args.result != "last-pool":
+        p.error(f"--final-proxies {args.final_proxies} needs --result last-pool (the proxies "
+                f"rank the last pool; --result is {args.result!r})")
     parts = set(args.parts.split(","))
     torch.set_num_threads(args.threads)
     count_flops(torch.nn.Linear(2, 2), torch.zeros(1, 2))  # one-off set-up cost, not search cost

@@ -45,7 +45,8 @@ def test_sievo_benchmark_runs_every_part_and_caches_the_reference(tmp_path):
     # SPOS and DARTS beside them
     search = subprocess.run([sys.executable, str(SCRIPT), *TINY, "--tau-cache", str(cache),
                              "--parts", "search", "--baselines", "rea,spos,darts",
-                             "--search-seeds", "1", "--final-proxies", "synflow,params"],
+                             "--search-seeds", "1", "--result", "last-pool",
+                             "--final-proxies", "synflow,params"],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert search.returncode == 0, search.stderr[-3000:]
     assert search.stdout.count("from " + str(cache) + " (measured earlier)") == 1
