@@ -67,8 +67,9 @@ def run_sievo(args: argparse.Namespace, attention: bool = True,
     winner, extra = study.best_architecture, 0.0
     if args.result == "last-pool":
         proxies = args.final_proxies.split(",") if args.final_proxies else None
-        choice = final_choice(study, proxies[0] if proxies and len(proxies) == 1 else proxies,
-                              args.final_proxy_weight)
+        if proxies and len(proxies) == 1:  # one name: a proxy or a preset
+            proxies = proxies[0]
+        choice = final_choice(study, proxies, args.final_proxy_weight)
         winner, extra = choice.architecture, choice.cost.flops
         if proxies:
             print(f"seed {seed}: si-evolution's result chosen from its last pool of "

@@ -60,6 +60,14 @@ def test_proxies_rank_the_pool_and_their_weight_sets_the_mix(study):
     assert half.scores == pytest.approx(list(expected))
 
 
+def test_one_proxy_name_or_a_preset_names_the_members(study):
+    one = final_choice(study, "synflow", proxy_weight=1.0)
+    listed = final_choice(study, ["synflow"], proxy_weight=1.0)
+    assert one.proxy_scores == listed.proxy_scores and one.architecture == listed.architecture
+    with pytest.raises(ConfigError, match="unknown proxy 'synflw'"):
+        final_choice(study, "synflw")
+
+
 def test_a_study_of_another_strategy_or_a_bad_weight_is_refused(study):
     with pytest.raises(ConfigError, match="proxy_weight"):
         final_choice(study, "selected", proxy_weight=1.5)

@@ -20,7 +20,7 @@ import numpy as np
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.proxies.ensemble import RankEnsembleEstimator, rank_average
+from frugalnas.proxies.ensemble import MEMBER_PRESETS, RankEnsembleEstimator, rank_average
 from frugalnas.sievo.plan import GenerationPlans
 
 
@@ -53,8 +53,8 @@ def last_pool(study: Any) -> tuple[int, dict[str, float]]:
 def final_choice(study: Any, proxies: Sequence[str] | str | None = None,
                  proxy_weight: float = 0.5, **ensemble_options: Any) -> FinalChoice:
     """The search's result from the last generation's pool of a ``si-evolution`` study: by
-    inherited fitness alone, or with ``proxies`` (names or a member preset such as
-    ``"selected"``) by ``(1 - proxy_weight)`` x the fitness's percentile rank +
+    inherited fitness alone, or with ``proxies`` (a proxy name, a list of names, or a member
+    preset such as ``"selected"``) by ``(1 - proxy_weight)`` x the fitness's percentile rank +
     ``proxy_weight`` x the proxy ensemble's. ``ensemble_options`` go to
     :class:`~frugalnas.proxies.ensemble.RankEnsembleEstimator` (``batch_size``, ``data``,
     ``aggregation``, ...); the proxies score on the study's dataset by default."""
@@ -66,6 +66,8 @@ def final_choice(study: Any, proxies: Sequence[str] | str | None = None,
         best = int(np.argmax(fitness))
         return FinalChoice(study.space.parse(candidates[best]), candidates, tuple(fitness), (),
                            tuple(fitness), Cost())
+    if isinstance(proxies, str) and proxies not in MEMBER_PRESETS:
+        proxies = [proxies]  # one proxy's name
     ensemble = RankEnsembleEstimator(proxies, host=study.host, **ensemble_options)
     context = study.context()
     measured, cost = [], Cost()
