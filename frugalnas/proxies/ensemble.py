@@ -221,6 +221,14 @@ def member_names(proxies: Sequence[str] | str) -> list[str]:
     return list(proxies)
 
 
+def proxy_list(proxies: Sequence[str] | str) -> list[str]:
+    """A proxy's name, a list of names or a preset name of ``MEMBER_PRESETS``, as a list of
+    names (a single name is a list of one, where :func:`member_names` wants a list)."""
+    if isinstance(proxies, str) and proxies not in MEMBER_PRESETS:
+        return [proxies]
+    return member_names(proxies)
+
+
 def stored_population(study: Any, names: Sequence[str],
                       extra: Sequence[str] = ()) -> list[dict[str, float]]:
     """Per-trial metrics of the study's completed trials that hold ``proxy_<name>`` for every
