@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.stats import kendalltau, rankdata
+from scipy.stats import kendalltau
 
 from frugalnas.core.plugins import get_host
 from frugalnas.proxies.base import score_with
-from frugalnas.proxies.ensemble import MEMBER_PRESETS
+from frugalnas.proxies.ensemble import MEMBER_PRESETS, rank_average
 from frugalnas.proxies.shared import SharedPasses
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_data
@@ -42,11 +42,6 @@ def shipped_scores() -> dict[str, dict[str, float]]:
             row = json.loads(line)
             scores.setdefault(row["arch"], {})[row["name"]] = row["value"]
     return scores
-
-
-def ensemble(matrix: np.ndarray) -> np.ndarray:
-    """Mean rank over the columns (the pre-screen ranks its candidates the same way)."""
-    return np.mean([rankdata(matrix[:, j]) for j in range(matrix.shape[1])], axis=0)
 
 
 def pick_of_k(score: np.ndarray, acc: np.ndarray, k: int, draws: int, seed: int) -> float:
@@ -81,7 +76,7 @@ def main() -> None:
     print(f"{len(cells)} of {len(scores)} shipped cells meet latency_ms_{args.device} <= "
           f"{args.bound:g}; pick of {args.k}, {args.draws} draws")
     columns = {"synflow": np.array([scores[c]["synflow"] for c in cells]),
-               "selected": ensemble(np.array([[scores[c][m] for m in members] for c in cells]))}
+               "selected": rank_average(np.array([[scores[c][m] for m in members] for c in cells]))}
     for name, score in columns.items():
         print(f"{name:<10} tau {kendalltau(score, acc)[0]:.3f}  pick-of-{args.k} "
               f"{pick_of_k(score, acc, args.k, args.draws, args.seed):.2f} %")
@@ -108,7 +103,7 @@ def main() -> None:
     taus = ", ".join(f"{m} {kendalltau(matrix[:, j], sub)[0]:.3f}" for j, m in enumerate(members))
     print(f"rescored {len(chosen)} cells at N={args.net_N}, C={args.net_C}, "
           f"{args.resolution}x{args.resolution}: {seconds:.3f} s a cell; selected tau "
-          f"{kendalltau(ensemble(matrix), sub)[0]:.3f} ({taus})")
+          f"{kendalltau(rank_average(matrix), sub)[0]:.3f} ({taus})")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import Proposer, propose
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch, score_with
-from frugalnas.proxies.ensemble import MEMBER_PRESETS, proxy_list, rank_average
+from frugalnas.proxies.ensemble import proxy_list, rank_average
 from frugalnas.proxies.shared import SharedPasses
 
 __all__ = ["PRESCREEN_ATTR", "PrescreenSampler", "prescreen_strategy"]
@@ -68,10 +68,7 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
             raise ConfigError(f"invalid prescreen data {data!r}; valid: {', '.join(DATA_SOURCES)}")
         if not isinstance(inner, Proposer):
             propose(inner, None, None, k)  # raises the ConfigError that names the problem
-        if not isinstance(proxy, str) and not list(proxy):
-            raise ConfigError("prescreen proxy list is empty; give a proxy name, a list or a "
-                              f"preset: {', '.join(MEMBER_PRESETS)}")
-        names = proxy_list(proxy)
+        names = proxy_list(proxy)  # an empty list is refused there, naming the presets
         self.inner, self.space, self.host, self.seed = inner, space, host, seed
         self.proxy, self.k, self.batch_size, self.data, self.resize = proxy, int(k), batch_size, data, resize
         self.input_shape, self.num_classes = tuple(input_shape), num_classes
