@@ -157,6 +157,8 @@ def test_cli_export_registers_and_report_prints_the_leaderboard(tracked, tmp_pat
     assert f"trial {trial} (rank 1)" in proc.stdout and "registered as 'tiny-digits' version 1" \
         in proc.stdout
     assert "export trial" in proc.stderr  # the progress bar
+    # what it trains, before the bar: the search's scores are not a trained network
+    assert f"export trial {trial}: training nb201:" in proc.stderr and "from scratch" in proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "report.json", "state_dict.pt"]
     report = json.loads((out / "report.json").read_text())
     assert report["trial"] == trial and report["selection"] == "trial"

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tomllib
 from dataclasses import asdict
-from typing import Any
+from typing import Any, NoReturn
 
 from frugalnas.core.config import (StudyConfig, check_run_settings, load_run_file,
                                    parse_constraint)
@@ -157,8 +157,7 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
 
     check_run_settings(run)
     check_storage_url(run.get("storage"))
-    check_config(host, config)
-    build_components(host, config)
+    build_components(host, config, estimator=check_config(host, config))
     out: dict[str, Any] = {"run": run}
     for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
                         ("backend", "backends"), ("dataset", "datasets")):
@@ -228,7 +227,37 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"best trial {t.number}: values={t.values} architecture={t.architecture}")
     except ValueError as exc:  # none completed, or none meets the constraints
         print(str(exc) if config.constraints else "no completed trial")
+    _print_locations(study, run.get("storage"))
     return _exit_status(study, completed == 0)
+
+
+def _print_locations(study: Any, storage: str | None) -> None:
+    """Where the study's results are: the optuna storage, then each plugin's own line."""
+    from frugalnas.core.storage_url import masked
+
+    if storage:
+        print(f"results: optuna study {study.name!r} in {masked(storage)} (continue it by "
+              "running the same command again; frugalnas report --storage "
+              f"{masked(storage)} --study-name {study.name} prints its leaderboard)")
+    else:
+        print("results: the optuna study was in memory and is gone (give --storage "
+              "sqlite:///frugalnas.db to keep it)")
+    lines: list[str] = []
+
+    def failed(plugin: str, exc: BaseException) -> None:
+        print(f"frugalnas: warning: plugin {plugin!r} failed in frugalnas_results_location: "
+              f"{one_line(exc)}", file=sys.stderr)
+
+    for impl in reversed(study.host.hook.frugalnas_results_location.get_hookimpls()):
+        try:
+            line = impl.function(study=study)
+        except Exception as exc:
+            failed(impl.plugin_name, exc)
+            continue
+        if line:
+            lines.append(line)
+    for line in lines:
+        print(f"results: {line}")
 
 
 class _OneLineTrialFailures:
@@ -313,6 +342,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     states = [t.state.name for t in study.trials]
     print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
           f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
+    _print_locations(study, storage)
     return _exit_status(study, states.count("COMPLETE") == 0)
 
 
@@ -323,9 +353,17 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         host.registry(kind)
     if args.json:
         data = {"plugins": [asdict(i) for i in host.infos.values()],
-                "components": {k: host.registry(k).describe() for k in KINDS}}
+                "components": {k: host.registry(k).describe(options=True) for k in KINDS}}
         print(json.dumps(data, indent=2))
         return 0
+
+    def option_lines(component: Any) -> list[str]:
+        """``NAME = DEFAULT`` per option a user may set, ``NAME (required)`` without one."""
+        lines = [f"{n} (required)" if d is inspect.Parameter.empty else f"{n} = {d!r}"
+                 for n, d in component.user_options().items()]
+        if component.accepts_any_option:
+            lines.append("(more keyword options: the component checks them itself)")
+        return lines or ["(no options)"]
     print("plugins:")
     for info in host.infos.values():
         where = f"{info.distribution} {info.version}" if info.distribution else "frugalnas (built-in)" \
@@ -336,12 +374,25 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(f"\n{kind.replace('_', ' ')} ({len(reg)}):")
         for row in reg.describe():
             print(f"  {row['name']:<24} [{row['plugin']}] {row['summary']}")
+            if args.verbose:
+                for line in option_lines(reg.get(row["name"])):
+                    print(f"      {line}")
     return 0
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line (``frugalnas: error: ...``, exit status 2)
+    pointing at ``--help``, instead of a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        print(f"frugalnas: error: {text} (see '{self.prog} --help')", file=sys.stderr)
+        sys.exit(2)
 
 
 def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     """The full parser: the built-in commands plus those and the flags ``host``'s plugins add."""
-    parser = argparse.ArgumentParser(prog="frugalnas", description=__doc__)
+    parser = _OneLineParser(prog="frugalnas", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run (or continue) a study")
     _study_args(run, host)
@@ -356,7 +407,10 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
                              f"(default {DEFAULT_MAX_FAILURES}; 0: never)")
     worker.set_defaults(func=cmd_worker)
     plugins = sub.add_parser("plugins", help="list plugins and the components they register")
-    plugins.add_argument("--json", action="store_true")
+    plugins.add_argument("--json", action="store_true",
+                         help="print plugins and components (with their options) as JSON")
+    plugins.add_argument("-v", "--verbose", action="store_true",
+                         help="list each component's options with their defaults")
     _common(plugins)
     plugins.set_defaults(func=cmd_plugins)
     _call_hook(host, "frugalnas_commands", subparsers=sub, host=host)

@@ -120,6 +120,11 @@ class Estimator(ABC):
         before its first trial."""
         return ("value", *self.provides, *self.measures)
 
+    def check_space(self, space: SearchSpace) -> None:
+        """Raise :class:`~frugalnas.core.errors.ConfigError` when this estimator cannot score
+        architectures of ``space``. Studies call it before the first trial; the default
+        accepts every space."""
+
     @abstractmethod
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         """Score ``arch``; higher is better unless the study says otherwise."""

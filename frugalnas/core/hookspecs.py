@@ -148,3 +148,10 @@ def frugalnas_study_metrics(study: Study, metrics: dict[str, float], step: int) 
 def frugalnas_study_finished(study: Study) -> None:
     """Called when ``Study.optimize`` returns (also after an interrupt or error)."""
 
+
+@hookspec
+def frugalnas_results_location(study: Study) -> str | None:
+    """Return one line saying where this plugin keeps the study's results and how to look at
+    them (the MLflow plugin: the tracking URI and ``frugalnas ui``), or ``None``. ``frugalnas
+    run`` and ``frugalnas worker`` print every line when they finish."""
+

@@ -76,6 +76,10 @@ class PluginHost:
 
     def __init__(self, plugins: Sequence[str | ModuleType | object] = (),
                  disable_plugins: Iterable[str] = (), autoload: bool | None = None):
+        # One name is a list of one name, not a sequence of letters.
+        plugins = [plugins] if isinstance(plugins, str) else list(plugins)
+        disable_plugins = [disable_plugins] if isinstance(disable_plugins, str) \
+            else list(disable_plugins)
         named = [p for p in plugins if isinstance(p, str)]
         add, block = _split_plugin_args(named)
         self.blocked = set(block) | set(disable_plugins)
@@ -181,7 +185,7 @@ class PluginHost:
                 found[name] = Component(label, name, factory, impl.plugin_name,
                                         info.distribution if info else None,
                                         info.version if info else None)
-        return Registry(label, found)
+        return Registry(label, found, self.blocked)
 
     @staticmethod
     def _call_registration(impl: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
@@ -204,20 +208,37 @@ class PluginHost:
 
     def estimators(self) -> Registry:
         """Registered estimators plus those derived from other components
-        (``frugalnas_derived_estimators``, e.g. one per proxy); registered names win."""
+        (``frugalnas_derived_estimators``, e.g. one per proxy); registered names win. A derived
+        factory with ``derived_from = (kind, name)`` belongs to the plugin that registered that
+        component (a third-party proxy's estimator is that plugin's, not the ``proxies``
+        plugin's), so listing and checking a plugin's components include it."""
         if "_all_estimators" not in self._registries:
             found = {}
             for impl in reversed(self.pm.hook.frugalnas_derived_estimators.get_hookimpls()):
                 info = self.infos.get(impl.plugin_name)
+                owner = (impl.plugin_name, info.distribution if info else None,
+                         info.version if info else None)
                 for name, factory in self._call_registration(impl, "derived_estimators",
                                                              host=self).items():
-                    found.setdefault(name, Component(
-                        "estimator", name, factory, impl.plugin_name,
-                        info.distribution if info else None, info.version if info else None))
+                    origin = self._origin(getattr(factory, "derived_from", None))
+                    found.setdefault(name, Component("estimator", name, factory,
+                                                     *(origin or owner)))
             found.update({n: self.registry("estimators").get(n)
                           for n in self.registry("estimators")})
-            self._registries["_all_estimators"] = Registry("estimator", found)
+            self._registries["_all_estimators"] = Registry("estimator", found, self.blocked)
         return self._registries["_all_estimators"]
+
+    def _origin(self, derived_from: Any) -> tuple[str, str | None, str | None] | None:
+        """Plugin, distribution and version of the component ``(kind, name)`` a derived
+        estimator is made from, or None when it names no registered component."""
+        if not (isinstance(derived_from, tuple) and len(derived_from) == 2
+                and derived_from[0] in KINDS and derived_from[0] != "estimators"):
+            return None
+        registry = self.registry(derived_from[0])
+        if derived_from[1] not in registry:
+            return None
+        source = registry.get(derived_from[1])
+        return source.plugin, source.distribution, source.version
 
     def create_estimator(self, name: str, options: dict[str, Any]) -> Any:
         """The estimator ``name`` (registered or derived) with ``options``."""

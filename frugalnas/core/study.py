@@ -618,11 +618,16 @@ def _guarded(comp: Any, doing: str, func: Callable[..., Any], *args: Any, **kwar
 
 def build_components(host: PluginHost, config: StudyConfig,
                      sampler: optuna.samplers.BaseSampler | None = None,
+                     estimator: Estimator | None = None,
                      ) -> tuple[SearchSpace, optuna.samplers.BaseSampler]:
-    """The study's space and strategy, created with the checked options; an exception from a
+    """The study's space and strategy, created with the checked options, and the space
+    checked against ``estimator`` (:meth:`Estimator.check_space`); an exception from a
     factory becomes a one-line ConfigError naming the component."""
     space = _guarded(host.registry("search_spaces").get(config.space), "creating it",
                      host.create, "search_spaces", config.space, **config.space_options)
+    if estimator is not None:
+        _guarded(host.estimators().get(config.estimator), "checking the search space",
+                 estimator.check_space, space)
     if sampler is None:
         sampler = _guarded(host.registry("strategies").get(config.strategy), "creating it",
                            make_strategy, host, space, config)
@@ -651,6 +656,7 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     if direction is not None and directions is not None:
         raise ConfigError("give either direction= or directions=, not both")
     dirs = directions if directions is not None else [direction or "maximize"]
+    plugins, disable_plugins = _names(plugins), _names(disable_plugins)
     sampler_obj = strategy if isinstance(strategy, optuna.samplers.BaseSampler) else None
     strategy_name = type(strategy).__name__ if sampler_obj is not None else strategy
     str_plugins = [p for p in plugins if isinstance(p, str)]
@@ -670,7 +676,7 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     check_storage_url(storage)
     host = host if host is not None else get_host(plugins, config.disable_plugins)
     estimator_obj = check_config(host, config)
-    space_obj, sampler = build_components(host, config, sampler_obj)
+    space_obj, sampler = build_components(host, config, sampler_obj, estimator_obj)
     if pruner_obj is not None:
         check_pruner(pruner_obj, len(config.directions), type(pruner_obj).__name__)
     elif config.pruner is not None:
@@ -686,6 +692,11 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     elif (previous := StudyConfig.from_json(stored)) != config:
         raise ConfigConflictError(ostudy.study_name, previous.differences(config))
     return Study(ostudy, config, host, space_obj, estimator_obj)
+
+
+def _names(value: Any) -> list[Any]:
+    """A plugin list argument as a list: one name given as a string is a list of one."""
+    return [value] if isinstance(value, str) else list(value)
 
 
 @contextlib.contextmanager
@@ -711,6 +722,7 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
     """Reopen a study from its storage with the configuration it was created with.
     ``overrides`` replace run-time settings such as ``plugin_options`` or ``backend_options``."""
     check_storage_url(storage, must_exist=True)
+    plugins, disable_plugins = _names(plugins), _names(disable_plugins)
     storage = open_storage(storage)
     try:
         with _storage_errors(storage):
@@ -735,7 +747,7 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
     if strategy is None and config.strategy not in host.registry("strategies"):
         raise ConfigError(f"study {study_name!r} was created with the sampler object "
                           f"{config.strategy!r}; pass strategy= to load_study")
-    space_obj, strategy = build_components(host, config, strategy)
+    space_obj, strategy = build_components(host, config, strategy, estimator_obj)
     if pruner is None and config.pruner is not None:
         pruner = make_pruner(host, config)
     ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy,

@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import os
+import sys
 import threading
 import time
 import warnings
@@ -52,6 +54,9 @@ MAX_DUPLICATES_IN_A_ROW = 20
 DEFAULT_MAX_FAILURES = 10
 #: How the fail reason of a refused repeat starts (they have their own limit, above).
 DUPLICATE_REASON = "duplicate architecture"
+#: How optuna refuses to finish a trial that is already finished (by another worker's stale
+#: check).
+FINISHED_ELSEWHERE = "Cannot tell a "
 SUPPORTED_URLS = "sqlite:///PATH, journal:PATH, postgresql://..., mysql://..."
 
 
@@ -585,6 +590,18 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
                                         gc_after_trial=False)
         except QuotaReached:
             pass
+        except ValueError as exc:
+            if not str(exc).startswith(FINISHED_ELSEWHERE):
+                quota.end_proposal(error=exc)
+                raise
+            # Another worker failed this trial as stale while it still ran (its heartbeat
+            # thread starved on a loaded machine): the storage keeps that verdict, this
+            # worker goes on with the next trial.
+            quota.end_proposal()
+            print(f"frugalnas: warning: worker {os.getpid()}: a trial of this worker was "
+                  "failed as stale by another worker before it finished (heartbeat missed; "
+                  "raise --grace on a loaded machine); going on", file=sys.stderr, flush=True)
+            continue
         except BaseException as exc:  # the strategy raised while proposing
             quota.end_proposal(error=exc)
             raise

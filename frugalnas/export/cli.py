@@ -129,7 +129,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             seed=args.seed, dataset=args.dataset,
             dataset_options=overrides["dataset"] or None, register=args.register,
             tracking_uri=args.tracking_uri, latency=not args.no_latency,
-            progress=False if args.quiet else None)
+            progress=not args.quiet)
     except ExportError as exc:
         print(f"frugalnas: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1

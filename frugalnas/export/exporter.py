@@ -32,6 +32,7 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.core.training import TrainConfig, seed_everything, train
+from frugalnas.core.work_progress import progress_shown
 from frugalnas.export import formats as fmt
 from frugalnas.export.formats import FORMATS, ExportError
 from frugalnas.export.select import select_trials
@@ -83,13 +84,6 @@ class _Progress:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-
-def _show_progress(progress: bool | None) -> bool:
-    if progress is not None:
-        return bool(progress)
-    flag = os.environ.get("FRUGALNAS_PROGRESS", "auto")
-    return flag == "1" or (flag != "0" and sys.stderr.isatty())
 
 
 def planned_steps(n_train: int, cfg: TrainConfig) -> int:
@@ -242,7 +236,7 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
                 cfg=cfg, seed=seed,
                 formats=chosen_formats, selection=selection, tracking=tracking,
                 tracking_uri=tracking_uri, register=register, latency=latency,
-                check_batch=check_batch, progress=_show_progress(progress)))
+                check_batch=check_batch, progress=progress_shown(progress)))
     finally:
         backend.release()
         if own_backend:
@@ -265,6 +259,7 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     from tqdm.auto import tqdm
 
     from frugalnas.core.study import TrialRecord
+    from frugalnas.export.leaderboard import fmt_number
 
     started = time.perf_counter()
     space = study.space
@@ -278,6 +273,12 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     model = backend.prepare(model)
     backend.reset_peak_memory()
     steps = planned_steps(len(final_data.train_x), cfg)
+    if progress:
+        print(f"export trial {frozen.number}: training {arch} ({fmt_number(params)} params) from "
+              f"scratch on {data_name} train+valid ({len(final_data.train_x)} examples, "
+              f"{cfg.epochs:g} epoch(s), {steps} steps, backend {study.config.backend!r}); "
+              f"the search scored it with estimator {study.config.estimator!r}",
+              file=sys.stderr, flush=True)
     with tqdm(total=steps, desc=f"export trial {frozen.number}", unit="step", file=sys.stderr,
               dynamic_ncols=True, disable=not progress) as bar:
         trained = train(model, final_data, _Progress(backend, bar), cfg, seed=seed)

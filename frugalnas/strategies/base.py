@@ -29,6 +29,7 @@ from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, STRATEGY_METRIC_PREFIX,
                                  VIOLATION_ATTR)
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.work_progress import work_progress
 from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
 from frugalnas.surrogates.encodings import OneHotEncoding
@@ -299,7 +300,9 @@ class ArchSampler(optuna.samplers.BaseSampler):
                 if len(pool) >= self.warm_start_pool:
                     break
             archs = list(pool.values())
-            scores = [float(self._scorer.score(a)[0]) for a in archs]
+            scores = [float(self._scorer.score(a)[0]) for a in
+                      work_progress(archs, f"warm start: scoring {len(archs)} architectures by "
+                                           f"{self.warm_start_proxy}")]
             order = sorted(range(len(archs)), key=lambda i: -np.nan_to_num(scores[i], nan=-np.inf))
             self._warm = [archs[i] for i in order]
         return self._warm

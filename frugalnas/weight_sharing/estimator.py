@@ -30,6 +30,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
 from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, seed_everything
 from frugalnas.proxies.ensemble import RankEnsembleEstimator, rank_average, stored_population
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
@@ -134,6 +135,12 @@ class SupernetEstimator(Estimator):
                     supernet.save(path)
         self.supernet_ = supernet.to(context.backend.device)
         return supernet
+
+    def check_space(self, space: SearchSpace) -> None:
+        if type(space).shared_builder is SearchSpace.shared_builder:
+            raise ConfigError(f"estimator 'supernet' needs a search space with shared weights; "
+                              f"search space {space.name!r} has none (spaces with them: nb201, "
+                              "dag)")
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         supernet = self.trained_supernet(context)

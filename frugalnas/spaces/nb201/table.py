@@ -22,6 +22,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.errors import ConfigError, check_choice
 from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.space import SearchSpace
 from frugalnas.spaces.nb201.space import NB201Space
 
 TABLE_DATASETS = ("cifar10", "cifar100", "imagenet16-120")
@@ -114,6 +115,14 @@ class NB201TableEstimator(Estimator):
         self.dataset, self.select_on = dataset, select_on
         self.simulated_epochs = simulated_epochs
         self.value_metric = f"{select_on}_accuracy_{dataset}"
+
+    def check_space(self, space: SearchSpace) -> None:
+        if not isinstance(space, NB201Space):
+            raise ConfigError(
+                f"estimator 'nb201-table' looks cells up in the NAS-Bench-201 table and cannot "
+                f"score architectures of search space {space.name!r}; use space='nb201', or an "
+                "estimator that works on any space (train, low-fidelity, a proxy such as "
+                "synflow)")
 
     def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
         start = time.perf_counter()

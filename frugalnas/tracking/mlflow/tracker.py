@@ -56,6 +56,7 @@ from typing import Any
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.keys import ARCHITECTURE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
+from frugalnas.core.storage_url import masked
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
 from frugalnas.tracking.mlflow.reconcile import (FEASIBLE_ATTR, MAX_PARAM_LENGTH, TAG_ROLE,
@@ -670,11 +671,22 @@ def frugalnas_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 @hookimpl
 def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -> None:
+    if getattr(args, "tracking_uri", None) and getattr(args, "no_tracking", False):
+        raise ConfigError(f"--tracking-uri {masked(args.tracking_uri)} and --no-tracking "
+                          "contradict each other; give one of them")
     if getattr(args, "tracking_uri", None):
         settings.setdefault("plugin_options", {}).setdefault(PLUGIN, {})["tracking_uri"] = \
             args.tracking_uri
     if getattr(args, "no_tracking", False):
         settings["disable_plugins"] = sorted({*settings.get("disable_plugins", []), PLUGIN})
+
+
+@hookimpl
+def frugalnas_results_location(study: Any) -> str | None:
+    uri = tracking_uri_of(study.config)
+    flag = "" if uri == DEFAULT_TRACKING_URI else f" --tracking-uri {masked(uri)}"
+    return (f"MLflow experiment {study.name!r} in {masked(uri)}, one run per trial; review it "
+            f"with: frugalnas ui{flag} --study-name {study.name}")
 
 
 @hookimpl
