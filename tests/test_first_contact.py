@@ -157,3 +157,51 @@ def test_a_trial_failed_elsewhere_as_stale_does_not_kill_the_worker(tmp_path):
     assert "failed as stale by another worker" in proc.stderr
     states = [t.state.name for t in optuna.load_study(study_name="w", storage=url).trials]
     assert states.count("COMPLETE") == 4 and states[1] == "FAIL", states
+
+
+def _doc_blocks(language: str):
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for block in re.findall(rf"```{language}\n(.*?)```", path.read_text(), re.S):
+            yield path.name, block
+
+
+def test_every_config_shown_in_the_docs_is_a_run_file_frugalnas_reads():
+    import tomllib
+    from dataclasses import fields
+
+    from frugalnas.core.config import RUN_KEYS, StudyConfig, check_keys
+
+    assert not [name for lang in ("yaml", "yml") for name, _ in _doc_blocks(lang)]
+    valid = [f.name for f in fields(StudyConfig)] + list(RUN_KEYS)
+    blocks = list(_doc_blocks("toml"))
+    assert len(blocks) >= 4
+    for name, block in blocks:
+        if block.lstrip().startswith("[project"):  # a plugin's pyproject.toml
+            continue
+        data = tomllib.loads(block)
+        check_keys(f"a run file in {name}", data, valid)
+
+
+def test_a_yaml_run_file_is_refused_saying_run_files_are_toml(tmp_path):
+    from frugalnas.core.config import load_run_file
+
+    path = tmp_path / "config.yaml"
+    path.write_text("backend: virtual-node\n")
+    with pytest.raises(ConfigError, match="run files are TOML"):
+        load_run_file(path)
+
+
+def test_a_strategy_with_a_natural_end_sets_the_trials_to_run():
+    study = frugalnas.create_study(
+        space="dag", strategy="si-evolution", estimator="inherited", dataset="digits",
+        space_options={"channels": 4, "nodes": 3, "reductions": 1},
+        strategy_options={"population_size": 4, "generations": 2, "offspring": 3},
+        disable_plugins=["mlflow"])
+    assert study.trials_to_run(1000) == 4 + 2 * 3
+    assert study.trials_to_run(5) == 5 and study.trials_to_run(None) == 10
+    open_ended = frugalnas.create_study(disable_plugins=["mlflow"])
+    assert open_ended.trials_to_run(1000) == 1000 and open_ended.trials_to_run(None) is None

@@ -69,7 +69,7 @@ def _study_args(parser: argparse.ArgumentParser, host: PluginHost) -> None:
     parser.add_argument("--direction", action="append", choices=("maximize", "minimize"))
     parser.add_argument("--objective", action="append", help="objective name (repeat for several)")
     parser.add_argument("--constraint", action="append", metavar="NAME<=VALUE",
-                        help="upper bound on a metric, e.g. latency_ms_pixel3<=10 (repeatable; "
+                        help="upper bound on a metric; quote it for the shell, e.g. --constraint 'latency_ms_pixel3<=10' (repeatable; "
                              "adds to the run file's [constraints])")
     parser.add_argument("--pruner", help="pruner name: 'pareto' (several objectives), 'median', "
                                          "'successive-halving', 'hyperband', 'nop'")
@@ -216,6 +216,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "load_if_exists is false; set load_if_exists = true to continue it, "
                           "or choose another --study-name") from None
     n_trials = run.get("n_trials", 10)
+    planned = study.trials_to_run(n_trials)
+    if planned is not None and planned < n_trials:
+        print(f"frugalnas: note: strategy {config.strategy!r} ends its search after "
+              f"{planned} more trial(s); n_trials = {n_trials} is only an upper bound",
+              file=sys.stderr, flush=True)
     done = len(study.completed_trials())
     study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1))
     completed = len(study.completed_trials()) - done

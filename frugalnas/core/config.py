@@ -208,6 +208,10 @@ def load_run_file(path: str | Path) -> tuple[StudyConfig, dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        raise ConfigError(f"config file {str(path)!r}: run files are TOML (a .toml file such "
+                          "as examples/first_study.toml; docs/cli.md shows the keys), not "
+                          f"{path.suffix.lstrip('.').upper()}")
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:

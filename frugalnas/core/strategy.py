@@ -22,6 +22,10 @@ attributes:
 ``should_stop(study) -> bool``
     Asked after each trial; ``True`` ends ``Study.optimize`` (the study stops, not the
     strategy: a strategy whose search has a natural end, like a fixed number of generations).
+``planned_trials() -> int | None``
+    The number of trials the whole search has when it has a natural end (``None``: open
+    ended). The progress bar counts towards it and ``frugalnas run`` says when it is below
+    ``n_trials``.
 """
 
 from __future__ import annotations
@@ -99,3 +103,15 @@ def should_stop(sampler: optuna.samplers.BaseSampler, study: Any) -> bool:
         if callable(hook) and hook(study):
             return True
     return False
+
+
+def planned_trials(sampler: optuna.samplers.BaseSampler) -> int | None:
+    """The fewest trials any strategy of the chain plans for the whole search (``None``
+    when none of them has a natural end)."""
+    plans = []
+    for s in strategy_chain(sampler):
+        plan = getattr(s, "planned_trials", None)
+        total = plan() if callable(plan) else None
+        if total is not None:
+            plans.append(int(total))
+    return min(plans) if plans else None

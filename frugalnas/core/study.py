@@ -325,7 +325,7 @@ class Study:
         if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0 or n_jobs < -1:
             raise ConfigError(f"invalid n_jobs {n_jobs!r}; expected an integer >= 1 (or -1: "
                               "one per CPU)")
-        self.planned_trials = n_trials
+        self.planned_trials = self.trials_to_run(n_trials)
         self._start()
         try:
             if strategy_protocol.should_stop(self.strategy, self):
@@ -340,6 +340,15 @@ class Study:
                                        callbacks=all_callbacks or None, gc_after_trial=False)
         finally:
             self.finish()
+
+    def trials_to_run(self, n_trials: int | None) -> int | None:
+        """How many trials ``optimize(n_trials)`` will run at most: ``n_trials``, or fewer
+        when the strategy plans fewer for the whole search than are left of it."""
+        total = strategy_protocol.planned_trials(self.strategy)
+        if total is None:
+            return n_trials
+        left = max(0, total - len(self.optuna_study.get_trials(deepcopy=False)))
+        return left if n_trials is None else min(n_trials, left)
 
     def finish(self) -> None:
         """Tell the plugins the study (or this worker's part of it) is over."""

@@ -72,6 +72,10 @@ class SIEvolutionSampler(BaseSampler):
         """The generation plans, for the ``inherited`` estimator."""
         return self.plans
 
+    def planned_trials(self) -> int | None:
+        """``population_size + generations * offspring`` with ``generations`` set."""
+        return self.plans.total_trials
+
     def should_stop(self, study: Any) -> bool:
         """With ``generations`` set: whether every planned trial has been handed out."""
         return self.plans.done(study.optuna_study)
