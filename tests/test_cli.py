@@ -12,10 +12,10 @@ from frugalnas.testing import fresh_mlflow_uri
 REPO = Path(__file__).resolve().parents[1]
 
 
-def frugalnas_cli(*args, cwd, check=True, env=None):
+def frugalnas_cli(*args, cwd, check=True, env=None, timeout=600):
     full_env = {**os.environ, "FRUGALNAS_PROGRESS": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, env=full_env, timeout=600)
+                          capture_output=True, text=True, env=full_env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -26,8 +26,13 @@ def test_readme_first_study(tmp_path):
     """The README's first study: one parent run and one nested run per trial, with params,
     metrics and both artifacts, and a progress bar on stderr."""
     fresh_mlflow_uri(tmp_path / "mlflow.db")  # the run file names ./mlflow.db
-    proc = frugalnas_cli("run", str(REPO / "examples" / "first_study.toml"), cwd=tmp_path)
+    # under a minute on a quiet machine; the limit leaves room for a loaded one
+    proc = frugalnas_cli("run", str(REPO / "examples" / "first_study.toml"), cwd=tmp_path,
+                         timeout=1500)
     assert "trial(s) completed" in proc.stdout
+    # it says where the results are and how to look at them
+    assert "results: optuna study 'first-study' in sqlite:///frugalnas.db" in proc.stdout
+    assert "frugalnas ui --study-name first-study" in proc.stdout
     assert "8/8" in proc.stderr  # progress bar
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name("first-study")
@@ -43,6 +48,45 @@ def test_readme_first_study(tmp_path):
     frugalnas_cli("run", str(REPO / "examples" / "first_study.toml"), "--n-trials", "1", cwd=tmp_path)
     runs = client.search_runs([exp.experiment_id])
     assert sum(1 for r in runs if r.data.tags.get("mlflow.parentRunId")) == 9
+    # then the README's Python snippet continues the same study (one trial instead of 8)
+    snippet = readme_python_snippet().replace("study.optimize(n_trials=8)",
+                                              "study.optimize(n_trials=1)")
+    proc = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "FRUGALNAS_PROGRESS": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("nb201:"), proc.stdout
+    runs = client.search_runs([exp.experiment_id])
+    assert sum(1 for r in runs if r.data.tags.get("mlflow.parentRunId")) == 10
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [
+        "default-mlflow.db", "frugalnas.db", "mlartifacts", "mlflow.db"]
+
+
+def readme_python_snippet() -> str:
+    """The README's "same from Python" code block."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("## The same from Python", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_python_snippet_continues_the_run_files_study(tmp_path, monkeypatch):
+    """The snippet gives every setting the run file stores, so its ``create_study`` reopens
+    the study that ``frugalnas run examples/first_study.toml`` created (no training here)."""
+    from dataclasses import asdict
+
+    import frugalnas
+    from frugalnas.core.config import load_run_file
+
+    monkeypatch.chdir(tmp_path)
+    fresh_mlflow_uri(tmp_path / "mlflow.db")
+    config, run = load_run_file(REPO / "examples" / "first_study.toml")
+    cfg = asdict(config)
+    frugalnas.create_study(storage=run["storage"], study_name=run["study_name"],
+                           **{k: v for k, v in cfg.items() if k != "directions"},
+                           directions=config.directions)
+    opening = readme_python_snippet().split("study.optimize(", 1)[0]
+    namespace: dict = {}
+    exec(opening, namespace)  # a ConfigConflictError here names each differing setting
+    assert namespace["study"].config == config
 
 
 # The command lines below only list, check or run a few table lookups: they run in one
