@@ -7,9 +7,10 @@ import torch
 import frugalnas
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import PluginHost
-from frugalnas.proxies import Proxy, ProxyCheckError, check_proxy
+from frugalnas.proxies import Proxy, ProxyCheckError
 from frugalnas.proxies.ensemble import fit_weights, percentile_ranks, rank_average
 from frugalnas.spaces.nb201.space import NB201Space
+from frugalnas.testing import check_proxy
 
 SMALL = {"N": 1, "C": 8}
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"

@@ -16,14 +16,31 @@ class ConfigError(FrugalnasError, ValueError):
 class UnknownComponentError(ConfigError, KeyError):
     """A component name is not registered under its kind."""
 
-    def __init__(self, kind: str, name: str, valid: Iterable[str]):
+    def __init__(self, kind: str, name: str, valid: Iterable[str],
+                 blocked_registering: Iterable[str] = (), blocked_unknown: Iterable[str] = ()):
         self.kind, self.name, self.valid = kind, name, sorted(valid)
-        super().__init__(
-            f"unknown {kind} {name!r}; registered {kind}: {', '.join(self.valid) or '(none)'}"
-        )
+        #: Blocked plugins (``-p no:NAME``) known to register ``name``, and blocked plugins
+        #: that were not inspected (a third-party plugin is not imported to ask), which may.
+        self.blocked_registering = sorted(blocked_registering)
+        self.blocked_unknown = sorted(blocked_unknown)
+        message = f"unknown {kind} {name!r}; registered {kind}: {', '.join(self.valid) or '(none)'}"
+        if self.blocked_registering:
+            message += f" ({_blocked(self.blocked_registering)}, which registers it)"
+        elif self.blocked_unknown:
+            message += f" ({_blocked(self.blocked_unknown)} and may register it)"
+        super().__init__(message)
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]
+
+
+def _blocked(plugins: list[str]) -> str:
+    """``plugin 'a' is blocked by -p no:a`` (or ``plugins 'a', 'b' are blocked by ...``)."""
+    names = ", ".join(repr(p) for p in plugins)
+    flags = " ".join(f"-p no:{p}" for p in plugins)
+    if len(plugins) == 1:
+        return f"plugin {names} is blocked by {flags}"
+    return f"plugins {names} are blocked by {flags}"
 
 
 class ArchitectureParseError(FrugalnasError, ValueError):

@@ -8,6 +8,7 @@ Hook implementations are validated against the specs when a plugin is registered
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import os
@@ -185,7 +186,7 @@ class PluginHost:
                 found[name] = Component(label, name, factory, impl.plugin_name,
                                         info.distribution if info else None,
                                         info.version if info else None)
-        return Registry(label, found, self.blocked)
+        return Registry(label, found, functools.partial(self.blocked_registrants, kind))
 
     @staticmethod
     def _call_registration(impl: Any, kind: str, **kwargs: Any) -> dict[str, Any]:
@@ -225,8 +226,35 @@ class PluginHost:
                                                      *(origin or owner)))
             found.update({n: self.registry("estimators").get(n)
                           for n in self.registry("estimators")})
-            self._registries["_all_estimators"] = Registry("estimator", found, self.blocked)
+            self._registries["_all_estimators"] = Registry(
+                "estimator", found, functools.partial(self.blocked_registrants, "estimators"))
         return self._registries["_all_estimators"]
+
+    def blocked_registrants(self, kind: str, name: str) -> tuple[list[str], list[str]]:
+        """For an unknown component ``name`` of ``kind``: the blocked plugins (``-p no:NAME``)
+        that register it, and the blocked plugins that may. A blocked built-in plugin is asked
+        (its module is frugalnas's own; an estimator name is also looked up among its proxies,
+        each of which is an estimator); any other blocked plugin is not imported to ask, so it
+        may register it."""
+        registering, unknown = [], []
+        hooks = [f"frugalnas_{kind}"] + (["frugalnas_proxies"] if kind == "estimators" else [])
+        for plugin in sorted(self.blocked):
+            if plugin not in BUILTIN_PLUGINS:
+                unknown.append(plugin)
+                continue
+            try:
+                module = importlib.import_module(BUILTIN_PLUGINS[plugin])
+                names: set[str] = set()
+                for hook in hooks:
+                    function = getattr(module, hook, None)
+                    if callable(function):
+                        names.update(function() or {})
+            except Exception:  # a built-in that cannot answer: it may register it
+                unknown.append(plugin)
+                continue
+            if name in names:
+                registering.append(plugin)
+        return registering, unknown
 
     def _origin(self, derived_from: Any) -> tuple[str, str | None, str | None] | None:
         """Plugin, distribution and version of the component ``(kind, name)`` a derived

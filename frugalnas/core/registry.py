@@ -70,13 +70,61 @@ class Component:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in ("self", "host")
         }
 
+    def user_options(self) -> dict[str, Any]:
+        """:meth:`options` less the arguments the study supplies itself (a strategy's
+        ``space``, ``seed`` and ``constraints``, a dataset's ``seed``, a pruner's
+        ``directions``): what a user may set. Required ones have ``inspect.Parameter.empty``."""
+        supplied = SUPPLIED_ARGUMENTS.get(self.kind, ())
+        return {n: d for n, d in self.options().items() if n not in supplied}
+
+    @property
+    def accepts_any_option(self) -> bool:
+        """Whether the factory takes ``**options`` (it then checks option names itself)."""
+        try:
+            sig = inspect.signature(self.factory)
+        except (TypeError, ValueError):
+            return False
+        return any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+
+    def describe_options(self) -> list[dict[str, Any]]:
+        """Each user option as ``{"name", "required", "default"}`` (``default`` is ``None`` for
+        a required option; a value JSON cannot hold is given as its ``repr``)."""
+        return [{"name": n, "required": d is inspect.Parameter.empty,
+                 "default": None if d is inspect.Parameter.empty else _plain(d)}
+                for n, d in self.user_options().items()]
+
+
+#: Factory arguments the study passes itself, per kind (the kind's singular label).
+SUPPLIED_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "strategy": ("space", "seed", "constraints"),
+    "dataset": ("seed",),
+    "pruner": ("directions",),
+}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON can hold it: numbers, strings, booleans, ``None``, lists and string-keyed
+    dicts of those; anything else as its ``repr``."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v) for k, v in value.items()}
+    return repr(value)
+
 
 class Registry:
     """The components of one kind, keyed by name."""
 
-    def __init__(self, kind: str, components: dict[str, Component]):
+    def __init__(self, kind: str, components: dict[str, Component],
+                 blocked: Callable[[str], tuple[list[str], list[str]]] | None = None):
         self.kind = kind
         self._components = dict(sorted(components.items()))
+        #: ``blocked(name)``: the blocked plugins that register ``name`` and those that may (the
+        #: host's :meth:`~frugalnas.core.plugins.PluginHost.blocked_registrants`); an unknown
+        #: name's error names them.
+        self._blocked = blocked
 
     def __contains__(self, name: object) -> bool:
         return name in self._components
@@ -94,14 +142,24 @@ class Registry:
         try:
             return self._components[name]
         except KeyError:
-            raise UnknownComponentError(self.kind, name, self._components) from None
+            registering, unknown = self._blocked(name) if self._blocked else ([], [])
+            raise UnknownComponentError(self.kind, name, self._components, registering,
+                                        unknown) from None
 
     def create(self, name: str, host: Any = None, **options: Any) -> Any:
         return self.get(name).create(host, **options)
 
-    def describe(self) -> list[dict[str, str]]:
-        return [
-            {"name": c.name, "plugin": c.plugin, "summary": c.summary,
-             "distribution": c.distribution or "", "version": c.version or ""}
-            for c in self._components.values()
-        ]
+    def describe(self, options: bool = False) -> list[dict[str, Any]]:
+        """One row per component: name, plugin, summary, distribution, version; with
+        ``options``, also ``options`` (:meth:`Component.describe_options`) and
+        ``accepts_any_option``."""
+        rows: list[dict[str, Any]] = []
+        for c in self._components.values():
+            row: dict[str, Any] = {"name": c.name, "plugin": c.plugin, "summary": c.summary,
+                                   "distribution": c.distribution or "",
+                                   "version": c.version or ""}
+            if options:
+                row["options"] = c.describe_options()
+                row["accepts_any_option"] = c.accepts_any_option
+            rows.append(row)
+        return rows

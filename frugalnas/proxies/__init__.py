@@ -10,7 +10,7 @@ from frugalnas.core.plugins import PluginHost, hookimpl
 from frugalnas.proxies.activation import JacobCov, Naswot, Zen
 from frugalnas.proxies.aznas import AZExpressivity, AZProgressivity, AZTrainability
 from frugalnas.proxies.base import Proxy, ProxyEstimator, proxy_batch
-from frugalnas.proxies.checks import ProxyCheckError, check_proxy
+from frugalnas.proxies.checks import ProxyCheckError
 from frugalnas.proxies.ensemble import LearnedEnsembleEstimator, RankEnsembleEstimator
 from frugalnas.proxies.epe import EpeNas
 from frugalnas.proxies.gradient import Fisher, Grasp, GradNorm, Plain, Snip, Synflow
@@ -20,7 +20,7 @@ from frugalnas.proxies.swap import Swap, SwapReg
 from frugalnas.proxies.tenas import LinearRegions, NTKCondition
 from frugalnas.proxies.zico import ZiCo
 
-__all__ = ["Proxy", "ProxyCheckError", "ProxyEstimator", "check_proxy", "proxy_batch"]
+__all__ = ["Proxy", "ProxyCheckError", "ProxyEstimator", "proxy_batch"]
 
 PROXIES = (Synflow, Snip, Grasp, GradNorm, Fisher, Plain, JacobCov, Naswot, Zen, Params, Flops,
            L2Norm,
@@ -36,11 +36,13 @@ def frugalnas_proxies() -> dict[str, Any]:
 
 @hookimpl
 def frugalnas_derived_estimators(host: PluginHost) -> dict[str, Any]:
-    """Every proxy of ``host`` as an estimator of its own name."""
+    """Every proxy of ``host`` as an estimator of its own name, belonging to the plugin that
+    registered the proxy."""
     found = {}
     for component in host.registry("proxies").describe():
         factory = functools.partial(ProxyEstimator, component["name"])
         factory.__doc__ = f"The {component['name']} proxy as an estimator: {component['summary']}"
+        factory.derived_from = ("proxies", component["name"])  # type: ignore[attr-defined]
         found[component["name"]] = factory
     return found
 

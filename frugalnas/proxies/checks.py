@@ -1,9 +1,7 @@
-"""The proxy contract, checked (in the spirit of scikit-learn's ``check_estimator``).
-
-Every registered proxy, built-in or third-party, must pass :func:`check_proxy`. It is part of
-the conformance suite :mod:`frugalnas.testing` (``frugalnas.testing.check_proxy`` raises a
-``ConformanceError`` that is also a :class:`ProxyCheckError`); plugin authors call it from
-their own tests::
+"""The rules of the proxy contract (internal: the public entry point is
+``frugalnas.testing.check_proxy``, which runs :func:`_run_rules` as the conformance suite's
+``check_proxy_contract`` and raises a ``ConformanceError`` that is also a
+:class:`ProxyCheckError`)::
 
     from frugalnas.testing import check_proxy
     check_proxy(MyProxy())          # or check_proxy("my_proxy", host) once registered
@@ -83,15 +81,15 @@ def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 10, (8,), generator=g)
 
 
-def check_proxy(proxy: Proxy | str, host: Any = None) -> list[str]:
-    """Run every rule on ``proxy`` (an instance or a registered name); returns the names of
-    the rules passed, raises :class:`ProxyCheckError` at the first broken one."""
-    if isinstance(proxy, str):
-        if host is None:
-            from frugalnas.core.plugins import PluginHost
+#: Every rule, in the order they run; ``labels-optional`` applies only to a proxy with
+#: ``needs_labels=False``, ``data-free`` only to one with ``needs_data=False``.
+RULES = ("declares-needs", "init-params", "scores", "finite-float", "no-mutation",
+         "deterministic", "labels-optional", "data-free")
 
-            host = PluginHost()  # a fresh host of the installed plugins, not a shared one
-        proxy = host.create("proxies", proxy)
+
+def _run_rules(proxy: Proxy) -> list[str]:
+    """Run every rule that applies to ``proxy``; returns their names (in :data:`RULES`
+    order), raises :class:`ProxyCheckError` at the first broken one."""
     passed = []
 
     # declarations

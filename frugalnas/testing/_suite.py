@@ -121,5 +121,6 @@ def quiet_host(host: Any = None) -> Any:
         objects = [host.pm.get_plugin(name) for name, info in host.infos.items()
                    if info.source == "explicit" and name not in host.named_plugins]
         _QUIET_HOSTS[host] = PluginHost([*host.named_plugins, *objects],
-                                        disable_plugins={*host.blocked, *QUIET_PLUGINS})
+                                        disable_plugins={*host.blocked, *QUIET_PLUGINS},
+                                        autoload=host.autoload)
     return _QUIET_HOSTS[host]

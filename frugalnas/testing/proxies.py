@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.proxies.checks import ProxyCheckError
-from frugalnas.proxies.checks import check_proxy as _check_proxy_rules
+from frugalnas.proxies.checks import RULES, ProxyCheckError
+from frugalnas.proxies.checks import _run_rules as _check_proxy_rules
 from frugalnas.testing._suite import Suite, describe
 from frugalnas.testing.errors import ConformanceError
 
@@ -47,9 +47,13 @@ class ProxyChecks(Suite):
 
 def check_proxy(proxy: Any, host: Any = None) -> list[str]:
     """Run the proxy checks on ``proxy`` (a :class:`frugalnas.proxies.Proxy`, or the name of
-    one registered in ``host``, default: a host with every installed plugin); returns the
-    rules passed, raises :class:`ProxyConformanceError` (a ``ConformanceError`` and a
-    ``ProxyCheckError``) at the first broken one."""
+    one registered in ``host``, default: a host with every installed plugin). Returns the
+    names of the rules it checked, all passed, in this order: ``declares-needs``,
+    ``init-params``, ``scores``, ``finite-float``, ``no-mutation``, ``deterministic``, then
+    ``labels-optional`` (only for ``needs_labels=False``) and ``data-free`` (only for
+    ``needs_data=False``); see ``RULES``. Raises :class:`ProxyConformanceError` (a
+    ``ConformanceError`` and a ``ProxyCheckError``, whose ``rule`` is the rule's name) at the
+    first broken one."""
     if isinstance(proxy, str):
         if host is None:
             from frugalnas.core.plugins import PluginHost

@@ -72,6 +72,8 @@ class StrategyChecks(Suite):
                 strategy, "__name__", type(strategy).__name__)
         self.subject = f"strategy {name!r}"
         self._used_instance = False
+        #: The study a sampler object drove (it can drive one only); check_propose reuses it.
+        self._instance_study: Any = None
 
     # -- helpers -------------------------------------------------------------------------
     def _host(self) -> Any:
@@ -134,6 +136,8 @@ class StrategyChecks(Suite):
         n_trials = self.n_trials if n_trials is None else n_trials
         study = self._study(seed)
         study.optimize(n_trials=n_trials)
+        if study.strategy is self.strategy:
+            self._instance_study = study
         trials = study.optuna_study.get_trials(deepcopy=False)
         failed = [t for t in trials if t.state.name == "FAIL"]
         if failed:
@@ -197,10 +201,13 @@ class StrategyChecks(Suite):
 
         from frugalnas.core import strategy as protocol
 
-        study = self._run()
+        # A sampler object drives one study: check the one an earlier check ran, if any.
+        study = self._instance_study if self._instance_study is not None else self._run()
         sampler = study.strategy
         if not isinstance(sampler, protocol.Proposer):
-            raise SkipCheck("the strategy has no propose(study, trial, k)")
+            raise SkipCheck(f"{type(sampler).__name__} has no propose(study, trial, k), so "
+                            "there is nothing to check (such a strategy cannot sit inside "
+                            "the prescreen strategy)")
         ostudy = study.optuna_study
         trial = ostudy.ask()
         frozen = next(t for t in ostudy.get_trials(deepcopy=False, states=(TrialState.RUNNING,))

@@ -1,16 +1,21 @@
-"""An example frugalnas plugin: registers the ``hello-mlp`` search space and the
-``hello-logit-spread`` zero-cost proxy through the ``frugalnas`` entry-point group."""
+"""An example frugalnas plugin: registers the ``hello-mlp`` search space, the
+``hello-logit-spread`` zero-cost proxy (an estimator of the same name too) and the
+``hello-climb`` search strategy through the ``frugalnas`` entry-point group."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import optuna
 import torch
 from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial
 from torch import nn
 
 import frugalnas
 from frugalnas.proxies.base import Proxy
+from frugalnas.strategies.base import ArchSampler, History, strategy_factory
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
@@ -60,6 +65,33 @@ class LogitSpread(Proxy):
         model.eval()
         with torch.no_grad():
             return float(model(inputs).std())
+
+
+class HillClimb(ArchSampler):
+    """Hill climbing: mutate the best architecture found so far; with probability
+    ``explore``, try an unseen random architecture instead."""
+
+    def __init__(self, space: frugalnas.SearchSpace, seed: int = 0, n_init: int = 4,
+                 explore: float = 0.1, **options: Any):
+        if isinstance(explore, bool) or not isinstance(explore, (int, float)) \
+                or not 0.0 <= explore <= 1.0:
+            raise frugalnas.ConfigError(f"invalid explore {explore!r} for strategy "
+                                        "'hello-climb'; valid: a number in [0, 1]")
+        super().__init__(space, seed, n_init, **options)
+        self.explore = float(explore)
+
+    def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
+               rng: random.Random) -> frugalnas.Architecture:
+        if rng.random() < self.explore:
+            return self.fresh_random(hist, rng)
+        fit = self.fitness(study, hist.values, hist.violations)  # higher is better
+        best = max(range(len(hist)), key=lambda i: (fit[i], -hist.numbers[i]))
+        return self.fresh_mutation(hist.archs[best], hist, rng)
+
+
+@frugalnas.hookimpl
+def frugalnas_strategies() -> dict[str, Any]:
+    return {"hello-climb": strategy_factory(HillClimb)}
 
 
 @frugalnas.hookimpl
