@@ -36,6 +36,10 @@ def test_installed_plugin_is_listed_and_usable(installed_example, tmp_path, stor
     assert hello["source"] == "entrypoint"
     assert "hello-mlp" in {c["name"] for c in data["components"]["search_spaces"]}
     assert "hello-logit-spread" in {c["name"] for c in data["components"]["proxies"]}
+    climb = [c for c in data["components"]["strategies"] if c["name"] == "hello-climb"][0]
+    assert climb["plugin"] == "hello"
+    assert {"name": "explore", "required": False, "default": 0.1} in climb["options"]
+    assert {"name": "n_init", "required": False, "default": 4} in climb["options"]
 
     storage, uri = stores
     study = frugalnas.create_study(space="hello-mlp", estimator="hello-logit-spread",
