@@ -83,7 +83,7 @@ def _chromium(tmp_path: Path, url: str, *extra: str) -> str:
 def _dom(tmp_path: Path, url: str, *extra: str) -> str:
     """The visible text of the page Chromium rendered (tags dropped, whitespace collapsed);
     ``extra`` flags (a ``--screenshot=PATH``) act on the same rendering."""
-    html = _chromium(tmp_path, url, "--dump-dom", "--window-size=1600,1000", *extra)
+    html = _chromium(tmp_path, url, "--dump-dom", "--window-size=1400,900", *extra)
     text = re.sub(r"<script.*?</script>|<style.*?</style>", " ", html, flags=re.S)
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", text))
 
@@ -151,13 +151,16 @@ def test_frugalnas_ui_opens_the_study_on_its_trial_rows(tmp_path):
         shot = tmp_path / "ui.png"  # one Chromium run renders the page, dumps and shoots it
         page = _dom(tmp_path, url, f"--screenshot={shot}")
         assert "Detect Issues" not in page
+        assert "Ask questions about your" not in page  # MLflow 3's chat panel stays closed
         assert "6 matching runs" in page  # the parent run and its 5 trial runs, as rows
+        # at 1,400 px the grid renders (only) the columns in view: all a reviewer compares
+        for column in ("objective_value", "architecture", "cost_params", "cost_flops",
+                       "cost_seconds"):
+            assert column in page, (column, page[-3000:])
         for t in study.completed_trials():  # trial rows with their architecture and value
             assert f"trial {t.number}" in page, f"trial {t.number} missing"
             assert str(t.architecture) in page, f"architecture of trial {t.number} missing"
             assert repr(float(t.value)) in page, f"value of trial {t.number} missing"
-        for column in ("objective_value", "architecture", "COMPLETE"):
-            assert column in page, (column, page[-3000:])
         best = page.index(f"trial {study.best_trial.number}")
         assert all(best <= page.index(f"trial {t.number}") for t in study.completed_trials())
 
@@ -182,7 +185,8 @@ def test_ui_names_a_missing_study_in_one_line(tmp_path, capsys):
 
 def test_runs_view_url_and_shared_view(tmp_path):
     from frugalnas.tracking.mlflow.tracker import (SHARED_VIEW_TAG, find_study_experiment,
-                                                   publish_runs_view, runs_view_url)
+                                                   publish_runs_view, runs_view_url,
+                                                   study_runs_view)
 
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
     for name in ("first", "second"):
@@ -198,9 +202,18 @@ def test_runs_view_url_and_shared_view(tmp_path):
     key = publish_runs_view(client, exp)
     view = json.loads(client.get_experiment(exp.experiment_id).tags[SHARED_VIEW_TAG + key])
     assert view["orderByKey"] == "metrics.`objective_value`" and view["orderByAsc"] is False
-    assert view["selectedColumns"][:3] == ["metrics.`objective_value`",
-                                           "metrics.`objective_latency_ms_pixel3`",
-                                           "params.`architecture`"]
+    assert view["selectedColumns"] == ["metrics.`objective_value`",
+                                       "metrics.`objective_latency_ms_pixel3`",
+                                       "params.`architecture`", "metrics.`cost_params`",
+                                       "metrics.`cost_flops`", "metrics.`cost_seconds`"]
+    constrained = frugalnas.create_study(estimator="nb201-table", study_name="third",
+                                         constraints={"latency_ms_pixel3": 10.0},
+                                         plugin_options={"mlflow": {"tracking_uri": uri}})
+    constrained.optimize(n_trials=2)
+    _, view = study_runs_view(client, find_study_experiment(client, "third"))
+    assert view["selectedColumns"][1:] == ["params.`architecture`", "metrics.`cost_params`",
+                                           "metrics.`cost_flops`", "metrics.`latency_ms_pixel3`",
+                                           "tags.`feasible`", "metrics.`cost_seconds`"]
     url = runs_view_url("http://127.0.0.1:5000", exp.experiment_id, key)
     assert url == (f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs?"
                    f"workflowType=machine_learning&compareRunsMode=TABLE&viewStateShareKey={key}")

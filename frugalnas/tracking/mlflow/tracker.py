@@ -740,14 +740,22 @@ def find_study_experiment(client: Any, name: str | None) -> Any | None:
                                        if str(e.experiment_id).isdigit() else 0))
 
 
+#: Width (px) of each column of the runs view; at 1,400 px, with MLflow's own Run Name and
+#: Created columns, the objective, the genotype, params, FLOPs, latency and cost all show.
+VIEW_WIDTHS = {"objective": 110, "architecture": 330, "metric": 96}
+
+
 def study_runs_view(client: Any, experiment: Any) -> tuple[str, dict[str, Any]]:
     """A shared view of the experiment's runs table for the MLflow UI: trial runs as flat rows
-    (no collapsed parent: sorted by the first objective, best first) with the objective,
-    architecture, state, feasibility and cost columns selected. Returns the share key and the
-    view; :func:`publish_runs_view` stores it as an experiment tag."""
+    (no collapsed parent: sorted by the first objective, best first) with the columns a
+    reviewer compares selected, in this order: the objectives, the architecture, params,
+    FLOPs, the latency where the trials have one (measured ``latency_ms``, or a latency
+    constraint's metric), the feasibility of a constrained study, the cost in seconds.
+    Returns the share key and the view; :func:`publish_runs_view` stores it as an
+    experiment tag."""
     import hashlib
 
-    objectives, directions, constrained = ["value"], ["maximize"], False
+    objectives, directions, constraints = ["value"], ["maximize"], {}
     parents = client.search_runs([experiment.experiment_id], max_results=1,
                                  filter_string=f"tags.`{TAG_ROLE}` = 'study'",
                                  order_by=["attributes.start_time DESC"])
@@ -756,19 +764,28 @@ def study_runs_view(client: Any, experiment: Any) -> tuple[str, dict[str, Any]]:
         try:
             objectives = list(json.loads(params.get("objectives", '["value"]')))
             directions = list(json.loads(params.get("directions", '["maximize"]')))
-            constrained = bool(json.loads(params.get("constraints", "{}") or "{}"))
+            constraints = dict(json.loads(params.get("constraints", "{}") or "{}"))
         except ValueError:
             pass
-    columns = [f"metrics.`objective_{name}`" for name in objectives]
-    columns += ["params.`architecture`", "tags.`state`"]
-    if constrained:
-        columns.append("tags.`feasible`")
-    columns += ["metrics.`cost_seconds`", "metrics.`cost_params`", "metrics.`cost_flops`"]
+    trials = client.search_runs([experiment.experiment_id], max_results=1,
+                                filter_string=f"tags.`{TAG_ROLE}` = 'trial'")
+    logged = set(trials[0].data.metrics) if trials else set()
+    latency = [m for m in ("latency_ms", *constraints, *objectives)
+               if m.startswith("latency") and m in logged and m not in objectives]
+    objective_columns = [f"metrics.`objective_{name}`" for name in objectives]
+    metric_columns = [f"metrics.`{m}`" for m in ("cost_params", "cost_flops",
+                                                  *dict.fromkeys(latency))]
+    if constraints:
+        metric_columns.append("tags.`feasible`")
+    metric_columns.append("metrics.`cost_seconds`")
+    columns = [*objective_columns, "params.`architecture`", *metric_columns]
+    widths = {c: VIEW_WIDTHS["objective"] for c in objective_columns}
+    widths["params.`architecture`"] = VIEW_WIDTHS["architecture"]
+    widths.update({c: VIEW_WIDTHS["metric"] for c in metric_columns})
     view = {"searchFilter": "", "orderByKey": f"metrics.`objective_{objectives[0]}`",
             "orderByAsc": directions[0] == "minimize", "lifecycleFilter": "Active",
             "datasetsFilter": [], "modelVersionFilter": "All Runs", "startTime": "ALL",
-            "selectedColumns": columns, "columnOrder": columns,
-            "columnWidths": {"params.`architecture`": 420},
+            "selectedColumns": columns, "columnOrder": columns, "columnWidths": widths,
             "runListHidden": False, "viewMaximized": False, "groupBy": None,
             "groupsExpanded": {}}
     digest = hashlib.sha1(json.dumps(view, sort_keys=True).encode()).hexdigest()[:16]
@@ -814,12 +831,26 @@ def cmd_ui(args: argparse.Namespace) -> int:
     root = artifact_root(uri)
     if root is not None:
         cmd += ["--default-artifact-root", root]
+    if _has_ui_app():
+        cmd += ["--app-name", UI_APP]
     print(f"MLflow UI for {uri} on {base}", flush=True)
     if experiment is not None:
         print(f"study {experiment.name!r}: {url}", flush=True)
     if getattr(args, "open", False):
         threading.Thread(target=_open_when_up, args=(base, url), daemon=True).start()
     return run_forwarding_signals(cmd)
+
+
+#: The ``mlflow.app`` entry point of :mod:`frugalnas.tracking.mlflow.ui_app`.
+UI_APP = "frugalnas"
+
+
+def _has_ui_app() -> bool:
+    """Whether frugalnas's MLflow server app is installed (a source tree run without
+    ``pip install`` has no entry points; MLflow's plain app serves then)."""
+    from importlib.metadata import entry_points
+
+    return any(ep.name == UI_APP for ep in entry_points(group="mlflow.app"))
 
 
 def _open_when_up(base: str, url: str, wait: float = 120.0) -> None:
