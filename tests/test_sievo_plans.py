@@ -10,7 +10,7 @@ import pytest
 import frugalnas
 from frugalnas.core import strategy as strategy_protocol
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import EvaluationContext
+from frugalnas.core.trial_context import StudyTrialContext
 from frugalnas.sievo import GenerationPlans, SIEvolutionSampler, si_evolution
 
 SPACE = {"channels": 4, "nodes": 2, "reductions": 1}
@@ -35,9 +35,7 @@ class _Trial:
 
 
 def _context(study, trial, shared):
-    return EvaluationContext(space=study.space, backend=study.backend, seed=0,
-                             dataset_loader=study.load_dataset, study=study, trial=trial,
-                             shared_states=shared)
+    return StudyTrialContext.of(study, trial, shared_states=shared)
 
 
 def test_the_estimator_takes_the_plan_from_the_context_not_from_the_sampler():
@@ -84,7 +82,7 @@ def test_the_study_ends_after_exactly_the_planned_trials(generations):
     assert len(study.trials) == len(trials) == planned
     assert [t.user_attrs["metrics"]["generation"] for t in trials] == \
         [0, 0, 0] + [g for g in range(1, generations + 1) for _ in range(2)]
-    assert sampler.should_stop(study)
+    assert sampler.should_stop(study.optuna_study)
 
 
 def test_the_sampler_never_stops_an_optuna_study_itself():

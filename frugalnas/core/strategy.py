@@ -1,27 +1,33 @@
 """What a study may ask of its strategy beyond optuna's sampler API.
 
-A strategy is any ``optuna.samplers.BaseSampler``. A frugalnas strategy may also implement
-the optional methods below; the study and wrapping strategies look for them, never for other
-attributes:
+A strategy is any ``optuna.samplers.BaseSampler``. A frugalnas strategy subclasses
+:class:`Strategy`, which declares the optional capabilities below with defaults that do
+nothing; the study and wrapping strategies call them only on a :class:`Strategy` and never
+look for other attributes. A plain optuna sampler has none of them.
 
 ``inner``
     A *wrapping* strategy (a pre-screen, a plugin's filter) keeps the strategy it wraps in
     ``inner`` and forwards optuna's calls it does not handle. :func:`strategy_chain` walks
     the ``inner`` links from the outermost strategy to the innermost.
-``propose(study, trial, k) -> list[Architecture]``
+``propose(study, trial, k) -> list[Architecture]`` (the :class:`Proposer` protocol)
     ``k`` distinct candidates for ``trial`` that the strategy would choose, best first, none
     already evaluated or running. A pre-screen ranks these; a strategy without ``propose``
     cannot be pre-screened (:func:`propose` raises a :class:`ConfigError` saying so).
-``shared_state() -> object``
+``feasible_candidates(study, trial, candidates) -> list[int] | None``
+    Which of ``candidates`` the strategy predicts to meet the study's constraints (indices);
+    ``None``: it makes no prediction. A pre-screen scores only those.
+``shared_state() -> object | None``
     A typed object the strategy shares with the study's estimator (SI-EvoNAS's generation
-    plans). The study puts it into every :class:`EvaluationContext`; the estimator asks
+    plans). The study puts it into every trial's context; the estimator asks
     ``context.shared(PlanType)``.
-``bind(study)``
-    Called once when a study starts using the strategy, with the :class:`Study` (to report
-    study-level metrics with ``study.log_metrics``).
+``bind(services)``
+    Called once when a study starts using the strategy, with :class:`StrategyServices`: what
+    the strategy may use of the study (report study-level metrics, load the study's dataset,
+    its backend), never the study itself.
 ``should_stop(study) -> bool``
-    Asked after each trial; ``True`` ends ``Study.optimize`` (the study stops, not the
-    strategy: a strategy whose search has a natural end, like a fixed number of generations).
+    Asked after each trial with the optuna study; ``True`` ends ``Study.optimize`` (the study
+    stops, not the strategy: a strategy whose search has a natural end, like a fixed number
+    of generations).
 ``planned_trials() -> int | None``
     The number of trials the whole search has when it has a natural end (``None``: open
     ended). The progress bar counts towards it and ``frugalnas run`` says when it is below
@@ -30,7 +36,8 @@ attributes:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import optuna
@@ -40,6 +47,49 @@ from frugalnas.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from frugalnas.core.architecture import Architecture
+    from frugalnas.core.backend import Backend
+    from frugalnas.core.data import Dataset
+
+
+@dataclass(frozen=True)
+class StrategyServices:
+    """What a study lends its strategy (:meth:`Strategy.bind`).
+
+    ``log_metrics(metrics, step)`` reports study-level metrics (surrogate quality, training
+    curves) to the study's plugins; ``load_dataset()`` is the study's dataset (``None`` when
+    the study has none); ``backend()`` is the study's training backend."""
+
+    log_metrics: Callable[[dict[str, float], int], None]
+    load_dataset: Callable[[], Dataset] | None
+    backend: Callable[[], Backend]
+
+
+class Strategy(optuna.samplers.BaseSampler):
+    """Base of frugalnas strategies: optuna's sampler API plus the optional capabilities of
+    this module, each a no-op here."""
+
+    #: The strategy a wrapping strategy wraps (``None``: it wraps none).
+    inner: optuna.samplers.BaseSampler | None = None
+
+    def bind(self, services: StrategyServices) -> None:
+        """Called once when a study starts using this strategy."""
+
+    def should_stop(self, study: optuna.Study) -> bool:
+        """Whether the search is over (asked after each trial)."""
+        return False
+
+    def planned_trials(self) -> int | None:
+        """Trials of the whole search when it has a natural end."""
+        return None
+
+    def shared_state(self) -> object | None:
+        """An object shared with the study's estimator."""
+        return None
+
+    def feasible_candidates(self, study: optuna.Study, trial: FrozenTrial,
+                            candidates: Sequence[Architecture]) -> list[int] | None:
+        """Indices of the ``candidates`` predicted feasible; ``None``: no prediction."""
+        return None
 
 
 @runtime_checkable
@@ -52,10 +102,15 @@ class Proposer(Protocol):
 def strategy_chain(sampler: optuna.samplers.BaseSampler) -> Iterator[optuna.samplers.BaseSampler]:
     """``sampler`` and every strategy it wraps (through ``inner``), outermost first."""
     seen: set[int] = set()
-    while sampler is not None and id(sampler) not in seen:
-        seen.add(id(sampler))
-        yield sampler
-        sampler = getattr(sampler, "inner", None)
+    current: optuna.samplers.BaseSampler | None = sampler
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.inner if isinstance(current, Strategy) else None
+
+
+def _strategies(sampler: optuna.samplers.BaseSampler) -> Iterator[Strategy]:
+    return (s for s in strategy_chain(sampler) if isinstance(s, Strategy))
 
 
 def propose(sampler: optuna.samplers.BaseSampler, study: optuna.Study, trial: FrozenTrial,
@@ -74,44 +129,52 @@ def propose(sampler: optuna.samplers.BaseSampler, study: optuna.Study, trial: Fr
 def shared_states(sampler: optuna.samplers.BaseSampler) -> dict[type, Any]:
     """The objects the strategies of the chain share with estimators, keyed by type."""
     found: dict[type, Any] = {}
-    for s in strategy_chain(sampler):
-        share = getattr(s, "shared_state", None)
-        if callable(share):
-            state = share()
-            if state is not None:
-                found.setdefault(type(state), state)
+    for s in _strategies(sampler):
+        state = s.shared_state()
+        if state is not None:
+            found.setdefault(type(state), state)
     return found
 
 
+def services_of(study: Any) -> StrategyServices:
+    """The services a frugalnas :class:`~frugalnas.core.study.Study` lends its strategy."""
+    return StrategyServices(
+        log_metrics=study.log_metrics,
+        load_dataset=study.load_dataset if study.config.dataset is not None else None,
+        backend=lambda: study.backend)
+
+
 def bind(sampler: optuna.samplers.BaseSampler, study: Any) -> None:
-    """Call ``bind(study)`` on every strategy of the chain that has it."""
-    for s in strategy_chain(sampler):
-        hook = getattr(s, "bind", None)
-        if callable(hook):
-            hook(study)
+    """Bind every strategy of the chain to ``study``'s :class:`StrategyServices`."""
+    services = services_of(study)
+    for s in _strategies(sampler):
+        s.bind(services)
 
 
 def can_stop(sampler: optuna.samplers.BaseSampler) -> bool:
-    """Whether any strategy of the chain can end the search (has ``should_stop``)."""
-    return any(callable(getattr(s, "should_stop", None)) for s in strategy_chain(sampler))
+    """Whether any strategy of the chain can end the search (overrides ``should_stop``)."""
+    return any(type(s).should_stop is not Strategy.should_stop for s in _strategies(sampler))
 
 
 def should_stop(sampler: optuna.samplers.BaseSampler, study: Any) -> bool:
-    """Whether any strategy of the chain says the search is over."""
-    for s in strategy_chain(sampler):
-        hook = getattr(s, "should_stop", None)
-        if callable(hook) and hook(study):
-            return True
-    return False
+    """Whether any strategy of the chain says the search of ``study`` (a frugalnas Study or
+    an optuna study) is over."""
+    ostudy = study if isinstance(study, optuna.Study) else study.optuna_study
+    return any(s.should_stop(ostudy) for s in _strategies(sampler))
 
 
 def planned_trials(sampler: optuna.samplers.BaseSampler) -> int | None:
     """The fewest trials any strategy of the chain plans for the whole search (``None``
     when none of them has a natural end)."""
-    plans = []
-    for s in strategy_chain(sampler):
-        plan = getattr(s, "planned_trials", None)
-        total = plan() if callable(plan) else None
-        if total is not None:
-            plans.append(int(total))
+    plans = [int(total) for s in _strategies(sampler)
+             if (total := s.planned_trials()) is not None]
     return min(plans) if plans else None
+
+
+def feasible_candidates(sampler: optuna.samplers.BaseSampler, study: optuna.Study,
+                        trial: FrozenTrial, candidates: Sequence[Architecture]) -> list[int]:
+    """The indices of ``candidates`` that ``sampler`` predicts feasible; all of them when it
+    makes no prediction."""
+    chosen = sampler.feasible_candidates(study, trial, candidates) \
+        if isinstance(sampler, Strategy) else None
+    return list(range(len(candidates))) if chosen is None else chosen

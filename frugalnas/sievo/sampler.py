@@ -20,10 +20,11 @@ from optuna.trial import FrozenTrial
 
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.strategy import Strategy
 from frugalnas.sievo.plan import GenerationPlans, SampledTraining
 
 
-class SIEvolutionSampler(BaseSampler):
+class SIEvolutionSampler(Strategy):
     """Evolution with sampled training and node inheritance (use with the ``inherited``
     estimator). Options: ``population_size``, ``offspring`` (default: population size),
     ``generations`` (the search ends after this many generations after the initial one;
@@ -76,9 +77,9 @@ class SIEvolutionSampler(BaseSampler):
         """``population_size + generations * offspring`` with ``generations`` set."""
         return self.plans.total_trials
 
-    def should_stop(self, study: Any) -> bool:
+    def should_stop(self, study: optuna.Study) -> bool:
         """With ``generations`` set: whether every planned trial has been handed out."""
-        return self.plans.done(study.optuna_study)
+        return self.plans.done(study)
 
     # -- optuna sampler API --------------------------------------------------------------
     def infer_relative_search_space(self, study: optuna.Study,

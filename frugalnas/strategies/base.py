@@ -24,6 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from scipy.stats import spearmanr
 
 from frugalnas.core import optuna_compat
+from frugalnas.core.strategy import Strategy, StrategyServices
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, STRATEGY_METRIC_PREFIX,
@@ -170,7 +171,7 @@ def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirecti
     return out
 
 
-class ArchSampler(optuna.samplers.BaseSampler):
+class ArchSampler(Strategy):
     """Base of frugalnas's search strategies: subclasses implement :meth:`choose`.
 
     Options common to all: ``n_init`` architectures are drawn at random before the strategy
@@ -225,9 +226,9 @@ class ArchSampler(optuna.samplers.BaseSampler):
                                        **self.warm_start_options)
 
     # -- frugalnas's strategy protocol ---------------------------------------------------
-    def bind(self, study: Any) -> None:
-        """Report study-level metrics (surrogate quality, ...) to ``study``."""
-        self.report = study.log_metrics
+    def bind(self, services: StrategyServices) -> None:
+        """Report study-level metrics (surrogate quality, ...) to the study."""
+        self.report = services.log_metrics
 
     def propose(self, study: optuna.Study, trial: FrozenTrial, k: int) -> list[Architecture]:
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order

@@ -27,7 +27,8 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import Proposer, propose
+from frugalnas.core.strategy import (Proposer, Strategy, StrategyServices, feasible_candidates,
+                                     propose)
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch, score_with
 from frugalnas.proxies.ensemble import proxy_list, rank_average
 from frugalnas.proxies.shared import SharedPasses
@@ -49,7 +50,7 @@ class _DatasetContext:
         return self._data
 
 
-class PrescreenSampler(optuna.samplers.BaseSampler):
+class PrescreenSampler(Strategy):
     """Draws ``k`` distinct candidates from ``inner`` and keeps the one a zero-cost proxy
     ranks best (``proxy``: a proxy name, a list of them ranked together, or a member preset
     of :data:`~frugalnas.proxies.ensemble.MEMBER_PRESETS` such as ``"selected"``). The proxy's
@@ -82,10 +83,10 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
         self._batch: tuple[torch.Tensor, torch.Tensor, int] | None = None
 
     # -- frugalnas's strategy protocol ---------------------------------------------------
-    def bind(self, study: Any) -> None:
+    def bind(self, services: StrategyServices) -> None:
         """Score on the study's dataset unless a dataset was given."""
-        if self._loader is None and study.config.dataset is not None:
-            self._loader = study.load_dataset
+        if self._loader is None and services.load_dataset is not None:
+            self._loader = services.load_dataset
 
     # -- optuna sampler API --------------------------------------------------------------
     def infer_relative_search_space(self, study: optuna.Study,
@@ -132,8 +133,7 @@ class PrescreenSampler(optuna.samplers.BaseSampler):
         until a trial has violated a constraint, or when the inner strategy has no constraint
         model). A proxy alone would pick the largest network, which is what a latency or size
         bound rules out."""
-        choose = getattr(self.inner, "feasible_candidates", None)
-        return choose(study, trial, candidates) if choose else list(range(len(candidates)))
+        return feasible_candidates(self.inner, study, trial, candidates)
 
     def _score(self, arch: Architecture) -> list[float]:
         x, y, num_classes = self._fixed_batch()

@@ -32,6 +32,7 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, TrialFailure, check_range
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.strategy import StrategyServices
 from frugalnas.spaces.dag.weight_store import WeightStore
 from frugalnas.strategies.base import ArchSampler, History
 
@@ -185,16 +186,16 @@ class DartsSampler(ArchSampler):
         self.relaxation = relaxation_of(space)  # refuse a space DARTS cannot relax now
         self.epochs, self.batch_size, self.lr, self.alpha_lr = int(epochs), int(batch_size), lr, alpha_lr
         self.checkpoint = checkpoint
-        self.study: Any = None
+        self.services: StrategyServices | None = None
         self.result: DartsResult | None = None
 
-    def bind(self, study: Any) -> None:
-        super().bind(study)
-        if getattr(study.config, "dataset", None) is None and not (
+    def bind(self, services: StrategyServices) -> None:
+        super().bind(services)
+        if services.load_dataset is None and not (
                 self.checkpoint and Path(self.checkpoint).exists()):
             raise ConfigError("strategy 'darts' trains a supernet on the study's dataset; the "
                               "study has none (set dataset=..., e.g. 'digits')")
-        self.study = study
+        self.services = services
 
     def search(self) -> DartsResult:
         if self.result is not None:
@@ -206,14 +207,15 @@ class DartsSampler(ArchSampler):
             self.result = DartsResult(alphas, self.relaxation.read(alphas),
                                       list(saved["train_losses"]), list(saved["valid_accuracies"]))
             return self.result
-        if self.study is None:
+        services = self.services
+        if services is None or services.load_dataset is None:
             raise ConfigError("strategy 'darts' needs its study's dataset: use it in a study "
                               "(create_study(strategy='darts', ...))")
 
         def on_epoch(epoch: int, loss: float, acc: float) -> None:
-            self.study.log_metrics({"darts_train_loss": loss, "darts_valid_accuracy": acc}, epoch)
+            services.log_metrics({"darts_train_loss": loss, "darts_valid_accuracy": acc}, epoch)
 
-        self.result = darts_search(self.space, self.study.load_dataset(), self.study.backend,
+        self.result = darts_search(self.space, services.load_dataset(), services.backend(),
                                    epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
                                    alpha_lr=self.alpha_lr, seed=self.seed, on_epoch=on_epoch)
         if path is not None:
