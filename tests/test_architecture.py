@@ -15,8 +15,18 @@ def test_nb201_string_round_trip():
     arch = space.parse(CELL)
     assert isinstance(arch, NB201Cell)
     assert str(arch) == "nb201:" + CELL
-    assert Architecture.parse(str(arch)) == arch
+    assert NB201Cell.parse(str(arch)) == arch
     assert space.parse(str(arch)) == arch
+
+
+def test_a_genotype_class_reads_only_its_own_space():
+    """The text form is read by the space's genotype class (no process-wide codec table):
+    the generic reader refuses NB201's form, the NB201 reader another space's string."""
+    arch = NB201Space().parse(CELL)
+    with pytest.raises(ArchitectureParseError):
+        Architecture.parse(str(arch))
+    with pytest.raises(ArchitectureParseError, match="not an architecture of space 'nb201'"):
+        NB201Cell.parse("toy:depth=3")
 
 
 def test_json_round_trip_and_generic_codec():

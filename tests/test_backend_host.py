@@ -121,9 +121,13 @@ def test_inner_backend_comes_from_the_study_host(probe):
     assert metrics["vnode_steps"] == 2.0 and metrics["vnode_virtual_nodes"] == 2.0
 
 
-def test_without_a_host_builtin_inner_backends_still_work():
-    """Built directly, the backend makes its own PluginHost (not the shared default one)."""
-    backend = VirtualNodeBackend(virtual_nodes=2, inner="out-of-core",
+def test_built_directly_an_inner_backend_needs_a_host():
+    """No hidden host: built directly, a plugin inner backend needs host= (a study passes its
+    own); the single-device fast path needs none."""
+    with pytest.raises(ConfigError, match="inner backend 'out-of-core' is created from a plugin "
+                                          "host; pass host="):
+        VirtualNodeBackend(virtual_nodes=2, inner="out-of-core", device="cpu")
+    backend = VirtualNodeBackend(virtual_nodes=2, inner="out-of-core", host=PluginHost(),
                                  inner_options={"profile_repeats": 0}, device="cpu")
     assert isinstance(backend.host, PluginHost) and isinstance(backend.inner, OutOfCoreBackend)
     assert backend.host.spec() == {"plugins": [], "disable_plugins": [], "autoload": True}

@@ -16,6 +16,7 @@ from torch import nn
 import frugalnas
 from frugalnas.backends.out_of_core.backend import OutOfCoreBackend, find_blocks
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
+from frugalnas.core.plugins import PluginHost
 from frugalnas.testing import fresh_mlflow_uri
 
 LOSS = nn.CrossEntropyLoss()
@@ -89,7 +90,7 @@ def test_outputs_belong_to_the_thread_that_evaluated():
 
 def test_virtual_node_outputs_add_its_facts_to_the_inner_backends():
     backend = VirtualNodeBackend(virtual_nodes=2, inner="out-of-core", inner_options=OOC,
-                                 device="cpu")
+                                 device="cpu", host=PluginHost())
     assert backend.trial_outputs() == ({}, {})
     model = backend.prepare(net())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

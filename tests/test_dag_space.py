@@ -30,7 +30,7 @@ def test_text_form_round_trips():
         assert isinstance(arch, DagGenotype)
         text = str(arch)
         assert text.startswith("dag:normal:") and ";reduce:" in text
-        assert space.parse(text) == arch == Architecture.parse(text)
+        assert space.parse(text) == arch == DagGenotype.parse(text)
         assert space.parse(text.removeprefix("dag:")) == arch
         assert Architecture.from_json(arch.to_json()) == arch
 

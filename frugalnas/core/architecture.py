@@ -2,8 +2,9 @@
 
 A genotype is the ordered list of a search space's decisions (``name -> value``). Spaces with
 a conventional text form (NAS-Bench-201's ``|op~0|+|...|``) subclass :class:`Architecture`
-with ``space="..."`` in the class statement and override ``_format_body``/``_parse_body``;
-``Architecture.parse`` dispatches on the ``space:`` prefix.
+with ``space="..."`` in the class statement, override ``_format_body``/``_parse_body`` and
+name the subclass as their ``SearchSpace.genotype``: ``space.parse(text)`` reads that form,
+``NB201Cell.parse(text)`` too. ``Architecture.parse`` reads the generic ``key=value`` form.
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from frugalnas.core.errors import ArchitectureParseError
 
 Value = str | int | float | bool
 
-_CODECS: dict[str, type["Architecture"]] = {}
-
-
 class Architecture:
     """An immutable genotype of search space ``space``."""
 
@@ -30,7 +28,6 @@ class Architecture:
         super().__init_subclass__(**kwargs)
         if space is not None:
             cls.space_name = space
-            _CODECS[space] = cls
 
     def __init__(self, space: str, decisions: Mapping[str, Value]):
         if not isinstance(space, str) or not space or ":" in space:
@@ -50,8 +47,8 @@ class Architecture:
 
     @classmethod
     def create(cls, space: str, decisions: Mapping[str, Value]) -> "Architecture":
-        """An instance of the class registered for ``space`` (or the base class)."""
-        return _CODECS.get(space, Architecture)(space, decisions)
+        """An instance of this class for ``space``."""
+        return cls(space, decisions)
 
     # -- value semantics -----------------------------------------------------------------
     @property
@@ -116,8 +113,10 @@ class Architecture:
             raise ArchitectureParseError(
                 f"malformed architecture string {text!r}; expected 'SPACE:BODY', e.g. "
                 "'nb201:|nor_conv_3x3~0|+|skip_connect~0|none~1|+|none~0|none~1|avg_pool_3x3~2|'")
-        codec = _CODECS.get(space, Architecture)
-        return codec._parse_body(space, body)
+        if cls.space_name is not None and space != cls.space_name:
+            raise ArchitectureParseError(f"{text!r} is not an architecture of space "
+                                         f"{cls.space_name!r}")
+        return cls._parse_body(space, body)
 
     # -- JSON form -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

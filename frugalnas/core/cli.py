@@ -294,7 +294,7 @@ def _optuna_logging() -> None:
 def _exit_status(study: Any, none_completed: bool) -> int:
     """1 with a one-line summary on stderr when no trial completed or a plugin hook raised."""
     problems = [f"no trial completed{_failure_summary(study)}"] if none_completed else []
-    problems += [str(e) for e in getattr(study, "plugin_errors", [])]
+    problems += [str(e) for e in study.plugin_errors]
     if not problems:
         return 0
     print(f"frugalnas: error: {'; '.join(problems)}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution,
@@ -20,6 +20,9 @@ class SearchSpace(ABC):
     sampler can search any space; evolutionary strategies use ``mutate``/``crossover``."""
 
     name: str = "space"
+    #: The class of this space's architectures (a subclass with its own text form, or the
+    #: generic :class:`Architecture`).
+    genotype: ClassVar[type[Architecture]] = Architecture
 
     @abstractmethod
     def distributions(self) -> dict[str, BaseDistribution]:
@@ -37,7 +40,7 @@ class SearchSpace(ABC):
         if missing:
             raise ArchitectureParseError(
                 f"parameters for space {self.name!r} miss decision(s) {missing}")
-        arch = Architecture.create(self.name, {k: params[k] for k in dists})
+        arch = self.genotype.create(self.name, {k: params[k] for k in dists})
         self.validate(arch)
         return arch
 
@@ -61,7 +64,7 @@ class SearchSpace(ABC):
 
     def parse(self, text: str) -> Architecture:
         """Parse ``str(arch)``; subclasses also accept their conventional bare form."""
-        arch = Architecture.parse(text if ":" in text else f"{self.name}:{text}")
+        arch = self.genotype.parse(text if ":" in text else f"{self.name}:{text}")
         self.validate(arch)
         return arch
 

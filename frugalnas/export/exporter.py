@@ -121,10 +121,10 @@ def versions() -> dict[str, str | None]:
     """Versions of Python and of the libraries an exported model depends on."""
     from importlib import metadata
 
-    import frugalnas
+    from frugalnas.core.version import __version__
 
     out: dict[str, str | None] = {"python": platform.python_version(),
-                                  "frugalnas": frugalnas.__version__, "torch": torch.__version__}
+                                  "frugalnas": __version__, "torch": torch.__version__}
     for dist in ("onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "numpy"):
         try:
             out[dist] = metadata.version(dist)

@@ -130,7 +130,7 @@ def log_model(study: Any, *, model: nn.Module, number: int, architecture: str,
     from mlflow.entities import Metric
     from mlflow.models import infer_signature
 
-    import frugalnas
+    from frugalnas.core.version import __version__
     from frugalnas.tracking.mlflow.reconcile import TAG_STUDY, TAG_TRIAL
     from frugalnas.tracking.mlflow.tracker import prepare_tracking_store
 
@@ -155,7 +155,7 @@ def log_model(study: Any, *, model: nn.Module, number: int, architecture: str,
         params={k: str(v)[:6000] for k, v in {**params, "architecture": architecture}.items()},
         model_type="frugalnas-export")
     requirements = [f"torch=={torch.__version__.split('+')[0]}",
-                    f"frugalnas=={frugalnas.__version__}", f"numpy=={np.__version__}"]
+                    f"frugalnas=={__version__}", f"numpy=={np.__version__}"]
     with _global_uri(uri):
         info = mlflow.pytorch.log_model(
             model, name=f"trial-{number}", model_id=logged.model_id, run_id=run_id,

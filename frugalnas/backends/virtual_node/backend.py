@@ -52,10 +52,9 @@ class VirtualNodeBackend(Backend):
     from ``host``, the study's plugin host (a study passes it), so a plugin's backend works as
     ``inner``; worker processes rebuild the same host from ``host.spec()`` (plugins by name,
     blocked names), and an inner backend from a plugin passed as an object is refused when
-    other processes need it. Built directly without ``host``, a non-default ``inner`` is looked
-    up in a fresh ``PluginHost()`` made for this backend (built-in and installed plugins; the
-    shared default host is never used), and the workers build the same. ``"single-device"`` is
-    always created directly.
+    other processes need it. Built directly, a non-default ``inner`` needs ``host=`` (for
+    example ``frugalnas.PluginHost()``); ``"single-device"`` is always created directly and
+    needs none.
 
     Concurrent trials of one study (``n_jobs > 1``) share the backend: their training steps
     take turns (one process group, one set of workers). After every evaluation
@@ -87,7 +86,9 @@ class VirtualNodeBackend(Backend):
             raise ConfigError("invalid inner_options key 'device'; set device on the virtual-node "
                               "backend (each worker process picks its own)")
         if host is None and inner != "single-device":
-            host = PluginHost()  # local to this backend, not the shared default host
+            raise ConfigError(f"inner backend {inner!r} is created from a plugin host; pass "
+                              "host= (a study passes its own; directly: "
+                              "host=frugalnas.PluginHost())")
         self.host = host
         if host is not None and inner != "single-device" and self.world_size > 1:
             check_inner_travels(host, inner, self.world_size - 1)

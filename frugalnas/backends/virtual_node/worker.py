@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from frugalnas.core.backend import Backend
-from frugalnas.core.errors import TrialFailure
+from frugalnas.core.errors import ConfigError, TrialFailure
 from frugalnas.core.plugins import PluginHost
 from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, all_ok, broadcast_state, error_key,
                                                   loads, ready_key, wait_command)
@@ -34,14 +34,13 @@ def make_inner(name: str, device: str, options: dict[str, Any],
                host: PluginHost | None = None) -> Backend:
     """The backend that runs each virtual node, created from ``host``. The single-device
     backend is built directly (no plugin host needed, so workers start fast); any other is
-    looked up in ``host``, or in a fresh local ``PluginHost()`` (built-in and installed
-    plugins, never the shared default host) when none is given."""
+    looked up in ``host``."""
     if name == "single-device":
         from frugalnas.backends.single_device import SingleDeviceBackend
 
         return SingleDeviceBackend(device=device, **options)
     if host is None:
-        host = PluginHost()
+        raise ConfigError(f"inner backend {name!r} needs the study's plugin host")
     return host.create("backends", name, device=device, **options)
 
 

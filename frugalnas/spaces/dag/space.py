@@ -93,6 +93,7 @@ class DagSpace(SearchSpace):
     """Evolvable DAG cells (normal + reduction) with optional squeeze-and-excitation per node."""
 
     name = "dag"
+    genotype = DagGenotype
 
     def __init__(self, nodes: int = 4, channels: int = 8, normal_cells: int = 1,
                  reductions: int = 2, ops: Sequence[str] = DEFAULT_OPS, attention: bool = True,
@@ -183,7 +184,7 @@ class DagSpace(SearchSpace):
         return edges
 
     def parse(self, text: str) -> Architecture:
-        arch = Architecture.parse(text if text.startswith("dag:") else f"dag:{text}")
+        arch = DagGenotype.parse(text if text.startswith("dag:") else f"dag:{text}")
         self.validate(arch)
         return arch
 

@@ -160,6 +160,7 @@ class NB201Space(SearchSpace):
     (stem channels)."""
 
     name = "nb201"
+    genotype = NB201Cell
 
     def __init__(self, N: int = 5, C: int = 16):
         check_range("N (cells per stage)", N, 1)
