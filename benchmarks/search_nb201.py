@@ -11,7 +11,8 @@ first query count at which the mean test accuracy of the choice reaches ``--targ
 seconds per run. The oracle row is the cell with the best validation accuracy in the whole
 table (what an exhaustive search would select) and its test accuracy.
 
-``--select-on test`` reruns the old protocol (objective = test accuracy) for comparison.
+``--select-on test`` runs the test-selection protocol instead (objective = test accuracy), for
+comparison.
 
 Strategies: every frugalnas strategy usable on NB201 (``random``, ``regularized-evolution``,
 ``local-search``, ``surrogate-evolution``, ``bananas``), ``prescreen`` (synflow over

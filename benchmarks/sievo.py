@@ -10,11 +10,11 @@ channel attention (the SE decision on vs off) under the same si-evolution budget
     python benchmarks/sievo.py --tau-cache sievo_tau_ref.json   # digits, ~30 minutes on 2 cores
     python benchmarks/sievo.py --dataset mnist5k --parts search  # 28x28 inputs
 
-The default search size (50 candidates: population 10, 4 generations of 10 offspring, 400
-warm-up batches, 60 per generation) is the one at which si-evolution came within a point of
-train-each REA at about a tenth of its compute on mnist5k (docs/benchmarks.md); the earlier
-18-candidate size (``--population 6 --offspring 6 --generations 2 --batches 30 --warmup 0``)
-missed it by 2.5 points.
+The default search size is 50 candidates (population 10, 4 generations of 10 offspring, 400
+warm-up batches, 60 per generation): on mnist5k its winners retrain 1.26 points below train-each
+REA's at 9.5x less compute (docs/benchmarks.md, four seeds); the 18-candidate size
+(``--population 6 --offspring 6 --generations 2 --batches 30 --warmup 0``) misses by 2.5 points
+at 10.2x with a 200-batch warm-up.
 
 The stand-alone reference of the tau part (30 candidates x ``--tau-seeds`` trainings) is the
 expensive part; ``--tau-cache`` keeps it between runs, and ``--parts reference`` computes only
