@@ -1,4 +1,4 @@
-"""How well weight sharing ranks candidates, on the stand-alone ground truth.
+"""How well weight sharing ranks candidates, on the stand-alone ground truth (issue 18).
 
 For each variant a supernet is trained (SPOS, the same epochs and data as the ground truth's
 dataset) and every ground-truth cell is scored with inherited weights (batch-norm
@@ -165,12 +165,12 @@ def main() -> int:
         print(f"  {label:26s} tau {gt.kendall_tau(scores):+.3f}  (train {seconds:.0f} s, score "
               f"{cache[key]['score_seconds']:.0f} s, mean acc {scores.mean():.1f} %)", flush=True)
     if args.proxies:
-        from frugalnas.core.estimator import EvaluationContext
+        from frugalnas.core.estimator import TrialContext
         from frugalnas.proxies.ensemble import rank_average
 
         ensemble = host.create_estimator("rank-ensemble", {"proxies": args.proxies.split(",")})
-        ctx = EvaluationContext(space=space, backend=backend, seed=args.seed,
-                                dataset_loader=lambda: data)
+        ctx = TrialContext(space=space, backend=backend, seed=args.seed,
+                           dataset_loader=lambda: data)
         key = f"{cells} proxies {args.proxies} seed {args.seed}"
         if key not in cache:
             rows = [ensemble.measure(a, ctx)[0] for a in archs]

@@ -7,7 +7,7 @@ from frugalnas.core.cost import Cost
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ArchitectureParseError, ConfigError, DuplicateComponentError,
                           FrugalnasError, PluginError, TrialFailure, UnknownComponentError)
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, EvaluationContext, TrialContext
 from frugalnas.core.plugins import PluginHost, create_component, get_host, hookimpl, list_components
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.study import Candidate, Study, TrialRecord, create_study, load_study
@@ -19,6 +19,6 @@ __all__ = [
     "Architecture", "ArchitectureParseError", "Backend", "Candidate", "ConfigError", "Cost",
     "Dataset", "DuplicateComponentError", "EstimateResult", "Estimator", "EvaluationContext",
     "FrugalnasError", "PluginError", "PluginHost", "SearchSpace", "Study", "StudyConfig",
-    "TrialFailure", "TrialRecord", "UnknownComponentError", "create_component", "create_study",
-    "export_study", "get_host", "hookimpl", "list_components", "load_study",
+    "TrialContext", "TrialFailure", "TrialRecord", "UnknownComponentError", "create_component",
+    "create_study", "export_study", "get_host", "hookimpl", "list_components", "load_study",
 ]

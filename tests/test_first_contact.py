@@ -137,10 +137,12 @@ def test_a_trial_failed_elsewhere_as_stale_does_not_kill_the_worker(tmp_path):
             needs_dataset = False
 
             def evaluate(self, arch, context):
-                if context.trial.number == 1:
+                if context.trial_number == 1:
+                    study = optuna.load_study(study_name="w", storage={url!r})
+                    trial = next(t for t in study.trials if t.number == 1)
                     storage = optuna.storages.RDBStorage({url!r})
-                    storage.set_trial_state_values(context.trial._trial_id, TrialState.FAIL)
-                return EstimateResult(value=float(context.trial.number))
+                    storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                return EstimateResult(value=float(context.trial_number))
 
 
         @hookimpl

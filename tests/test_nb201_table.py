@@ -14,7 +14,7 @@ import frugalnas
 from frugalnas.core.config import StudyConfig
 from frugalnas.core.cost import count_flops, count_params
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import EvaluationContext
+from frugalnas.core.estimator import TrialContext
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import (
     LATENCY_DEVICES,
@@ -34,7 +34,7 @@ NETWORKS = {"cifar10": (10, (3, 32, 32)), "cifar100": (100, (3, 32, 32)),
 
 
 def _evaluate(arch, **options):
-    context = EvaluationContext(space=NB201Space(), backend=None)
+    context = TrialContext(space=NB201Space(), backend=None)
     return NB201TableEstimator(**options).evaluate(arch, context)
 
 

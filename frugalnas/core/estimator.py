@@ -1,12 +1,17 @@
-"""Estimator: scores an architecture and says what the score cost."""
+"""Estimator: scores an architecture and says what the score cost; :class:`TrialContext`, the
+port through which it sees the study it scores for."""
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TypeAlias, TypeVar
+
+from optuna.trial import TrialState
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
@@ -44,19 +49,100 @@ class EstimateResult:
                 **self.cost.to_metrics()}
 
 
+#: A value a study's key-value store holds (what JSON can write).
+JSONValue: TypeAlias = "None | bool | int | float | str | list[JSONValue] | dict[str, JSONValue]"
+
+
+@dataclass(frozen=True)
+class PastTrial:
+    """One trial of the study as an estimator may read it (:meth:`TrialContext.history`): a
+    copy, so changing it changes nothing in the study.
+
+    ``architecture`` is the architecture's text form (``str(arch)``, parse it with
+    ``context.space.parse``), from the trial's record or rebuilt from its parameters;
+    ``None`` when neither is there yet (a trial whose strategy has not finished proposing).
+    ``values``: the objective values, in the study's objective order (``None`` unless
+    COMPLETE). ``metrics``: the metrics its estimator produced (empty unless COMPLETE).
+    ``prescreen``: the proxy values a pre-screening strategy measured when it chose the
+    candidate (``proxy_<name>``; empty without a pre-screen)."""
+
+    number: int
+    state: TrialState
+    architecture: str | None
+    values: tuple[float, ...] | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    prescreen: Mapping[str, float] = field(default_factory=dict)
+
+
+class StudyStore(ABC):
+    """A study's key-value store: JSON values under string keys, kept in the study's storage,
+    so every worker and a reopened study read what one of them wrote (SI-EvoNAS keeps its
+    generation plans there). Keys are the estimator's to choose; prefix them with its name.
+    Outside a study the store is in memory (:class:`MemoryStore`)."""
+
+    @property
+    @abstractmethod
+    def identity(self) -> Hashable:
+        """Which store this is: equal for two stores of the same study in the same storage
+        object (a cache of what the store holds may be keyed by it)."""
+
+    @abstractmethod
+    def read(self) -> dict[str, JSONValue]:
+        """Every entry (one read of the storage)."""
+
+    @abstractmethod
+    def write(self, key: str, value: JSONValue) -> None:
+        """Store ``value`` under ``key``, replacing what was there."""
+
+    def get(self, key: str, default: JSONValue = None) -> JSONValue:
+        """The value under ``key``, ``default`` when there is none."""
+        return self.read().get(key, default)
+
+
+class MemoryStore(StudyStore):
+    """A :class:`StudyStore` in memory: the store of a context outside a study."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, JSONValue] = {}
+
+    @property
+    def identity(self) -> Hashable:
+        return ("memory", id(self))
+
+    def read(self) -> dict[str, JSONValue]:
+        return copy.deepcopy(self._entries)
+
+    def write(self, key: str, value: JSONValue) -> None:
+        self._entries[str(key)] = copy.deepcopy(value)
+
+
 @dataclass
-class EvaluationContext:
-    """What an estimator may use: the space, the data (loaded on first use), the backend,
-    the seed, the study/trial it runs for (``None`` outside a study), and the objects the
-    study's strategy shares with estimators (``shared(Type)``)."""
+class TrialContext:
+    """The port between an estimator and the study it scores for: everything an estimator
+    receives from the study, and nothing else (no study, optuna study or trial object).
+
+    Built by the study for each evaluation (``Study.context``); built directly,
+    ``TrialContext(space=..., backend=..., seed=..., dataset_loader=...)``, it serves an
+    estimator outside any study: no trial number, an empty history, an in-memory store,
+    ``report`` and ``log_metrics`` do nothing.
+
+    - ``space``, ``backend``, ``seed``; ``dataset`` (loaded by ``dataset_loader`` on first
+      use; ``dataset_loader`` is ``None`` when there is no dataset);
+    - ``shared(Type)``: the object of that type the study's strategy shares;
+    - ``trial_number`` (``None`` outside a trial), ``study_name`` (``None`` outside a study),
+      ``directions`` (``"maximize"``/``"minimize"`` per objective);
+    - ``report(step, metrics)``: intermediate results, for the study's pruner;
+      ``log_metrics(metrics, step)``: study-level metrics, for the study's plugins;
+    - ``history(states)``: the study's trials, read-only (:class:`PastTrial`);
+    - ``store``: the study's key-value store (:class:`StudyStore`);
+    - ``artifact_dir(tag)`` / ``artifact_file(name)``: where to keep files (checkpoints) that
+      a reopened study or another worker finds again."""
 
     space: SearchSpace
     backend: Backend
     seed: int = 0
     dataset_loader: Callable[[], Dataset] | None = None
-    study: Any = None
-    trial: Any = None
-    shared_states: dict[type, Any] = field(default_factory=dict)
+    shared_states: dict[type, object] = field(default_factory=dict)
 
     @cached_property
     def dataset(self) -> Dataset:
@@ -75,33 +161,64 @@ class EvaluationContext:
         raise ConfigError(f"this estimator needs a strategy that shares a {kind.__name__} "
                           "(see the estimator's documentation for the strategy to pair it with)")
 
-    def report(self, value: float, step: int) -> None:
-        """Report an intermediate value to the trial (for optuna pruners); raises
-        ``optuna.TrialPruned`` when the pruner says stop. In a study with several objectives
-        optuna has no intermediate values, so nothing is reported."""
-        if self.trial is None or not hasattr(self.trial, "report"):
-            return
-        import optuna
+    # -- the study, as far as an estimator sees it (outside a study: nothing) -------------
+    @property
+    def trial_number(self) -> int | None:
+        """The number of the trial this evaluation is for; ``None`` outside a trial
+        (``study.evaluate``, an evaluation outside a study)."""
+        return None
 
-        if len(self.trial.study.directions) > 1:
-            return
-
-        self.trial.report(value, step)
-        if self.trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at step {step} with value {value:.4g}")
-
-    def report_step(self, metrics: dict[str, float], step: int, *, last: bool = False) -> None:
-        """Report what the estimator knows after ``step`` (an epoch): ``value``, its metrics
-        and the cost so far, by name. The study turns it into the objective value (optuna's
-        pruners) or the objective vector (multi-objective pruners such as ``pareto``) and
-        raises ``optuna.TrialPruned`` when the pruner says stop. Nothing happens outside a
+    @property
+    def study_name(self) -> str | None:
+        """The study's name (stable across reopenings and workers); ``None`` outside a
         study."""
-        if self.study is not None and self.trial is not None:
-            self.study.report_step(self.trial, metrics, step, last=last)
+        return None
 
-    def log_study_metrics(self, metrics: dict[str, float], step: int) -> None:
-        if self.study is not None:
-            self.study.log_metrics(metrics, step)
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """``"maximize"`` or ``"minimize"`` for each objective of the study (outside a study:
+        one objective, maximised)."""
+        return ("maximize",)
+
+    def report(self, step: int, metrics: Mapping[str, float], *, last: bool = False) -> None:
+        """Report what the estimator knows after ``step`` (an epoch): ``value``, its metrics
+        and the cost so far, by name (``last``: no step follows). The study makes the
+        objective value (optuna's pruners) or the objective vector (multi-objective pruners
+        such as ``pareto``) of it and raises ``optuna.TrialPruned`` when its pruner says stop.
+        Nothing happens outside a trial."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Report study-level metrics (a supernet's training loss, a generation's figures) to
+        the study's plugins (MLflow); nothing happens outside a study."""
+
+    def history(self, states: Sequence[TrialState] | None = (TrialState.COMPLETE,)
+                ) -> list[PastTrial]:
+        """The study's trials in those ``states`` (``None``: every trial, this one included),
+        in trial-number order; empty outside a study."""
+        return []
+
+    @cached_property
+    def store(self) -> StudyStore:
+        """The study's key-value store; outside a study, one in memory for this context."""
+        return MemoryStore()
+
+    def artifact_dir(self, tag: str) -> Path | None:
+        """A folder for this study's files of one kind (``tag``, such as ``"sievo"``), the
+        same for every process and every reopening where the storage allows it:
+        ``<db>-<tag>/`` beside a sqlite database file ``<db>.db``; for a server storage
+        ``<tmp>/frugalnas-<tag>/``; for an in-memory study ``<tmp>/frugalnas-<tag>/<pid>/``.
+        ``None`` outside a study. The folder may not exist yet."""
+        return None
+
+    def artifact_file(self, name: str) -> Path | None:
+        """A file beside the study's sqlite database (``<db file>.<name>``), found again by a
+        reopened study and by other workers; ``None`` for other storages and outside a
+        study."""
+        return None
+
+
+#: The former name of :class:`TrialContext` (the same class), for plugins written against it.
+EvaluationContext = TrialContext
 
 
 class Estimator(ABC):
@@ -126,5 +243,6 @@ class Estimator(ABC):
         accepts every space."""
 
     @abstractmethod
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
-        """Score ``arch``; higher is better unless the study says otherwise."""
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
+        """Score ``arch``; higher is better unless the study says otherwise. ``context`` is
+        all the estimator receives from the study (:class:`TrialContext`)."""

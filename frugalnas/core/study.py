@@ -23,13 +23,14 @@ from frugalnas.core.config import StudyConfig
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, TrialFailure, one_line)
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, CONSTRAINTS_ATTR, COST_ATTR,
                                  FAIL_REASON_ATTR, FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR,
                                  VIOLATION_ATTR)
 from frugalnas.core.plugins import PluginHost, get_host
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
+from frugalnas.core.trial_context import StudyTrialContext
 
 
 class TrialRecord:
@@ -151,10 +152,10 @@ class Study:
                                                  **self.config.dataset_options)
             return self._dataset
 
-    def context(self, trial: Any = None) -> EvaluationContext:
-        return EvaluationContext(space=self.space, backend=self.backend, seed=self.config.seed,
-                                 dataset_loader=self.load_dataset, study=self, trial=trial,
-                                 shared_states=strategy_protocol.shared_states(self.strategy))
+    def context(self, trial: optuna.Trial | None = None) -> TrialContext:
+        """What the estimator receives for ``trial`` (``None``: outside a trial): the port
+        :class:`TrialContext`, through an adapter that reports to this study."""
+        return StudyTrialContext.of(self, trial)
 
     # -- running -------------------------------------------------------------------------
     def evaluate(self, arch: Architecture | str, trial: Any = None) -> EstimateResult:

@@ -9,7 +9,7 @@ import copy
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.estimator import EstimateResult, EvaluationContext
+from frugalnas.core.estimator import EstimateResult, TrialContext
 from frugalnas.estimators.train import TrainEstimator
 
 
@@ -46,7 +46,7 @@ class LowFidelityEstimator(TrainEstimator):
         data = dataset.subset(self.subset, seed=seed) if self.subset < 1 else dataset
         return data.resized(int(self.resize)) if self.resize else data
 
-    def build(self, arch: Architecture, context: EvaluationContext, dataset: Dataset):
+    def build(self, arch: Architecture, context: TrialContext, dataset: Dataset):
         space = context.space
         changes = {"C": self.width, "N": self.depth}
         changes = {k: v for k, v in changes.items() if v is not None}
@@ -61,7 +61,7 @@ class LowFidelityEstimator(TrainEstimator):
                 setattr(space, k, int(v))
         return space.build(arch, dataset.num_classes, dataset.input_shape)
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         result = super().evaluate(arch, context)
         result.metrics["fidelity_subset"] = float(self.subset)
         result.metrics["fidelity_epochs"] = float(self.epochs)

@@ -10,7 +10,7 @@ from typing import Any
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_flops, count_params
 from frugalnas.core.data import Dataset
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.latency import LATENCY_METRICS, check_latency_options, measure_latency
 from frugalnas.core.training import TrainConfig, accuracy, seed_everything, train
 
@@ -20,7 +20,7 @@ class TrainEstimator(Estimator):
 
     After each full epoch it reports the validation accuracy, the epoch's training loss, the
     parameters, the latency (when measured) and the cost so far to the study
-    (``Study.report_step``): optuna's pruners see the objective of a single-objective study,
+    (``context.report``): optuna's pruners see the objective of a single-objective study,
     the ``pareto`` pruner the objective vector of a multi-objective one.
 
     ``latency=True`` also measures the network's inference latency on the backend's
@@ -50,10 +50,10 @@ class TrainEstimator(Estimator):
         """Hook for subclasses that train on reduced data (low fidelity)."""
         return dataset
 
-    def build(self, arch: Architecture, context: EvaluationContext, dataset: Dataset):
+    def build(self, arch: Architecture, context: TrialContext, dataset: Dataset):
         return context.space.build(arch, dataset.num_classes, dataset.input_shape)
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         start = time.perf_counter()
         seed_everything(context.seed)
         data = self.prepare_data(context.dataset, context.seed)
@@ -79,19 +79,16 @@ class TrainEstimator(Estimator):
         eval_flops = flops_per_sample * len(data.valid_x)
 
         def on_epoch(epoch: int, loss: float) -> None:
-            if not self.report_every_epoch or context.trial is None:
+            if not self.report_every_epoch or context.trial_number is None:
                 return
             acc = accuracy(model, backend, data.valid_x, data.valid_y)
-            if context.study is None:  # a bare optuna trial: its pruner sees the accuracy
-                context.report(acc, epoch)
-                return
             samples = epoch * batches_per_epoch * self.config.batch_size
             # What each objective would be if training stopped now (cost fields so far).
-            context.report_step({
+            context.report(epoch, {
                 "value": acc, "valid_accuracy": acc, "train_loss": loss, **metrics,
                 "params": float(params), "epochs": float(epoch),
                 "flops": 3.0 * flops_per_sample * samples + eval_flops * epoch,
-                "seconds": time.perf_counter() - start}, epoch,
+                "seconds": time.perf_counter() - start},
                 last=epoch * batches_per_epoch >= total_steps)
 
         report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch)

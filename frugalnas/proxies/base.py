@@ -17,7 +17,7 @@ from torch import nn
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_flops, count_params
 from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.latency import LATENCY_METRICS, check_latency_options, measure_latency
 from frugalnas.core.training import seed_everything
 from frugalnas.proxies.shared import SharedPasses
@@ -123,7 +123,7 @@ def finite_log(x: float, floor: float = 1e-30) -> float:
     return math.log(max(float(x), floor))
 
 
-def proxy_batch(context: EvaluationContext | None, *, batch_size: int = 64, data: str = "dataset",
+def proxy_batch(context: TrialContext | None, *, batch_size: int = 64, data: str = "dataset",
                 resize: int | None = None, seed: int = 0,
                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                 need_dataset: bool = True) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -196,7 +196,7 @@ class ProxyEstimator(Estimator):
 
     measures = ("seconds", "flops", "params")
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         values, cost = score_network(
             [self.proxy], arch, context, batch_size=self.batch_size, data=self.data,
             resize=self.resize, seed=self.seed, input_shape=self.input_shape,
@@ -216,7 +216,7 @@ def score_with(proxy: Proxy, model: nn.Module, inputs: torch.Tensor,
     return float(proxy.score(model, inputs, targets, shared=shared))
 
 
-def score_network(proxies: Sequence[Proxy], arch: Architecture, context: EvaluationContext, *,
+def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialContext, *,
                   batch_size: int, data: str, resize: int | None, seed: int | None,
                   input_shape: tuple[int, int, int], num_classes: int,
                   need_dataset: bool, latency_batch_size: int | None = None,

@@ -25,7 +25,7 @@ from scipy.stats import kendalltau, rankdata, spearmanr
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.latency import LATENCY_METRICS, check_latency_options
 from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
@@ -229,21 +229,15 @@ def proxy_list(proxies: Sequence[str] | str) -> list[str]:
     return member_names(proxies)
 
 
-def stored_population(study: Any, names: Sequence[str],
+def stored_population(context: TrialContext, names: Sequence[str],
                       extra: Sequence[str] = ()) -> list[dict[str, float]]:
-    """Per-trial metrics of the study's completed trials that hold ``proxy_<name>`` for every
-    name (from the estimator's stored metrics or the pre-screen's record), plus ``extra``
-    metrics when present."""
-    if study is None:
-        return []
-    from optuna.trial import TrialState
-
-    from frugalnas.core.keys import METRICS_ATTR, PRESCREEN_ATTR
-
+    """Per-trial metrics of the study's completed trials (``context.history()``) that hold
+    ``proxy_<name>`` for every name (from the estimator's stored metrics or the pre-screen's
+    record), plus ``extra`` metrics when present; empty outside a study."""
     keys = [f"proxy_{n}" for n in names]
     out = []
-    for t in study.optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        found = {**t.system_attrs.get(PRESCREEN_ATTR, {}), **t.user_attrs.get(METRICS_ATTR, {})}
+    for t in context.history():
+        found = {**t.prescreen, **t.metrics}
         if all(k in found for k in keys):
             out.append({k: float(found[k]) for k in (*keys, *extra) if k in found})
     return out
@@ -304,7 +298,7 @@ class RankEnsembleEstimator(Estimator):
 
     measures = ("seconds", "flops", "params")
 
-    def measure(self, arch: Architecture, context: EvaluationContext) -> tuple[dict[str, float], Cost]:
+    def measure(self, arch: Architecture, context: TrialContext) -> tuple[dict[str, float], Cost]:
         """Every member proxy's value on ``arch`` (one network, one batch) and the cost."""
         return score_network(self.members, arch, context, batch_size=self.batch_size,
                              data=self.data, resize=self.resize, seed=self.seed,
@@ -327,9 +321,9 @@ class RankEnsembleEstimator(Estimator):
         ``population`` + itself."""
         return float(self.population_scores(values, population, weights)[-1])
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         values, cost = self.measure(arch, context)
-        population = stored_population(context.study, self.proxies)
+        population = stored_population(context, self.proxies)
         value = self.combine(values, population, self.weights)
         return EstimateResult(value=value, metrics={**values, "population": len(population) + 1},
                               cost=cost)
@@ -376,11 +370,11 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
         # teacher_value and weight_<proxy> are emitted on some trials only, so they are not
         # declared: provides lists what every result holds (an objective must be there)
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         values, cost = self.measure(arch, context)
-        population = stored_population(context.study, self.proxies, extra=(TEACHER_METRIC,))
+        population = stored_population(context, self.proxies, extra=(TEACHER_METRIC,))
         labelled = [row for row in population if TEACHER_METRIC in row]
-        number = context.trial.number if context.trial is not None else len(population)
+        number = context.trial_number if context.trial_number is not None else len(population)
         metrics: dict[str, float] = dict(values)
         if len(labelled) < self.min_labelled or number % self.teacher_every == 0:
             taught = self.teacher_estimator.evaluate(arch, context)

@@ -6,7 +6,7 @@ When the study's strategy shares :class:`GenerationPlans` (the ``si-evolution`` 
 estimator also carries out the plans: the first trial of a generation trains the generation's
 population on the shared weights (sampled training, through the study's backend), records the
 population's re-scores for the next selection, saves the store and logs the generation's
-figures with ``context.log_study_metrics``. The cost of that training is charged to that
+figures with ``context.log_metrics``. The cost of that training is charged to that
 trial, so the sum of the trials' costs is the search's compute. With any other strategy each
 trial first trains its own candidate for ``train_steps`` steps on the shared weights, saves
 the store, and then scores it.
@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
-
-import optuna
-from optuna.trial import TrialState
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_params
 from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.sievo.plan import GenerationPlans
-from frugalnas.sievo.session import SievoSession, checkpoint_path
+from frugalnas.sievo.session import SievoSession, checkpoint_file
 from frugalnas.spaces.dag.weight_store import WeightStore
 from frugalnas.weight_sharing.supernet import Supernet
 
 
-def shared_plans(context: EvaluationContext) -> GenerationPlans | None:
+def shared_plans(context: TrialContext) -> GenerationPlans | None:
     """The :class:`GenerationPlans` the study's strategy shares, ``None`` when it shares none
     (a strategy other than ``si-evolution``, or an evaluation outside a study)."""
     if not any(isinstance(s, GenerationPlans) for s in context.shared_states.values()):
@@ -99,14 +97,17 @@ class InheritedEstimator(Estimator):
         self._lock = threading.Lock()
 
     # -- the shared store ----------------------------------------------------------------
-    def session(self, context: EvaluationContext) -> SievoSession:
-        """The weight-store session of the context's study (one per checkpoint file)."""
-        study = context.study
+    def session(self, context: TrialContext) -> SievoSession:
+        """The weight-store session of the context's study (one per checkpoint file):
+        ``checkpoint_dir`` (the estimator's, else the plans'), else the study's
+        ``context.artifact_dir("sievo")``; no file outside a study."""
         path = None
-        if study is not None:
+        name = context.study_name
+        if name is not None:
             plans = shared_plans(context)
             folder = self.checkpoint_dir or (plans.checkpoint_dir if plans else None)
-            path = checkpoint_path(study.optuna_study, folder)
+            folder = Path(folder) if folder is not None else context.artifact_dir("sievo")
+            path = checkpoint_file(folder, name) if folder is not None else None
         with self._lock:
             key = str(path)
             if key not in self._sessions:
@@ -114,53 +115,53 @@ class InheritedEstimator(Estimator):
                                                    seed=context.seed)
             return self._sessions[key]
 
-    def _valid(self, context: EvaluationContext):
+    def _valid(self, context: TrialContext):
         data = context.dataset
         n = self.valid_limit or len(data.valid_x)
         return data.valid_x[:n], data.valid_y[:n]
 
-    def _calibration(self, session: SievoSession, context: EvaluationContext):
+    def _calibration(self, session: SievoSession, context: TrialContext):
         if not self.bn_recalibration_batches:
             return None
         return session.calibration_batches(context.dataset, self.bn_recalibration_batches,
                                            self.bn_recalibration_batch_size)
 
     # -- scoring -------------------------------------------------------------------------
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         start = time.perf_counter()
         session = self.session(context)
         # Outside a trial (study.evaluate) there is no generation to run: plain scoring.
-        in_trial = context.study is not None and context.trial is not None
-        plans = shared_plans(context) if in_trial else None
+        number = context.trial_number
+        plans = shared_plans(context) if number is not None else None
         metrics: dict[str, float] = {}
         spent = Cost()
-        if plans is not None:
-            metrics["generation"] = float(plans.generation_of(context.trial.number))
-            spent = self._run_plan(session, plans, context)
-        elif in_trial and self.train_steps:
-            spent = self._train_candidate(session, arch, context)
+        if plans is not None and number is not None:
+            metrics["generation"] = float(plans.generation_of(number))
+            spent = self._run_plan(session, plans, context, number)
+        elif number is not None and self.train_steps:
+            spent = self._train_candidate(session, arch, context, number)
         x, y = self._valid(context)
         with session.lock:
             acc, flops = session.score(arch, context.backend, x, y,
                                        self._calibration(session, context))
             params = count_params(session.network(arch))
         metrics["inherited_accuracy"] = acc
-        if plans is not None:
-            self._generation_summary(plans, context, acc)
+        if plans is not None and number is not None:
+            self._generation_summary(plans, context, number, acc)
         cost = Cost(seconds=time.perf_counter() - start, flops=flops + spent.flops, params=params,
                     epochs=spent.epochs)
         return EstimateResult(value=acc, metrics=metrics, cost=cost)
 
-    def _run_plan(self, session: SievoSession, plans: GenerationPlans,
-                  context: EvaluationContext) -> Cost:
-        """Train the population of this trial's generation unless that was done already."""
-        ostudy: optuna.Study = context.study.optuna_study
-        generation = plans.generation_of(context.trial.number)
+    def _run_plan(self, session: SievoSession, plans: GenerationPlans, context: TrialContext,
+                  number: int) -> Cost:
+        """Train the population of trial ``number``'s generation unless that was done
+        already."""
+        generation = plans.generation_of(number)
         training = plans.training
         with session.lock:
             if session.trained_generation >= generation:
                 return Cost()
-            population = plans.population(ostudy, generation)
+            population = plans.population(context, generation)
             data = context.dataset
             options = training.optimizer_options()
             flops, seconds, steps = 0.0, 0.0, 0
@@ -185,51 +186,48 @@ class InheritedEstimator(Estimator):
                     acc, f = session.score(arch, context.backend, x, y, calibration)
                     accs.append(acc)
                     flops += f
-                plans.record_rescores(ostudy, generation, accs)
+                plans.record_rescores(context, generation, accs)
                 metrics["sievo_parents_mean"] = sum(accs) / len(accs)
                 metrics["sievo_parents_max"] = max(accs)
-            session.save(study=ostudy.study_name)
-        context.log_study_metrics(metrics, step=generation)
+            session.save(study=context.study_name)
+        context.log_metrics(metrics, step=generation)
         samples = steps * training.batch_size
         return Cost(flops=flops, epochs=samples / max(1, len(context.dataset.train_x)))
 
-    def _train_candidate(self, session: SievoSession, arch: Architecture,
-                         context: EvaluationContext) -> Cost:
-        """``train_steps`` steps on ``arch`` alone, then save the store (the path of every
-        strategy but ``si-evolution``)."""
-        number = context.trial.number
+    def _train_candidate(self, session: SievoSession, arch: Architecture, context: TrialContext,
+                         number: int) -> Cost:
+        """``train_steps`` steps on ``arch`` alone (trial ``number``), then save the store
+        (the path of every strategy but ``si-evolution``)."""
         with session.lock:
             info = session.train_candidate(arch, context.dataset, context.backend, trial=number,
                                            steps=self.train_steps, **self.training)
-            session.save(study=context.study.optuna_study.study_name)
-        context.log_study_metrics({"inherited_train_loss": info["loss"]}, step=number)
+            session.save(study=context.study_name)
+        context.log_metrics({"inherited_train_loss": info["loss"]}, step=number)
         samples = info["steps"] * self.training["batch_size"]
         return Cost(flops=info["flops"], epochs=samples / max(1, len(context.dataset.train_x)))
 
-    def _generation_summary(self, plans: GenerationPlans, context: EvaluationContext,
+    def _generation_summary(self, plans: GenerationPlans, context: TrialContext, number: int,
                             acc: float) -> None:
-        """After the last trial of a generation, log the fitness of the population that
-        survives selection, the offspring's mean, the best so far and the store's size."""
-        ostudy: optuna.Study = context.study.optuna_study
-        number = context.trial.number
+        """After the last trial of a generation (``number``), log the fitness of the
+        population that survives selection, the offspring's mean, the best so far and the
+        store's size."""
         if not plans.is_last_trial(number):
             return
         generation = plans.generation_of(number)
         first = plans.first_trial(generation)
-        sign = plans.sign(ostudy)
-        done = {t.number: sign * t.values[0] for t in
-                ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.values}
+        sign = plans.sign(context)
+        done = {t.number: sign * t.values[0] for t in context.history() if t.values}
         done[number] = sign * acc
         offspring = [v for n, v in done.items() if first <= n <= number]
-        plan = plans.plan(ostudy, generation)
-        rescores = plans.all_rescores(ostudy, range(1, generation + 1))  # one storage read
+        plan = plans.plan(context, generation)
+        rescores = plans.all_rescores(context, range(1, generation + 1))  # one storage read
         parents = rescores.get(generation) if generation else None
         pool = sorted(offspring + [f for f in (parents or []) if f is not None], reverse=True)
         survivors = [sign * f for f in pool[:plans.population_size]]
         rescored = [f for fits in rescores.values() for f in fits if f is not None]
         best = max(list(done.values()) + rescored)
         session = self.session(context)
-        context.log_study_metrics({
+        context.log_metrics({
             "sievo_population_mean": sum(survivors) / len(survivors),
             "sievo_population_max": max(survivors) if sign > 0 else min(survivors),
             "sievo_offspring_mean": sign * sum(offspring) / len(offspring),

@@ -8,24 +8,30 @@ evaluate. :class:`GenerationPlans` computes each plan once (environmental select
 previous generation, then binary tournaments, node-wise crossover and mutation), keeps the
 population re-scores the estimator records after training, and persists both in the study's
 storage, so a resumed study or another worker follows the same plan. How they are stored is
-this module's business: callers use the typed methods only.
+this module's business: callers use the typed methods only, with the study as the strategy
+sees it (an ``optuna.Study``) or as the estimator does (its
+:class:`~frugalnas.core.estimator.TrialContext`: the study's history and key-value store).
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import optuna
 from optuna.trial import TrialState
 
-from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.keys import ARCHITECTURE_ATTR
+from frugalnas.core.estimator import PastTrial, StudyStore, TrialContext
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.trial_context import OptunaStudyStore, study_directions, study_history
+
+#: The study whose plans a method concerns: the ``optuna.Study`` a sampler is called with, or
+#: the :class:`TrialContext` an estimator receives.
+PlanStudy: TypeAlias = "optuna.Study | TrialContext"
 
 # Study user attributes (the storage format, unchanged since plans were first stored).
 _PLAN_ATTR = "sievo:gen:{}"
@@ -72,10 +78,21 @@ class GenerationPlan:
                    tuple(data["offspring"]))
 
 
+@dataclass(frozen=True)
+class _Records:
+    """What the plans read and write of a study: its key-value store, whether it maximises
+    its first objective, and its trials."""
+
+    store: StudyStore
+    maximize: bool
+    history: Callable[[Sequence[TrialState] | None], list[PastTrial]]
+
+
 class GenerationPlans:
     """The generation plans and population re-scores of one SI-EvoNAS search.
 
-    Methods take the ``optuna.Study`` whose plans they concern; plans are computed once per
+    Methods take the study whose plans they concern (:data:`PlanStudy`: the strategy's
+    ``optuna.Study`` or the estimator's :class:`TrialContext`); plans are computed once per
     study, cached, and stored in that study (``plan``); re-scores are recorded by the
     estimator after the sampled training (``record_rescores``) and read back by the next
     selection (``rescores``)."""
@@ -95,8 +112,14 @@ class GenerationPlans:
         #: Where the weight store is saved (``None``: next to a sqlite storage, else a
         #: temporary folder; see :func:`frugalnas.sievo.session.checkpoint_path`).
         self.checkpoint_dir = checkpoint_dir
-        self._plans: dict[tuple[int, str, int], GenerationPlan] = {}
+        self._plans: dict[tuple[Hashable, int], GenerationPlan] = {}
         self._lock = threading.RLock()
+
+    def _records(self, study: PlanStudy) -> _Records:
+        if isinstance(study, TrialContext):
+            return _Records(study.store, study.directions[0] == "maximize", study.history)
+        return _Records(OptunaStudyStore(study), study_directions(study)[0] == "maximize",
+                        lambda states: study_history(study, self.space, states))
 
     # -- trial numbers and generations -------------------------------------------------
     def generation_of(self, number: int) -> int:
@@ -134,28 +157,28 @@ class GenerationPlans:
         return total is not None and len(study.get_trials(deepcopy=False)) >= total
 
     # -- fitness -----------------------------------------------------------------------
-    @staticmethod
-    def sign(study: optuna.Study) -> float:
+    def sign(self, study: PlanStudy) -> float:
         """``+1`` when the study maximises its first objective, ``-1`` when it minimises it:
         fitness is ``sign * value``, higher is better."""
-        return 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        return 1.0 if self._records(study).maximize else -1.0
 
-    def record_rescores(self, study: optuna.Study, generation: int,
+    def record_rescores(self, study: PlanStudy, generation: int,
                         values: Sequence[float]) -> None:
         """Store the objective values of ``generation``'s population measured after its
         training (in population order); the next selection ranks the population by them."""
-        sign = self.sign(study)
-        study.set_user_attr(_RESCORES_ATTR.format(generation), [sign * float(v) for v in values])
+        records = self._records(study)
+        sign = 1.0 if records.maximize else -1.0
+        records.store.write(_RESCORES_ATTR.format(generation), [sign * float(v) for v in values])
 
-    def rescores(self, study: optuna.Study, generation: int) -> list[float | None] | None:
+    def rescores(self, study: PlanStudy, generation: int) -> list[float | None] | None:
         """The fitness of ``generation``'s population after its training (population order),
         ``None`` when it has not been recorded."""
         return self.all_rescores(study, [generation]).get(generation)
 
-    def all_rescores(self, study: optuna.Study,
+    def all_rescores(self, study: PlanStudy,
                      generations: Sequence[int]) -> dict[int, list[float | None]]:
         """The recorded re-scores of several generations, read from the storage at once."""
-        attrs = study.user_attrs
+        attrs = self._records(study).store.read()
         found = {}
         for g in generations:
             value = attrs.get(_RESCORES_ATTR.format(g))
@@ -164,24 +187,27 @@ class GenerationPlans:
         return found
 
     # -- plans ---------------------------------------------------------------------------
-    def plan(self, study: optuna.Study, generation: int) -> GenerationPlan:
+    def plan(self, study: PlanStudy, generation: int) -> GenerationPlan:
         """The plan of ``generation``: read from the study's storage when some process made it
         already, else made now (from the finished trials of the previous generation) and
         stored."""
+        return self._plan_from(self._records(study), generation)
+
+    def _plan_from(self, records: _Records, generation: int) -> GenerationPlan:
         with self._lock:
-            key = (id(optuna_compat.storage_of(study)), study.study_name, generation)
+            key = (records.store.identity, generation)
             if key in self._plans:
                 return self._plans[key]
-            stored = study.user_attrs.get(_PLAN_ATTR.format(generation))
+            stored = records.store.get(_PLAN_ATTR.format(generation))
             if stored is None:
-                plan = self._make_plan(study, generation)
-                study.set_user_attr(_PLAN_ATTR.format(generation), plan.to_json())
+                plan = self._make_plan(records, generation)
+                records.store.write(_PLAN_ATTR.format(generation), plan.to_json())
             else:
                 plan = GenerationPlan.from_json(stored)
             self._plans[key] = plan
             return plan
 
-    def candidate(self, study: optuna.Study, number: int) -> Architecture:
+    def candidate(self, study: PlanStudy, number: int) -> Architecture:
         """The architecture trial ``number`` evaluates: its generation's offspring in order;
         a random one if the plan has fewer (a space too small for distinct candidates)."""
         generation = self.generation_of(number)
@@ -191,35 +217,38 @@ class GenerationPlans:
             return self.space.parse(plan.offspring[index])
         return self.space.sample(random.Random(self.seed * 7919 + number))
 
-    def population(self, study: optuna.Study, generation: int) -> list[Architecture]:
+    def population(self, study: PlanStudy, generation: int) -> list[Architecture]:
         """The population trained at the start of ``generation``."""
         return [self.space.parse(a) for a in self.plan(study, generation).population]
 
-    def selection_pool(self, study: optuna.Study, generation: int) -> dict[str, float]:
+    def selection_pool(self, study: PlanStudy, generation: int) -> dict[str, float]:
         """Fitness (higher is better) of every candidate of ``generation``: its population
         (re-scored after training where that was recorded) and its finished offspring."""
-        sign = self.sign(study)
-        plan = self.plan(study, generation)
+        return self._selection_pool(self._records(study), generation)
+
+    def _selection_pool(self, records: _Records, generation: int) -> dict[str, float]:
+        sign = 1.0 if records.maximize else -1.0
+        plan = self._plan_from(records, generation)
         pool: dict[str, float] = {}
         if generation > 0:
-            rescored = self.rescores(study, generation) or list(plan.fitness)
+            attrs = records.store.read()
+            rescored = attrs.get(_RESCORES_ATTR.format(generation)) or list(plan.fitness)
             for arch, fit in zip(plan.population, rescored):
                 if fit is not None:
                     pool[arch] = float(fit)
         lo = self.first_trial(generation)
         hi = lo + self.generation_size(generation)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if lo <= t.number < hi and t.values:
-                arch = t.user_attrs.get(ARCHITECTURE_ATTR) or str(self.space.from_params(t.params))
-                pool[arch] = sign * float(t.values[0])
+        for t in records.history((TrialState.COMPLETE,)):
+            if lo <= t.number < hi and t.values and t.architecture:
+                pool[t.architecture] = sign * float(t.values[0])
         return pool
 
-    def _make_plan(self, study: optuna.Study, generation: int) -> GenerationPlan:
+    def _make_plan(self, records: _Records, generation: int) -> GenerationPlan:
         rng = random.Random(self.seed * 1_000_003 + generation)
         if generation == 0:
             initial = tuple(_unique_samples(self.space, rng, self.population_size))
             return GenerationPlan(0, initial, (None,) * len(initial), initial)
-        pool = self.selection_pool(study, generation - 1)
+        pool = self._selection_pool(records, generation - 1)
         if not pool:  # every candidate failed: start again from random ones
             initial = tuple(_unique_samples(self.space, rng, self.population_size))
             return GenerationPlan(generation, initial, (None,) * len(initial),
@@ -227,8 +256,7 @@ class GenerationPlans:
         ranked = sorted(pool.items(), key=lambda kv: -kv[1])[:self.population_size]
         population = [self.space.parse(a) for a, _ in ranked]
         fitness = [f for _, f in ranked]
-        seen = set(pool) | {a for t in study.get_trials(deepcopy=False)
-                            for a in [t.user_attrs.get(ARCHITECTURE_ATTR)] if a}
+        seen = set(pool) | {t.architecture for t in records.history(None) if t.architecture}
         children: list[str] = []
         for _ in range(self.offspring):
             child = self._breed(population, fitness, rng)

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import ast
 import math
-import os
 import random
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,13 +28,13 @@ import optuna
 import torch
 from torch import nn
 
-from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.cost import count_flops
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.trial_context import study_artifact_dir
 from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.spaces.dag.weight_store import Key, WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
@@ -45,20 +43,18 @@ from frugalnas.weight_sharing.supernet import Supernet
 CHECKPOINT_SUFFIX = ".sievo.pt"
 
 
+def checkpoint_file(folder: Path | str, study_name: str) -> Path:
+    """The weight-store file of study ``study_name`` in ``folder``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", study_name)
+    return Path(folder) / f"{safe}{CHECKPOINT_SUFFIX}"
+
+
 def checkpoint_path(study: optuna.Study, checkpoint_dir: str | None = None) -> Path:
     """Where the weight store of ``study`` is saved: ``checkpoint_dir``, else a folder next to
-    a sqlite storage file (``<db>-sievo/``), else a temporary folder."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", study.study_name)
-    if checkpoint_dir is not None:
-        return Path(checkpoint_dir) / f"{safe}{CHECKPOINT_SUFFIX}"
-    url = optuna_compat.storage_url(study)
-    if isinstance(url, str) and url.startswith("sqlite:///") and ":memory:" not in url:
-        db = Path(url[len("sqlite:///"):])
-        return db.parent / f"{db.stem}-sievo" / f"{safe}{CHECKPOINT_SUFFIX}"
-    folder = Path(tempfile.gettempdir()) / "frugalnas-sievo"
-    if url is None:  # in-memory: nothing to resume, keep processes apart
-        folder = folder / str(os.getpid())
-    return folder / f"{safe}{CHECKPOINT_SUFFIX}"
+    a sqlite storage file (``<db>-sievo/``), else a temporary folder (the study's
+    ``artifact_dir("sievo")``, which the ``inherited`` estimator asks its context for)."""
+    folder = checkpoint_dir if checkpoint_dir is not None else study_artifact_dir(study, "sievo")
+    return checkpoint_file(folder, study.study_name)
 
 
 def _differing(saved: str, wanted: dict[str, Any]) -> list[str]:

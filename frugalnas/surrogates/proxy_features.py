@@ -17,7 +17,7 @@ import torch
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import count_flops, count_params
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import EvaluationContext
+from frugalnas.core.estimator import TrialContext
 from frugalnas.core.space import SearchSpace
 from frugalnas.surrogates.encodings import Encoding
 
@@ -51,12 +51,12 @@ class ProxyScorer:
         self._registered = registered
         self._estimators: dict[str, Any] = {}
         self._cache: dict[str, np.ndarray] = {}
-        self._context: EvaluationContext | None = None
+        self._context: TrialContext | None = None
 
-    def _ctx(self) -> EvaluationContext:
+    def _ctx(self) -> TrialContext:
         if self._context is None:
             c, h, w = self.input_shape
-            self._context = EvaluationContext(
+            self._context = TrialContext(
                 space=self.space, backend=self.host.create("backends", "single-device"),
                 seed=self.seed,
                 dataset_loader=lambda: self.host.create(

@@ -29,7 +29,7 @@ class EstimatorChecks(Suite):
     the same score for the same architecture and seed.
 
     Without ``study`` the estimator scores an architecture of ``space`` in a bare
-    :class:`EvaluationContext` (``backend``, ``dataset``, ``seed``, no study or trial). With
+    :class:`TrialContext` (``backend``, ``dataset``, ``seed``, no study or trial). With
     ``study`` (a function returning a fresh :class:`frugalnas.Study`), it scores the
     architecture of a trial the study asks for, in the study's context; if ``estimator`` is
     ``None`` the study's own estimator is checked."""
@@ -86,7 +86,7 @@ class EstimatorChecks(Suite):
 
     def _evaluate(self, *, fresh: bool = False, with_data: bool = True) -> tuple[Any, Any, Any]:
         """``(estimator, architecture, result)`` of one evaluation."""
-        from frugalnas.core.estimator import EvaluationContext
+        from frugalnas.core.estimator import TrialContext
 
         if self.study_factory is not None:
             study = self.study_factory()
@@ -103,8 +103,8 @@ class EstimatorChecks(Suite):
             estimator = self._fresh() if fresh else self.estimator
             arch = self.space.sample(random.Random(self.seed))
             data = self.dataset
-            context = EvaluationContext(space=self.space, backend=self.backend, seed=self.seed,
-                                        dataset_loader=(lambda: data) if with_data else None)
+            context = TrialContext(space=self.space, backend=self.backend, seed=self.seed,
+                                   dataset_loader=(lambda: data) if with_data else None)
         return estimator, arch, estimator.evaluate(arch, context)
 
     # -- checks --------------------------------------------------------------------------

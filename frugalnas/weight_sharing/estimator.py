@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from frugalnas.core import optuna_compat
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, seed_everything
@@ -90,25 +89,22 @@ class SupernetEstimator(Estimator):
             self.ensemble = RankEnsembleEstimator(hybrid_proxies, host=host)
             self.provides = (*self.provides, *self.ensemble.provides)
 
-    def checkpoint_path(self, context: EvaluationContext) -> Path | None:
+    def checkpoint_path(self, context: TrialContext) -> Path | None:
+        """``checkpoint``, else ``<db file>.<study>.<options hash>.supernet.pt`` beside the
+        study's sqlite database (``context.artifact_file``), else none."""
         if self.checkpoint:
             return Path(self.checkpoint)
-        study = context.study
-        if study is None:
+        if context.study_name is None:
             return None
-        url = optuna_compat.storage_url(study.optuna_study) or ""
-        if not url.startswith("sqlite:///"):
-            return None
-        db = Path(url[len("sqlite:///"):])
         tag = hashlib.sha1(repr(self.options()).encode()).hexdigest()[:8]
-        return db.with_name(f"{db.name}.{study.name}.{tag}.supernet.pt")
+        return context.artifact_file(f"{context.study_name}.{tag}.supernet.pt")
 
     def options(self) -> dict[str, Any]:
         return {"epochs": self.epochs, "few_shot_epochs": self.few_shot_epochs,
                 "train": vars(self.config), "sharing": self.sharing,
                 "few_shot": [self.few_shot_split, self.few_shot_groups]}
 
-    def trained_supernet(self, context: EvaluationContext) -> Supernet:
+    def trained_supernet(self, context: TrialContext) -> Supernet:
         """The study's supernet, trained (or loaded from its checkpoint) on first use."""
         if self.supernet_ is not None:
             return self.supernet_
@@ -125,7 +121,7 @@ class SupernetEstimator(Estimator):
                 seed_everything(context.seed)
 
                 def on_epoch(epoch: int, loss: float) -> None:
-                    context.log_study_metrics({"supernet_train_loss": loss}, epoch)
+                    context.log_metrics({"supernet_train_loss": loss}, epoch)
                     if path is not None:  # an interrupted training resumes from here
                         supernet.save(path)
 
@@ -142,7 +138,7 @@ class SupernetEstimator(Estimator):
                               f"search space {space.name!r} has none (spaces with them: nb201, "
                               "dag)")
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         supernet = self.trained_supernet(context)
         start = time.perf_counter()
         acc = supernet.accuracy(arch, context.dataset, context.backend,
@@ -155,7 +151,7 @@ class SupernetEstimator(Estimator):
         value = acc
         if self.ensemble is not None:
             values, proxy_cost = self.ensemble.measure(arch, context)
-            population = stored_population(context.study, self.ensemble.proxies,
+            population = stored_population(context, self.ensemble.proxies,
                                            extra=("valid_accuracy",))
             population = [row for row in population if "valid_accuracy" in row]
             value = self.hybrid(acc, values, population)

@@ -14,7 +14,7 @@ import optuna
 import torch
 
 from frugalnas.core.errors import check_choice
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.plugins import hookimpl
 from frugalnas.spaces.nb201.table import NB201TableEstimator
 
@@ -38,8 +38,8 @@ class SleepyTable(Estimator):
             with open(self.log, "a") as fh:
                 fh.write(f"{event} {number} {os.getpid()}\n")
 
-    def evaluate(self, arch: Any, context: EvaluationContext) -> EstimateResult:
-        number = getattr(context.trial, "number", -1)
+    def evaluate(self, arch: Any, context: TrialContext) -> EstimateResult:
+        number = context.trial_number if context.trial_number is not None else -1
         self._note("start", number)
         if self.control_dir and (Path(self.control_dir) / str(os.getpid())).exists():
             self._note("hang", number)
@@ -79,8 +79,8 @@ class Faulty(Estimator):
         if "nan" in self.modes:
             nan_loss()  # the first optimizer step is slow; keep it out of the timed trial
 
-    def evaluate(self, arch: Any, context: EvaluationContext) -> EstimateResult:
-        mode = self.modes[context.trial.number % len(self.modes)]
+    def evaluate(self, arch: Any, context: TrialContext) -> EstimateResult:
+        mode = self.modes[(context.trial_number or 0) % len(self.modes)]
         if mode == "raise":
             raise RuntimeError(f"candidate {arch} is broken on purpose")
         if mode == "oom":

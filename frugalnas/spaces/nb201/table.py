@@ -21,7 +21,7 @@ import numpy as np
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.errors import ConfigError, check_choice
-from frugalnas.core.estimator import EstimateResult, EvaluationContext, Estimator
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.space import SearchSpace
 from frugalnas.spaces.nb201.space import NB201Space
 
@@ -124,7 +124,7 @@ class NB201TableEstimator(Estimator):
                 "estimator that works on any space (train, low-fidelity, a proxy such as "
                 "synflow)")
 
-    def evaluate(self, arch: Architecture, context: EvaluationContext) -> EstimateResult:
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         start = time.perf_counter()
         space = context.space
         if not isinstance(space, NB201Space):
