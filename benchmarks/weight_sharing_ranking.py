@@ -1,4 +1,4 @@
-"""How well weight sharing ranks candidates, on the stand-alone ground truth (issue 18).
+"""How well weight sharing ranks candidates, on the stand-alone ground truth.
 
 For each variant a supernet is trained (SPOS, the same epochs and data as the ground truth's
 dataset) and every ground-truth cell is scored with inherited weights (batch-norm
