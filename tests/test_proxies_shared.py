@@ -19,7 +19,7 @@ from frugalnas.spaces.nb201.space import NB201Space
 
 HOST = PluginHost()
 SHARING = ["az_expressivity", "az_progressivity", "swap", "swap_reg", "jacob_cov", "epe_nas"]
-#: the 16 proxies of the issue-17 protocol
+#: the 16 proxies of the 1,000-cell NB201 measurement (docs/benchmarks.md)
 PROTOCOL = ["synflow", "naswot", "jacob_cov", "params", "flops", "l2_norm", "zico", "meco",
             "swap", "swap_reg", "az_expressivity", "az_progressivity", "az_trainability",
             "ntk_cond", "linear_regions", "epe_nas"]

@@ -1,4 +1,4 @@
-"""The proxies of issue 17 (ZiCo, MeCo, SWAP, AZ-NAS, TE-NAS, EPE-NAS) on hand-checkable
+"""The proxies of 2021-2024 (ZiCo, MeCo, SWAP, AZ-NAS, TE-NAS, EPE-NAS) on hand-checkable
 networks, their seeding and restoration, and the ensembles' log-rank aggregation."""
 
 import math
