@@ -7,7 +7,10 @@ import os
 import sys
 from typing import Any
 
+from optuna.trial import TrialState
+
 from frugalnas.core.plugins import hookimpl
+from frugalnas.core.trial_report import TrialReport
 
 PLUGIN = "progress"
 
@@ -24,7 +27,6 @@ class _Bar:
 
         self.single = len(study.directions) == 1
         self.maximize = study.directions[0] == "maximize"
-        self.constraints = dict(study.config.constraints)
         self.best: float | None = None
         if self.single:
             try:
@@ -36,25 +38,17 @@ class _Bar:
                          disable=os.environ.get("FRUGALNAS_PROGRESS") != "1"
                          and not sys.stderr.isatty())
 
-    def finished(self, state: str, values: list[float] | None, result: Any) -> None:
+    def finished(self, report: TrialReport) -> None:
         # The hook runs before optuna records the trial, so the best is kept here.
-        if self.single and state == "COMPLETE" and values and self._feasible(result):
-            value = float(values[0])
+        if (self.single and report.state == TrialState.COMPLETE and report.values
+                and report.feasible is not False):
+            value = float(report.values[0])
             if math.isfinite(value) and (self.best is None or (
                     value > self.best if self.maximize else value < self.best)):
                 self.best = value
         best = f" best={self.best:.4g}" if self.best is not None else ""
-        self.tqdm.set_postfix_str(f"last={state.lower()}{best}")
+        self.tqdm.set_postfix_str(f"last={report.state.name.lower()}{best}")
         self.tqdm.update(1)
-
-    def _feasible(self, result: Any) -> bool:
-        if not self.constraints or result is None:
-            return True
-        try:
-            return all(float(result.objective(name)) <= bound
-                       for name, bound in self.constraints.items())
-        except KeyError:
-            return False
 
 
 @hookimpl
@@ -64,11 +58,10 @@ def frugalnas_study_started(study: Any) -> None:
 
 
 @hookimpl
-def frugalnas_trial_finished(study: Any, trial: Any, architecture: Any, state: str,
-                             values: list[float] | None, result: Any, error: str | None) -> None:
+def frugalnas_trial_finished(study: Any, report: TrialReport) -> None:
     bar = study.plugin_state.get(PLUGIN)
     if bar is not None:
-        bar.finished(state, values, result)
+        bar.finished(report)
 
 
 @hookimpl

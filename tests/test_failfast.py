@@ -1,4 +1,4 @@
-"""Fail fast, fail loud (issue 14): everything that can be checked before the first trial is,
+"""Fail fast, fail loud: everything that can be checked before the first trial is,
 ``--dry-run`` runs exactly those checks, every bad value is one line (exit 2) that names it and
 what would be valid, nothing is written to the storage when a check fails, and a run in which
 no trial completed or a plugin hook raised exits 1 with a one-line summary.
@@ -67,8 +67,8 @@ RAISING_LIFECYCLE = """
 import frugalnas
 
 @frugalnas.hookimpl
-def frugalnas_trial_finished(state):
-    raise ValueError("cannot record a " + state + " trial")
+def frugalnas_trial_finished(report):
+    raise ValueError("cannot record a " + report.state.name + " trial")
 
 @frugalnas.hookimpl
 def frugalnas_study_finished(study):
@@ -321,8 +321,8 @@ class Recorder:
         self.calls.append("study_started")
 
     @frugalnas.hookimpl
-    def frugalnas_trial_finished(self, state):
-        self.calls.append(state)
+    def frugalnas_trial_finished(self, report):
+        self.calls.append(report.state.name)
 
     @frugalnas.hookimpl
     def frugalnas_study_finished(self):

@@ -79,7 +79,7 @@ def test_study_metrics_and_pareto_front(stores):
                                    directions=["maximize", "maximize"],
                                    objectives=["value", "test_accuracy_cifar100"])
     study.optimize(n_trials=6)
-    study._start()
+    study.start()
     study.log_metrics({"surrogate_kendall_tau": 0.5}, step=3)
     study.finish()
     client, runs = runs_of(uri, "mo")

@@ -135,8 +135,9 @@ def test_lifecycle_hooks_are_called_in_order(plugin_dir):
         def frugalnas_trial_started(study, trial, architecture):
             EVENTS.append(f"trial_started {trial.number}")
         @frugalnas.hookimpl
-        def frugalnas_trial_finished(study, trial, architecture, state, values, result, error):
-            EVENTS.append(f"trial_finished {trial.number} {state} {result.cost.epochs}")
+        def frugalnas_trial_finished(study, report):
+            EVENTS.append(f"trial_finished {report.number} {report.state.name} "
+                          f"{report.cost.epochs}")
         @frugalnas.hookimpl
         def frugalnas_study_finished(study):
             EVENTS.append("study_finished")

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
     from frugalnas.core.architecture import Architecture
     from frugalnas.core.config import StudyConfig
-    from frugalnas.core.estimator import EstimateResult
     from frugalnas.core.plugins import PluginHost
     from frugalnas.core.study import Study
+    from frugalnas.core.trial_report import TrialReport
 
 hookspec = pluggy.HookspecMarker("frugalnas")
 
@@ -129,13 +129,14 @@ def frugalnas_trial_started(study: Study, trial: optuna.Trial, architecture: Arc
 
 
 @hookspec
-def frugalnas_trial_finished(study: Study, trial: optuna.Trial | optuna.trial.FrozenTrial,
-                             architecture: Architecture, state: str, values: list[float] | None,
-                             result: EstimateResult | None, error: str | None) -> None:
-    """Called when a trial ends, with its state (``COMPLETE``, ``PRUNED`` or ``FAIL``), its
-    objective values, the :class:`EstimateResult` (``None`` if evaluation failed; its
-    ``artifacts`` include those a backend added) and the error message of a failed trial.
-    ``trial`` is a ``FrozenTrial`` for a stale trial of a dead worker."""
+def frugalnas_trial_finished(study: Study, report: TrialReport) -> None:
+    """Called when a trial ends, with its :class:`~frugalnas.core.trial_report.TrialReport`
+    (frozen): ``number``, ``state`` (optuna's ``TrialState``: ``COMPLETE``, ``PRUNED`` or
+    ``FAIL``), ``architecture``, objective ``values``, ``metrics``, ``cost``, ``error``, the
+    ``artifacts`` the estimator and backend attached, ``started``/``finished`` and the
+    per-step ``intermediate`` objective vectors. The study builds it once per trial; for a
+    stale trial of a dead worker it is built from the storage
+    (:meth:`TrialReport.from_frozen`, no artifacts)."""
 
 
 @hookspec

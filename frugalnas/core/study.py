@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
@@ -24,12 +22,14 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, TrialFailure, one_line)
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONFIG_ATTR, CONSTRAINTS_ATTR, COST_ATTR,
-                                 FAIL_REASON_ATTR, FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR,
+from frugalnas.core.keys import (CONFIG_ATTR, CONSTRAINTS_ATTR, FEASIBLE_ATTR, INTERMEDIATE_ATTR,
                                  VIOLATION_ATTR)
 from frugalnas.core.plugins import PluginHost, get_host
+# Candidate, failure_reason and trial_timeout live with the runner (imported from here before).
+from frugalnas.core.runner import Candidate, TrialRunner, failure_reason, trial_timeout  # noqa: F401
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
+from frugalnas.core.trial_report import read_architecture
 from frugalnas.core.trial_context import StudyTrialContext
 
 
@@ -49,19 +49,7 @@ class TrialRecord:
     def read_architecture(frozen: FrozenTrial, space: SearchSpace) -> Architecture | None:
         """The architecture of ``frozen`` (its recorded string, else complete parameters);
         ``None`` when it cannot be read and the trial is not COMPLETE or PRUNED."""
-        text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
-        try:
-            if text:
-                return space.parse(text)
-            if all(name in frozen.params for name in space.distributions()):
-                return space.from_params(frozen.params)
-            raise ConfigError(f"parameters for space {space.name!r} miss decision(s) "
-                              f"{sorted(set(space.distributions()) - set(frozen.params))}")
-        except Exception as exc:
-            if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
-                raise ConfigError(f"trial {frozen.number} ({frozen.state.name}) has no readable "
-                                  f"architecture for space {space.name!r}: {exc}") from None
-            return None
+        return read_architecture(frozen, space)
 
     def __getattr__(self, name: str) -> Any:
         if name == "frozen":
@@ -72,26 +60,15 @@ class TrialRecord:
         return f"TrialRecord(number={self.frozen.number}, values={self.frozen.values}, architecture={self.architecture})"
 
 
-class Candidate:
-    """A trial handed out by :meth:`Study.ask`, with the architecture to evaluate."""
-
-    def __init__(self, trial: optuna.Trial, architecture: Architecture):
-        self.trial, self.architecture = trial, architecture
-
-    @property
-    def number(self) -> int:
-        return self.trial.number
-
-
 class Study:
     """A NAS study. Create it with :func:`create_study` or :func:`load_study`."""
 
-    def __init__(self, optuna_study: optuna.Study, config: StudyConfig,
-                 host: PluginHost | None = None, space: SearchSpace | None = None,
-                 estimator: Estimator | None = None):
+    def __init__(self, optuna_study: optuna.Study, config: StudyConfig, host: PluginHost,
+                 space: SearchSpace | None = None, estimator: Estimator | None = None):
         self.optuna_study = optuna_study
         self.config = config
-        self.host = host if host is not None else get_host(config.plugins, config.disable_plugins)
+        #: The study's plugin host: every component of the study is created from it.
+        self.host = host
         #: The one space object of the study: the strategy that proposes and the estimator
         #: that scores see this same object.
         self.space: SearchSpace = space if space is not None else self.host.create(
@@ -100,7 +77,6 @@ class Study:
         self._backend: Backend | None = None
         self._dataset: Dataset | None = None
         self._lock = threading.RLock()  # n_jobs > 1: components are created once
-        self._started = False
         self.planned_trials: int | None = None
         #: Per-study state of lifecycle plugins, by plugin name (the MLflow plugin keeps its
         #: run ids and write errors under "mlflow").
@@ -108,7 +84,9 @@ class Study:
         #: Lifecycle hooks that raised, one :class:`PluginHookError` per plugin and hook (with
         #: a count). Such a failure never changes a trial's state; ``frugalnas run`` exits 1.
         self.plugin_errors: list[PluginHookError] = []
-        self._errors_lock = threading.Lock()
+        #: Runs this study's trials and keeps its plugin session (``Study.optimize``,
+        #: ``ask``/``tell`` and the shared-storage workers all go through it).
+        self.runner = TrialRunner(self)
         #: Intermediate objective vectors of this process's running trials, by trial number.
         self._intermediate: dict[int, dict[str, list[float]]] = {}
         self._unreported: set[str] = set()
@@ -183,58 +161,6 @@ class Study:
                 raise TrialFailure(f"objective {name!r} is not finite: {v}")
         return values
 
-    def _run_trial(self, trial: optuna.Trial) -> float | Sequence[float]:
-        arch = self.space.suggest(trial)
-        trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
-        self._notify("frugalnas_trial_started", study=self, trial=trial, architecture=arch)
-        try:
-            with trial_timeout(self.config.trial_timeout):
-                result = self.evaluate(arch, trial)
-            values = self.objective_values(result)
-        except optuna.TrialPruned as exc:
-            self._intermediate.pop(trial.number, None)
-            self._finished(trial, arch, "PRUNED", None, None, str(exc))
-            raise
-        except Exception as exc:
-            self._intermediate.pop(trial.number, None)
-            reason = failure_reason(exc)
-            trial.set_user_attr(FAIL_REASON_ATTR, reason)
-            self._finished(trial, arch, "FAIL", None, None, reason)
-            raise
-        self._intermediate.pop(trial.number, None)
-        self._record(trial, result)
-        self._finished(trial, arch, "COMPLETE", values, result, None)
-        return values if len(values) > 1 else values[0]
-
-    def _record(self, trial: optuna.Trial, result: EstimateResult) -> None:
-        trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in result.metrics.items()})
-        trial.set_user_attr(COST_ATTR, asdict(result.cost))
-        if self.config.constraints:
-            self._record_constraints(trial, result.objective)
-
-    def _record_constraints(self, trial: Any, lookup: Callable[[str], float]) -> None:
-        """Each constraint's ``value - bound`` (optuna's convention: <= 0 is feasible), the
-        feasibility and the total relative violation, as user attributes; with optuna >= 5
-        also ``trial.set_constraint``, which optuna's samplers and best trials read."""
-        diffs: dict[str, float] = {}
-        for name, bound in self.config.constraints.items():
-            try:
-                value = float(lookup(name))
-            except KeyError:
-                raise TrialFailure(f"constraint {name!r}: estimator {self.config.estimator!r} "
-                                   "did not produce this metric") from None
-            if not math.isfinite(value):
-                raise TrialFailure(f"constraint {name!r}: the metric is not finite: {value}")
-            diffs[name] = value - bound
-        violation = sum(max(0.0, d) / max(abs(b), 1e-12)
-                        for d, b in zip(diffs.values(), self.config.constraints.values()))
-        trial.set_user_attr(CONSTRAINTS_ATTR, diffs)
-        trial.set_user_attr(FEASIBLE_ATTR, violation == 0.0)
-        trial.set_user_attr(VIOLATION_ATTR, violation)
-        if hasattr(trial, "set_constraint"):  # optuna >= 5
-            for name, d in diffs.items():
-                trial.set_constraint(name, d)
-
     def report_step(self, trial: Any, metrics: dict[str, float], step: int, *,
                     last: bool = False) -> None:
         """An estimator's intermediate metrics after ``step`` (an epoch): ``metrics`` maps
@@ -275,44 +201,15 @@ class Study:
             text = ", ".join(f"{n}={v:.4g}" for n, v in zip(names, vector))
             raise optuna.TrialPruned(f"pruned at step {step}: ({text}) is dominated")
 
-    def _finished(self, trial: Any, arch: Architecture, state: str, values: list[float] | None,
-                  result: EstimateResult | None, error: str | None) -> None:
-        self._notify("frugalnas_trial_finished", study=self, trial=trial, architecture=arch,
-                     state=state, values=values, result=result, error=error)
-
-    def _notify(self, hook: str, **kwargs: Any) -> None:
-        """Call a lifecycle hook implementation by implementation: one that raises is
-        recorded in :attr:`plugin_errors` (and reported once on stderr) and the others run."""
-        self.host.call_each(hook, kwargs,
-                            lambda plugin, exc: self._plugin_failed(plugin, hook, exc))
-
-    def _plugin_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
-        with self._errors_lock:
-            for known in self.plugin_errors:
-                if (known.plugin, known.hook) == (plugin, hook):
-                    known.count += 1
-                    return
-            error = PluginHookError(plugin, hook, one_line(exc))
-            self.plugin_errors.append(error)
-        print(f"frugalnas: warning: {error}; the study goes on (repeats are counted in "
-              "study.plugin_errors)", file=sys.stderr, flush=True)
-
     def report_stale_trial(self, frozen: FrozenTrial) -> None:
         """Tell the plugins that a trial of a dead worker was failed by the heartbeat check."""
-        text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
-        arch = self.space.parse(text) if text else self.space.from_params(frozen.params)
-        self._finished(frozen, arch, "FAIL", None, None,
-                       "stale trial: its worker stopped sending heartbeats (killed or hung)")
+        self.runner.report_stale(frozen)
 
-    def _start(self) -> None:
-        if not self._started:
-            self._started = True
-            strategy_protocol.bind(self.strategy, self)
-            self._notify("frugalnas_study_started", study=self)
-
-    def _stop_when_strategy_is_done(self, ostudy: optuna.Study, frozen: FrozenTrial) -> None:
-        if strategy_protocol.should_stop(self.strategy, self):
-            ostudy.stop()
+    def start(self) -> None:
+        """Start a session of this study: bind the strategy and tell the plugins
+        (``frugalnas_study_started``), once; :meth:`optimize` and :meth:`ask` start one
+        themselves, :meth:`finish` ends it."""
+        self.runner.start()
 
     def optimize(self, n_trials: int | None = None, timeout: float | None = None, n_jobs: int = 1,
                  catch: Iterable[type[Exception]] = (Exception,),
@@ -327,16 +224,17 @@ class Study:
             raise ConfigError(f"invalid n_jobs {n_jobs!r}; expected an integer >= 1 (or -1: "
                               "one per CPU)")
         self.planned_trials = self.trials_to_run(n_trials)
-        self._start()
+        runner = self.runner
+        runner.start()
         try:
-            if strategy_protocol.should_stop(self.strategy, self):
+            if runner.search_is_over():
                 return  # a reopened study whose search already ended runs no extra trial
             # optuna deep-copies every finished trial for each callback list, so the stop
-            # check is only passed when a strategy of the chain can end the search.
-            stops = strategy_protocol.can_stop(self.strategy)
-            all_callbacks = [self._stop_when_strategy_is_done] if stops else []
+            # rule is only passed when a strategy of the chain can end the search.
+            stop = runner.stop_rule()
+            all_callbacks = [stop] if stop.needed else []
             all_callbacks += list(callbacks or [])
-            self.optuna_study.optimize(self._run_trial, n_trials=n_trials, timeout=timeout,
+            self.optuna_study.optimize(runner.run, n_trials=n_trials, timeout=timeout,
                                        n_jobs=n_jobs, catch=tuple(catch),
                                        callbacks=all_callbacks or None, gc_after_trial=False)
         finally:
@@ -353,48 +251,16 @@ class Study:
 
     def finish(self) -> None:
         """Tell the plugins the study (or this worker's part of it) is over."""
-        if self._started:
-            self._started = False
-            try:
-                self._notify("frugalnas_study_finished", study=self)
-            finally:
-                if self._backend is not None:
-                    self._backend.release()
+        self.runner.finish()
 
     def ask(self) -> Candidate:
         """A new trial and its architecture, chosen by the study's strategy."""
-        self._start()
-        trial = self.optuna_study.ask()
-        arch = self.space.suggest(trial)
-        trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
-        self._notify("frugalnas_trial_started", study=self, trial=trial, architecture=arch)
-        return Candidate(trial, arch)
+        return self.runner.ask()
 
     def tell(self, candidate: Candidate, values: float | Sequence[float] | EstimateResult | None = None,
              state: TrialState | None = None) -> FrozenTrial:
         """Finish a trial from :meth:`ask` with its values (or an :class:`EstimateResult`)."""
-        result = values if isinstance(values, EstimateResult) else None
-        if result is not None:
-            self._record(candidate.trial, result)
-            values = self.objective_values(result)
-        if state is None:
-            state = TrialState.COMPLETE if values is not None else TrialState.FAIL
-        vals = None if values is None else ([float(values)] if isinstance(values, (int, float)) else list(values))
-        if (result is None and vals is not None and state == TrialState.COMPLETE
-                and self.config.constraints):
-            by_name = dict(zip(self.config.objectives, vals))
-
-            def lookup(name: str) -> float:
-                if name not in by_name:
-                    raise ConfigError(f"constraint {name!r} is not an objective; tell() needs "
-                                      "the EstimateResult (tell(candidate, result)) to check it")
-                return by_name[name]
-
-            self._record_constraints(candidate.trial, lookup)
-        frozen = self.optuna_study.tell(candidate.trial, vals if state == TrialState.COMPLETE else None,
-                                        state=state)
-        self._finished(candidate.trial, candidate.architecture, state.name, vals, result, None)
-        return frozen
+        return self.runner.tell(candidate, values, state)
 
     # -- results -------------------------------------------------------------------------
     @property
@@ -467,45 +333,7 @@ class Study:
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Report study-level metrics (generation fitness, surrogate quality, ...) to plugins."""
-        self._notify("frugalnas_study_metrics", study=self, metrics=metrics, step=step)
-
-
-def failure_reason(exc: BaseException) -> str:
-    """A one-line reason for a failed trial; out-of-memory errors say so plainly."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        return f"out of memory: {exc}".splitlines()[0][:2000]
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
-
-
-@contextlib.contextmanager
-def trial_timeout(seconds: float | None) -> Iterator[None]:
-    """Raise TrialFailure after ``seconds``. Uses SIGALRM, so it applies in the main thread
-    (``n_jobs=1``); in worker threads the limit is checked when the evaluation returns."""
-    if not seconds:
-        yield
-        return
-    start = time.monotonic()
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-        def on_alarm(signum: int, frame: Any) -> None:
-            raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        # The alarm repeats until cleared: Python drops an exception raised while a weakref or
-        # GC callback runs ("Exception ignored in ..."), so a single alarm can be lost.
-        signal.setitimer(signal.ITIMER_REAL, seconds, min(seconds, 1.0))
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-    else:
-        yield
-        if time.monotonic() - start > seconds:
-            raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
+        self.runner.notify("frugalnas_study_metrics", study=self, metrics=metrics, step=step)
 
 
 def make_strategy(host: PluginHost, space: SearchSpace,

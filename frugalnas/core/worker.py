@@ -527,12 +527,12 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     study.planned_trials = n_trials
     # One plugin session (MLflow tracker, progress bar) for the whole worker, so that stale
     # trials failed while this worker waits below are still reported to MLflow.
-    study._start()
+    study.runner.start()
     try:
         with _terminate_as_interrupt():
             _work(study, quota, timeout, heartbeat, max_failures)
     finally:
-        study.finish()
+        study.runner.finish()
     return study
 
 
@@ -558,35 +558,29 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int | None,
           max_failures: int = DEFAULT_MAX_FAILURES) -> None:
-    from frugalnas.core import strategy as strategy_protocol
-
     start = time.monotonic()
-    stop: dict[str, str] = {}
     failed: list[str] = []  # reasons of this worker's trials that failed in a row
 
-    def after_trial(ostudy: optuna.Study, frozen: FrozenTrial) -> None:
+    def failures(frozen: FrozenTrial) -> str | None:
         reason = str(frozen.user_attrs.get(FAIL_REASON_ATTR, "no reason recorded"))
         if frozen.state != TrialState.FAIL:
             failed.clear()
         elif not reason.startswith(DUPLICATE_REASON):
             failed.append(reason)
-        if max_failures and len(failed) >= max_failures:
-            stop["reason"] = "failures"
-            ostudy.stop()
-        elif quota.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
-            stop["reason"] = "duplicates"
-            ostudy.stop()
-        elif strategy_protocol.should_stop(study.strategy, study):
-            stop["reason"] = "strategy"
-            ostudy.stop()
+        return "failures" if max_failures and len(failed) >= max_failures else None
 
+    def duplicates(frozen: FrozenTrial) -> str | None:
+        return "duplicates" if quota.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW else None
+
+    # The worker's own limits first, then the stop rule every run shares (the strategy's).
+    stop = study.runner.stop_rule(failures, duplicates)
     while True:
         left = None if timeout is None else timeout - (time.monotonic() - start)
         if left is not None and left <= 0:
             return
         try:
-            study.optuna_study.optimize(study._run_trial, n_trials=None, timeout=left,
-                                        catch=(Exception,), callbacks=[after_trial],
+            study.optuna_study.optimize(study.runner.run, n_trials=None, timeout=left,
+                                        catch=(Exception,), callbacks=[stop],
                                         gc_after_trial=False)
         except QuotaReached:
             pass
@@ -606,9 +600,9 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
             quota.end_proposal(error=exc)
             raise
         else:
-            if stop.get("reason") == "failures":
+            if stop.reason == "failures":
                 raise WorkerGaveUp(max_failures, failed)
-            if stop.get("reason") == "duplicates":
+            if stop.reason == "duplicates":
                 raise ConfigError(
                     f"strategy {study.config.strategy!r} proposed {MAX_DUPLICATES_IN_A_ROW} "
                     "architectures in a row that other trials already evaluated or run (is the "

@@ -13,23 +13,25 @@ What the storage holds and MLflow shows after a reconciliation: the architecture
 ``COST_ATTR``), the objective values, ``state`` and ``fail_reason``. Artifacts an estimator
 or backend attached to a trial are not in the storage; they are in MLflow only if the worker
 that ran the trial wrote them.
+
+A run is made from a :class:`~frugalnas.core.trial_report.TrialReport` in one place,
+:func:`trial_run`: the report the study hands the plugin when a trial ends, or the one
+:func:`report_of` builds from the storage for a trial no process wrote.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from frugalnas.core import keys
-from frugalnas.core.keys import ARCHITECTURE_ATTR, COST_ATTR, FAIL_REASON_ATTR, METRICS_ATTR
+from frugalnas.core.trial_report import FINISHED_STATES, TrialReport, feasible_flag
 
-#: Trial user attribute that says whether a trial met the study's constraints (the key of
-#: ``frugalnas.core.keys`` where it exists).
-FEASIBLE_ATTR: str = getattr(keys, "FEASIBLE_ATTR", "feasible")
 #: MLflow's longest parameter value; a longer architecture string is also written whole as
 #: the artifact ``architecture.txt``.
 MAX_PARAM_LENGTH = 6000
@@ -42,7 +44,6 @@ STALE_PREFIX = "stale trial"
 #: fail_reason of a FAIL trial whose reason the storage does not have.
 NO_REASON = ("stale trial or interrupted worker: the storage has no failure reason (the "
              "worker stopped before recording one)")
-FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def run_status(state: str, error: str | None) -> str:
@@ -99,102 +100,64 @@ def _arch_artifacts(tracker: Any, arch: Any) -> dict[str, str | bytes]:
 
 
 def feasible_tag(value: Any) -> str | None:
-    """``"true"``/``"false"`` for a trial's feasibility user attribute, ``None`` without one."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return "true" if value.strip().lower() in ("true", "1", "yes") else "false"
-    return "true" if value else "false"
+    """``"true"``/``"false"`` for a trial's feasibility, ``None`` without one."""
+    flag = feasible_flag(value)
+    return None if flag is None else ("true" if flag else "false")
 
 
-def intermediate_series(objectives: list[str], per_step: Any,
-                        single: Any = None) -> dict[str, list[tuple[int, float]]]:
-    """Metric histories from a trial's per-step objective vectors (user attribute
-    ``intermediate_values``: ``{step: [v1, v2, ...]}`` in objective order) or, for one
-    objective, optuna's intermediate values (``{step: value}``)."""
+def intermediate_series(objectives: list[str], vectors: Mapping[int, Sequence[float]]
+                        ) -> dict[str, list[tuple[int, float]]]:
+    """Metric histories (``intermediate_<objective>`` -> [(step, value)]) from a trial's
+    per-step objective vectors (:attr:`TrialReport.intermediate`)."""
     series: dict[str, list[tuple[int, float]]] = {}
-    for step, vector in sorted(((int(k), v) for k, v in (per_step or {}).items())):
+    for step, vector in sorted(vectors.items()):
         for name, v in zip(objectives, vector):
-            series.setdefault(f"intermediate_{name}", []).append((step, float(v)))
-    if not series and single and objectives:
-        series[f"intermediate_{objectives[0]}"] = sorted((int(k), float(v))
-                                                         for k, v in single.items())
+            series.setdefault(f"intermediate_{name}", []).append((int(step), float(v)))
     return series
 
 
-def from_result(tracker: Any, number: int, arch: Any, state: str, values: list[float] | None,
-                result: Any, error: str | None, started_ms: int | None,
-                feasible: bool | None = None, per_step: Any = None) -> TrialRun:
-    """The run of a trial this process just finished (with the estimator's artifacts);
-    ``feasible``: whether it met the study's constraints (``None`` without constraints);
-    ``per_step``: its per-step objective vectors."""
-    now = int(time.time() * 1000)
-    metrics: dict[str, float] = {}
-    if result is not None:
-        metrics.update(result.all_metrics())
-    for name, v in zip(tracker.study.config.objectives, values or []):
-        metrics[f"objective_{name}"] = float(v)
-    tags = {**tracker.trial_tags(number), "state": state}
-    if error:
-        tags["fail_reason"] = error[:4000]
-    if (flag := feasible_tag(feasible)) is not None:
-        tags["feasible"] = flag
-    run = TrialRun(number, state, run_status(state, error), metrics=metrics, tags=tags,
-                   start_ms=started_ms or now, end_ms=now,
-                   steps=intermediate_series(list(tracker.study.config.objectives), per_step))
-    if arch is not None:
-        run.params = _arch_params(arch)
-        run.artifacts = _arch_artifacts(tracker, arch)
-    if result is not None:
-        run.artifacts.update(result.artifacts)
-    return run
+def _ms(moment: datetime.datetime | None) -> int | None:
+    return int(moment.timestamp() * 1000) if moment else None
 
 
-def from_trial(tracker: Any, frozen: FrozenTrial) -> TrialRun:
-    """The run of a finished trial as the storage records it."""
-    from frugalnas.core.study import TrialRecord
+def report_of(tracker: Any, frozen: FrozenTrial) -> TrialReport:
+    """The :class:`TrialReport` of a finished trial as the storage records it (the same one
+    the study hands the plugins for a stale trial)."""
+    study = tracker.study
+    return TrialReport.from_frozen(frozen, study.space, study.config.objectives)
 
-    state = frozen.state.name
-    try:
-        arch = TrialRecord.read_architecture(frozen, tracker.study.space)
-    except Exception:
-        arch = None
-    metrics: dict[str, float] = {}
-    objectives = tracker.study.config.objectives
-    if frozen.values is not None and state == "COMPLETE":
-        for name, v in zip(objectives, frozen.values):
-            metrics[f"objective_{name}"] = float(v)
-        if "value" in objectives:
-            metrics["value"] = float(frozen.values[objectives.index("value")])
-    for k, v in (frozen.user_attrs.get(METRICS_ATTR) or {}).items():
-        metrics[k] = float(v)
-    for k, v in (frozen.user_attrs.get(COST_ATTR) or {}).items():
-        if isinstance(v, (int, float)):
-            metrics[f"cost_{k}"] = float(v)
-    error = frozen.user_attrs.get(FAIL_REASON_ATTR)
+
+def trial_run(tracker: Any, report: TrialReport) -> TrialRun:
+    """The run of a finished trial: the one mapping from a :class:`TrialReport` to MLflow,
+    for a trial this process just ran (with the estimator's artifacts) as for one the
+    reconciliation reads from the storage (:func:`report_of`)."""
+    objectives = list(tracker.study.config.objectives)
+    state = report.state.name
+    error = report.error
     if state == "FAIL" and not error:
         error = NO_REASON
-    tags = {**tracker.trial_tags(frozen.number), "state": state}
-    if error and state == "FAIL":
-        tags["fail_reason"] = str(error)[:4000]
-    if (flag := feasible_tag(frozen.user_attrs.get(FEASIBLE_ATTR))) is not None:
+    metrics: dict[str, float] = dict(report.metrics)
+    if report.cost is not None:
+        metrics.update(report.cost.to_metrics())
+    for name, v in zip(objectives, report.values or ()):
+        metrics[f"objective_{name}"] = float(v)
+    tags = {**tracker.trial_tags(report.number), "state": state}
+    if error:
+        tags["fail_reason"] = error[:4000]
+    if (flag := feasible_tag(report.feasible)) is not None:
         tags["feasible"] = flag
-    start = frozen.datetime_start.timestamp() * 1000 if frozen.datetime_start else None
-    end = frozen.datetime_complete.timestamp() * 1000 if frozen.datetime_complete else None
-    run = TrialRun(frozen.number, state, run_status(state, error if state == "FAIL" else None),
-                   metrics=metrics, tags=tags, start_ms=int(start) if start else None,
-                   end_ms=int(end) if end else None,
-                   steps=intermediate_series(list(objectives),
-                                             frozen.user_attrs.get(keys.INTERMEDIATE_ATTR),
-                                             frozen.intermediate_values))
-    if arch is not None:
-        run.params = _arch_params(arch)
-        run.artifacts = _arch_artifacts(tracker, arch)
-    elif frozen.user_attrs.get(ARCHITECTURE_ATTR):
-        text = str(frozen.user_attrs[ARCHITECTURE_ATTR])
+    run = TrialRun(report.number, state, run_status(state, error), metrics=metrics, tags=tags,
+                   start_ms=_ms(report.started), end_ms=_ms(report.finished),
+                   steps=intermediate_series(objectives, report.intermediate))
+    if report.architecture is not None:
+        run.params = _arch_params(report.architecture)
+        run.artifacts = _arch_artifacts(tracker, report.architecture)
+    elif report.architecture_text:
+        text = report.architecture_text
         run.params = {"architecture": architecture_param(text)}
         if len(text) > MAX_PARAM_LENGTH:
             run.artifacts["architecture.txt"] = text
+    run.artifacts.update(report.artifacts)
     return run
 
 
@@ -351,7 +314,7 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
                 if known is not None:
                     known[frozen.number] = (expected_state, runs[0].info.run_id)
                 continue  # the common case, decided without building the run
-        expected = from_trial(tracker, frozen)
+        expected = trial_run(tracker, report_of(tracker, frozen))
         if not runs:
             run_id = write(tracker, expected, [])
             if known is not None:

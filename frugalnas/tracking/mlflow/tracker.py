@@ -54,15 +54,15 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import ARCHITECTURE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR
+from frugalnas.core.keys import ARCHITECTURE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
 from frugalnas.core.storage_url import masked
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
-from frugalnas.tracking.mlflow.reconcile import (FEASIBLE_ATTR, MAX_PARAM_LENGTH, TAG_ROLE,
-                                                 TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL,
-                                                 existing_trial_runs, from_result, reconcile,
-                                                 unchecked_trials, write)
+from frugalnas.core.trial_report import TrialReport
+from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
+                                                 TAG_STUDY_ID, TAG_TRIAL, existing_trial_runs,
+                                                 reconcile, trial_run, unchecked_trials, write)
 
 PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri", "hypervolume_reference", "ui_url", "units")
@@ -226,12 +226,11 @@ class StudyTracker:
         # own completed trials of a multi-objective study whose hypervolume is not logged yet
         self.hv_pending: list[tuple[int, list[float]]] = []
         self.review_at = time.monotonic()
-        self.started_ms: dict[int, int] = {}
         # Trials this process runs and has not written yet: a reconciliation leaves them to
         # the queued write (a study's trials can finish before the writer has connected).
         self.inflight: set[int] = set()
         # Finished trials waiting for the writer; one flush job writes all that have queued.
-        self.pending: list[tuple[int, tuple[Any, ...], int | None]] = []
+        self.pending: list[TrialReport] = []
         self.pending_lock = threading.Lock()
         self.flush_scheduled = False
         # Trial number -> (state, run id) of the runs this process wrote or found right: the
@@ -315,7 +314,7 @@ class StudyTracker:
         skip: set[int] = set()
         if at_start:
             with self.pending_lock:
-                skip = set(self.inflight) | {item[0] for item in self.pending}
+                skip = set(self.inflight) | {report.number for report in self.pending}
         elif not unchecked_trials(trials, self.known):
             return {"created": 0, "repaired": 0, "removed": 0}
         changes = reconcile(self, skip=skip, trials=trials, known=self.known)
@@ -357,13 +356,13 @@ class StudyTracker:
             self.writer.submit(self._locked(self._flush_trials))
         if not batch:
             return
-        existing = existing_trial_runs(self, [(number, started) for number, _, started in batch])
+        existing = existing_trial_runs(self, [
+            (r.number, int(r.started.timestamp() * 1000) if r.started else None) for r in batch])
         done: list[tuple[int, list[float]]] = []
-        for number, args, started in batch:
-            arch, state, values, result, error, feasible, per_step = args
+        for report in batch:
+            number, state, values = report.number, report.state.name, report.values
             try:
-                run = from_result(self, number, arch, state, values, result, error, started,
-                                  feasible, per_step)
+                run = trial_run(self, report)
                 self.known[number] = (state, write(self, run, existing.get(number, [])))
             except Exception as exc:  # left to the next reconciliation
                 self.writer.errors.append(f"trial {number}: {type(exc).__name__}: {exc}")
@@ -593,16 +592,13 @@ class StudyTracker:
 
     # -- called from hooks ---------------------------------------------------------------
     def trial_started(self, number: int) -> None:
-        self.started_ms[number] = int(time.time() * 1000)
         self.inflight.add(number)
 
-    def trial_finished(self, number: int, *args: Any) -> None:
-        """Queue the write of a finished trial; ``args``: architecture, state, values,
-        result, error, feasible, per-step objective vectors."""
-        started = self.started_ms.pop(number, None)
+    def trial_finished(self, report: TrialReport) -> None:
+        """Queue the write of a finished trial."""
         with self.pending_lock:
-            self.pending.append((number, args, started))
-            self.inflight.add(number)
+            self.pending.append(report)
+            self.inflight.add(report.number)
             schedule, self.flush_scheduled = not self.flush_scheduled, True
         if schedule:
             self.writer.submit(self._locked(self._flush_trials))
@@ -939,16 +935,10 @@ def frugalnas_trial_started(study: Any, trial: Any, architecture: Any) -> None:
 
 
 @hookimpl
-def frugalnas_trial_finished(study: Any, trial: Any, architecture: Any, state: str,
-                             values: list[float] | None, result: Any, error: str | None) -> None:
+def frugalnas_trial_finished(study: Any, report: TrialReport) -> None:
     tracker = tracker_for(study)
     if tracker is not None:
-        feasible = None
-        if getattr(study.config, "constraints", None):
-            feasible = trial.user_attrs.get(FEASIBLE_ATTR)
-        per_step = trial.user_attrs.get(INTERMEDIATE_ATTR) if len(study.directions) > 1 else None
-        tracker.trial_finished(trial.number, architecture, state, values, result, error,
-                               feasible, per_step)
+        tracker.trial_finished(report)
 
 
 @hookimpl

@@ -1,0 +1,325 @@
+"""TrialRunner: how a study runs its trials, apart from the study's API.
+
+A :class:`TrialRunner` belongs to one :class:`~frugalnas.core.study.Study` (``study.runner``)
+and does what every way of running trials shares: the plugin session (``start``: bind the
+strategy and call ``frugalnas_study_started`` once; ``finish``: ``frugalnas_study_finished``
+and release the backend), one trial (:meth:`TrialRunner.run`, optuna's objective: suggest the
+architecture, evaluate it under ``trial_timeout``, record metrics, cost and constraints, give
+a failure its reason), the :class:`~frugalnas.core.trial_report.TrialReport` of each finished
+trial and the lifecycle hooks that receive it, and the rule that stops a search
+(:meth:`TrialRunner.stop_rule`). ``Study.optimize``, ``Study.ask``/``Study.tell`` and the
+shared-storage workers (:mod:`frugalnas.core.worker`) all run trials through it, as optuna's
+``Study`` runs ``_optimize`` and ``_tell``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from frugalnas.core import strategy as strategy_protocol
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import ConfigError, PluginHookError, TrialFailure, one_line
+from frugalnas.core.estimator import EstimateResult
+from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
+                                 FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
+from frugalnas.core.trial_report import TrialReport, feasible_flag, per_step_vectors
+
+if TYPE_CHECKING:
+    from frugalnas.core.study import Study
+
+#: The reason given to the plugins for a trial of a dead worker failed by the heartbeat check.
+STALE_REASON = "stale trial: its worker stopped sending heartbeats (killed or hung)"
+
+#: A stop rule: given the trial that just finished, the reason to end the search now, or None.
+StopCheck = Callable[[FrozenTrial], "str | None"]
+
+
+class Candidate:
+    """A trial handed out by :meth:`Study.ask`, with the architecture to evaluate."""
+
+    def __init__(self, trial: optuna.Trial, architecture: Architecture):
+        self.trial, self.architecture = trial, architecture
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+class StopRule:
+    """An optuna callback that ends ``optimize`` after a trial: at the first of ``checks``
+    that gives a reason, else when the study's strategy chain says its search is over
+    (reason ``"strategy"``). :attr:`reason` says which stopped it (``None``: none did)."""
+
+    def __init__(self, runner: "TrialRunner", checks: Sequence[StopCheck] = ()):
+        self.runner, self.checks = runner, tuple(checks)
+        self.reason: str | None = None
+
+    @property
+    def needed(self) -> bool:
+        """Whether anything can stop the search (optuna copies every finished trial for
+        callbacks, so a callback that can never stop is better left out)."""
+        return bool(self.checks) or strategy_protocol.can_stop(self.runner.study.strategy)
+
+    def __call__(self, ostudy: optuna.Study, frozen: FrozenTrial) -> None:
+        for check in self.checks:
+            reason = check(frozen)
+            if reason:
+                self.reason = reason
+                ostudy.stop()
+                return
+        if self.runner.search_is_over():
+            self.reason = "strategy"
+            ostudy.stop()
+
+
+class TrialRunner:
+    """Runs the trials of one study and keeps its plugin session (see the module)."""
+
+    def __init__(self, study: "Study"):
+        self.study = study
+        self._started = False
+        self._errors_lock = threading.Lock()
+
+    # -- the session ---------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """Whether a session is open (between :meth:`start` and :meth:`finish`)."""
+        return self._started
+
+    def start(self) -> None:
+        """Open the plugin session, once: bind the strategy chain to the study and call
+        ``frugalnas_study_started``."""
+        if not self._started:
+            self._started = True
+            strategy_protocol.bind(self.study.strategy, self.study)
+            self.notify("frugalnas_study_started", study=self.study)
+
+    def finish(self) -> None:
+        """Close the session: ``frugalnas_study_finished``, then release the backend."""
+        if self._started:
+            self._started = False
+            try:
+                self.notify("frugalnas_study_finished", study=self.study)
+            finally:
+                backend = self.study._backend  # only when the study created one
+                if backend is not None:
+                    backend.release()
+
+    # -- stopping ------------------------------------------------------------------------
+    def search_is_over(self) -> bool:
+        """The one stop rule of every run: the strategy chain's ``should_stop(study)``."""
+        return strategy_protocol.should_stop(self.study.strategy, self.study)
+
+    def stop_rule(self, *checks: StopCheck) -> StopRule:
+        """The callback for ``optuna.Study.optimize`` that stops at ``checks`` (a worker's
+        own limits) or when :meth:`search_is_over`."""
+        return StopRule(self, checks)
+
+    # -- one trial -----------------------------------------------------------------------
+    def propose(self, trial: optuna.Trial) -> Architecture:
+        """The trial's architecture from the strategy (``space.suggest``), recorded on the
+        trial; ``frugalnas_trial_started`` is called."""
+        arch = self.study.space.suggest(trial)
+        trial.set_user_attr(ARCHITECTURE_ATTR, str(arch))
+        self.notify("frugalnas_trial_started", study=self.study, trial=trial, architecture=arch)
+        return arch
+
+    def run(self, trial: optuna.Trial) -> float | Sequence[float]:
+        """Run one trial (optuna's objective): propose, evaluate under ``trial_timeout``,
+        record; a failure gets its reason (user attribute ``fail_reason``) and is raised on
+        for optuna to record, a pruned trial raises ``optuna.TrialPruned``. The plugins get a
+        :class:`TrialReport` in every case."""
+        study = self.study
+        arch = self.propose(trial)
+        try:
+            with trial_timeout(study.config.trial_timeout):
+                result = study.evaluate(arch, trial)
+            values = study.objective_values(result)
+        except optuna.TrialPruned as exc:
+            study._intermediate.pop(trial.number, None)
+            self.finished(trial, arch, TrialState.PRUNED, error=str(exc))
+            raise
+        except Exception as exc:
+            study._intermediate.pop(trial.number, None)
+            reason = failure_reason(exc)
+            trial.set_user_attr(FAIL_REASON_ATTR, reason)
+            self.finished(trial, arch, TrialState.FAIL, error=reason)
+            raise
+        study._intermediate.pop(trial.number, None)
+        self.record(trial, result)
+        self.finished(trial, arch, TrialState.COMPLETE, values, result)
+        return values if len(values) > 1 else values[0]
+
+    def ask(self) -> Candidate:
+        """A new trial and its architecture (opens the session if needed)."""
+        self.start()
+        trial = self.study.optuna_study.ask()
+        return Candidate(trial, self.propose(trial))
+
+    def tell(self, candidate: Candidate,
+             values: float | Sequence[float] | EstimateResult | None = None,
+             state: TrialState | None = None) -> FrozenTrial:
+        """Finish a trial from :meth:`ask` with its values (or an :class:`EstimateResult`)."""
+        study = self.study
+        result = values if isinstance(values, EstimateResult) else None
+        if result is not None:
+            self.record(candidate.trial, result)
+            values = study.objective_values(result)
+        if state is None:
+            state = TrialState.COMPLETE if values is not None else TrialState.FAIL
+        vals = None if values is None else ([float(values)] if isinstance(values, (int, float))
+                                            else list(values))
+        if (result is None and vals is not None and state == TrialState.COMPLETE
+                and study.config.constraints):
+            by_name = dict(zip(study.config.objectives, vals))
+
+            def lookup(name: str) -> float:
+                if name not in by_name:
+                    raise ConfigError(f"constraint {name!r} is not an objective; tell() needs "
+                                      "the EstimateResult (tell(candidate, result)) to check it")
+                return by_name[name]
+
+            self.record_constraints(candidate.trial, lookup)
+        frozen = study.optuna_study.tell(candidate.trial,
+                                         vals if state == TrialState.COMPLETE else None,
+                                         state=state)
+        self.finished(candidate.trial, candidate.architecture, state, vals, result)
+        return frozen
+
+    def report_stale(self, frozen: FrozenTrial) -> None:
+        """Tell the plugins that a trial of a dead worker was failed by the heartbeat check.
+        A trial killed before its architecture could be read is left to the storage (the
+        MLflow plugin's reconciliation writes it)."""
+        study = self.study
+        report = TrialReport.from_frozen(frozen, study.space, study.config.objectives,
+                                         error=STALE_REASON)
+        if report.architecture is not None:
+            self.notify("frugalnas_trial_finished", study=study, report=report)
+
+    # -- recording -----------------------------------------------------------------------
+    def record(self, trial: Any, result: EstimateResult) -> None:
+        """A completed evaluation's metrics and cost (and constraints) as user attributes."""
+        trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in result.metrics.items()})
+        trial.set_user_attr(COST_ATTR, asdict(result.cost))
+        if self.study.config.constraints:
+            self.record_constraints(trial, result.objective)
+
+    def record_constraints(self, trial: Any, lookup: Callable[[str], float]) -> None:
+        """Each constraint's ``value - bound`` (optuna's convention: <= 0 is feasible), the
+        feasibility and the total relative violation, as user attributes; with optuna >= 5
+        also ``trial.set_constraint``, which optuna's samplers and best trials read."""
+        config = self.study.config
+        diffs: dict[str, float] = {}
+        for name, bound in config.constraints.items():
+            try:
+                value = float(lookup(name))
+            except KeyError:
+                raise TrialFailure(f"constraint {name!r}: estimator {config.estimator!r} "
+                                   "did not produce this metric") from None
+            if not math.isfinite(value):
+                raise TrialFailure(f"constraint {name!r}: the metric is not finite: {value}")
+            diffs[name] = value - bound
+        violation = sum(max(0.0, d) / max(abs(b), 1e-12)
+                        for d, b in zip(diffs.values(), config.constraints.values()))
+        trial.set_user_attr(CONSTRAINTS_ATTR, diffs)
+        trial.set_user_attr(FEASIBLE_ATTR, violation == 0.0)
+        trial.set_user_attr(VIOLATION_ATTR, violation)
+        if hasattr(trial, "set_constraint"):  # optuna >= 5
+            for name, d in diffs.items():
+                trial.set_constraint(name, d)
+
+    def report(self, trial: optuna.Trial, arch: Architecture, state: TrialState,
+               values: Sequence[float] | None = None, result: EstimateResult | None = None,
+               error: str | None = None) -> TrialReport:
+        """The :class:`TrialReport` of a trial this process ran, as it finishes."""
+        attrs = trial.user_attrs
+        constrained = bool(self.study.config.constraints)
+        return TrialReport(
+            number=trial.number, state=state, architecture=arch,
+            values=tuple(values) if values is not None and state == TrialState.COMPLETE
+            else None,
+            metrics={"value": float(result.value), **result.metrics} if result is not None
+            else {},
+            cost=result.cost if result is not None else None, error=error,
+            artifacts=result.artifacts if result is not None else {},
+            started=trial.datetime_start, finished=datetime.datetime.now(),
+            intermediate=per_step_vectors(attrs.get(INTERMEDIATE_ATTR)),
+            feasible=feasible_flag(attrs.get(FEASIBLE_ATTR)) if constrained else None)
+
+    def finished(self, trial: optuna.Trial, arch: Architecture, state: TrialState,
+                 values: Sequence[float] | None = None, result: EstimateResult | None = None,
+                 error: str | None = None) -> TrialReport:
+        """Build the trial's report and call ``frugalnas_trial_finished`` with it."""
+        report = self.report(trial, arch, state, values, result, error)
+        self.notify("frugalnas_trial_finished", study=self.study, report=report)
+        return report
+
+    # -- plugins -------------------------------------------------------------------------
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        """Call a lifecycle hook implementation by implementation: one that raises is
+        recorded in ``study.plugin_errors`` (and reported once on stderr) and the others
+        run."""
+        self.study.host.call_each(hook, kwargs,
+                                  lambda plugin, exc: self._plugin_failed(plugin, hook, exc))
+
+    def _plugin_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        errors = self.study.plugin_errors
+        with self._errors_lock:
+            for known in errors:
+                if (known.plugin, known.hook) == (plugin, hook):
+                    known.count += 1
+                    return
+            error = PluginHookError(plugin, hook, one_line(exc))
+            errors.append(error)
+        print(f"frugalnas: warning: {error}; the study goes on (repeats are counted in "
+              "study.plugin_errors)", file=sys.stderr, flush=True)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A one-line reason for a failed trial; out-of-memory errors say so plainly."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return f"out of memory: {exc}".splitlines()[0][:2000]
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
+
+
+@contextlib.contextmanager
+def trial_timeout(seconds: float | None) -> Iterator[None]:
+    """Raise TrialFailure after ``seconds``. Uses SIGALRM, so it applies in the main thread
+    (``n_jobs=1``); in worker threads the limit is checked when the evaluation returns."""
+    if not seconds:
+        yield
+        return
+    start = time.monotonic()
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        # The alarm repeats until cleared: Python drops an exception raised while a weakref or
+        # GC callback runs ("Exception ignored in ..."), so a single alarm can be lost.
+        signal.setitimer(signal.ITIMER_REAL, seconds, min(seconds, 1.0))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    else:
+        yield
+        if time.monotonic() - start > seconds:
+            raise TrialFailure(f"trial timed out after {seconds:g} s (trial_timeout)")
