@@ -89,6 +89,42 @@ def test_unknown_hook_name_is_rejected(plugin_dir):
         PluginHost(["tp_typo"])
 
 
+def test_an_unmarked_hook_is_a_hook_and_an_unmarked_typo_is_refused(plugin_dir):
+    # as pytest takes an unmarked pytest_* function, the marker is not needed
+    write(plugin_dir, "tp_unmarked", """
+        from frugalnas.strategies.base import strategy_factory
+        from frugalnas.strategies.random import RandomArchSampler
+
+        def frugalnas_strategies():
+            return {"unmarked-random": strategy_factory(RandomArchSampler)}
+
+        class Events:
+            seen = []
+
+            def frugalnas_study_started(self, study):
+                self.seen.append(study.name)
+
+        def helper_not_a_hook():
+            return 1
+    """)
+    host = PluginHost(["tp_unmarked"])
+    assert host.registry("strategies").get("unmarked-random").plugin == "tp_unmarked"
+    events = sys.modules["tp_unmarked"].Events()
+    study = frugalnas.create_study(plugins=[events], strategy="random",
+                                   disable_plugins=["mlflow", "progress"], study_name="um")
+    study.optimize(n_trials=1)
+    assert events.seen == ["um"]
+    # a misspelt, unmarked name is refused, naming it (and the hook it may mean)
+    write(plugin_dir, "tp_unmarked_typo", """
+        def frugalnas_strategys():
+            return {}
+    """)
+    with pytest.raises(PluginError) as info:
+        PluginHost(["tp_unmarked_typo"])
+    assert "'tp_unmarked_typo'" in str(info.value)
+    assert "frugalnas_strategys (did you mean frugalnas_strategies?)" in str(info.value)
+
+
 def test_plugin_that_fails_to_import(plugin_dir):
     write(plugin_dir, "tp_broken", "import not_a_real_module_xyz\n")
     with pytest.raises(PluginError, match="'tp_broken' failed to import.*not_a_real_module_xyz"):

@@ -3,15 +3,21 @@
 Loading follows pytest: built-ins first, then every entry point of the group ``frugalnas``
 (unless ``FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD`` is set, or restricted by
 ``FRUGALNAS_PLUGINS_ALLOW``), then plugins named explicitly. A blocked name is never loaded.
-Hook implementations are validated against the specs when a plugin is registered.
+Hook implementations are validated against the specs when a plugin is registered. As pytest
+takes an unmarked ``pytest_*`` function for a hook, a plugin's function named ``frugalnas_*``
+is a hook implementation with or without ``@frugalnas.hookimpl`` (the marker is needed only
+for options such as ``tryfirst``); one whose name is no hook is refused.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import importlib.metadata
+import inspect
 import os
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -29,6 +35,28 @@ AUTOLOAD_ENV = "FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD"
 ALLOW_ENV = "FRUGALNAS_PLUGINS_ALLOW"
 
 hookimpl = pluggy.HookimplMarker("frugalnas")
+#: The prefix of every hook name; a plugin's function with this prefix is taken as a hook.
+HOOK_PREFIX = "frugalnas_"
+
+
+class HookManager(pluggy.PluginManager):
+    """pluggy's plugin manager for frugalnas's hooks: as pytest does for ``pytest_*``, a
+    plugin's function (or method) named ``frugalnas_*`` implements the hook of that name
+    even without ``@frugalnas.hookimpl``, so a forgotten marker registers the hook instead
+    of silently nothing, and a misspelt name is refused as an unknown hook."""
+
+    def __init__(self) -> None:
+        super().__init__("frugalnas")
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is not None or not name.startswith(HOOK_PREFIX):
+            return opts
+        found = inspect.getattr_static(plugin, name, None)
+        if isinstance(found, (staticmethod, classmethod, types.MethodType)) \
+                or inspect.isfunction(found):
+            return {}  # an unmarked implementation: pluggy's defaults for every option
+        return None
 
 
 KINDS: dict[str, str] = {
@@ -87,7 +115,7 @@ class PluginHost:
         #: The plugins asked for by name, to build the same host in another process (a
         #: virtual-node worker); plugins given as objects cannot travel and are left out.
         self.named_plugins: list[str] = list(add)
-        self.pm = pluggy.PluginManager("frugalnas")
+        self.pm = HookManager()
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self._registries: dict[str, Registry] = {}
@@ -154,9 +182,11 @@ class PluginHost:
                    if caller.spec is None]
         if unknown:
             self.pm.unregister(obj)
-            valid = sorted(n for n in dir(hookspecs) if n.startswith("frugalnas_"))
+            valid = sorted(n for n in dir(hookspecs) if n.startswith(HOOK_PREFIX))
+            near = [f"{n} (did you mean {close[0]}?)" if (close := difflib.get_close_matches(
+                n, valid, n=1)) else n for n in unknown]
             raise PluginError(
-                f"plugin {name!r} implements unknown hook(s) {', '.join(unknown)}; "
+                f"plugin {name!r} implements unknown hook(s) {', '.join(near)}; "
                 f"valid hooks: {', '.join(valid)}")
         self.infos[name] = info
         self._registries.clear()
