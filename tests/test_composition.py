@@ -230,6 +230,15 @@ def test_core_imports_no_feature_package():
         "from __future__ import annotations", "")
 
 
+def test_tracking_and_export_do_not_import_each_other():
+    """export hands networks to frugalnas_model_exported; the MLflow plugin implements it and
+    renders the leaderboard from frugalnas.leaderboard: neither package imports the other."""
+    pairs = (("tracking", "frugalnas.export"), ("export", "frugalnas.tracking"))
+    bad = {f"{p.relative_to(PACKAGE)}: {m}" for unit, other in pairs
+           for p in (PACKAGE / unit).rglob("*.py") for m in _imports(p) if m.startswith(other)}
+    assert not bad, bad
+
+
 def test_no_component_reaches_for_the_default_host():
     users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
              if "get_host(" in p.read_text()} - {"core/plugins.py", "core/study.py",

@@ -310,6 +310,45 @@ def test_top_k_exports_each_into_its_folder(tmp_path):
     assert single.trial == ranked[0] and (tmp_path / "one" / "report.json").is_file()
 
 
+class ModelLogger:
+    """A plugin that logs exported networks (as the mlflow plugin does) and links trials."""
+
+    __name__ = "model-logger"
+
+    def __init__(self):
+        self.exported = []
+
+    @frugalnas.hookimpl
+    def frugalnas_model_exported(self, study, exported):
+        self.exported.append(exported)
+        return {"trial": exported.trial, "registered": exported.register}
+
+    @frugalnas.hookimpl
+    def frugalnas_trial_links(self, study, base_url):
+        return {t.number: f"{base_url}/t{t.number}" for t in study.completed_trials()}
+
+
+def test_exported_networks_go_to_the_plugins_that_log_models(tmp_path):
+    from frugalnas.export.exporter import trial_links
+
+    logger = ModelLogger()
+    study = table_study(n=2, plugins=[logger])
+    result = frugalnas.export_study(study, tmp_path, epochs=1, formats=(), latency=False,
+                                    train_options={"max_steps": 2}, register="tiny",
+                                    progress=False)
+    (exported,) = logger.exported
+    assert exported.trial == result.trial and exported.architecture == str(result.architecture)
+    assert exported.register == "tiny" and exported.tracking_uri is None
+    assert exported.metrics["test_accuracy"] == result.test_accuracy
+    assert [p.name for p in exported.files] == ["report.json"] and exported.model is result.model
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["model-logger"] == {"trial": result.trial, "registered": "tiny"}
+    assert report["mlflow"] is None and result.model_uri is None  # the mlflow plugin is off
+    assert trial_links(study, "http://ui") == {t.number: f"http://ui/t{t.number}"
+                                               for t in study.completed_trials()}
+    assert trial_links(table_study(n=1), "http://ui") is None  # nobody links trials
+
+
 # -- search never reads the test split ---------------------------------------------------------
 class PoisonedTestSplit:
     """A dataset plugin: digits whose test split is NaN images with impossible labels (or

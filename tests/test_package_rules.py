@@ -52,7 +52,7 @@ KNOWN_PROBES = {
     ("core/study.py", "report"): "a trial that takes intermediate values",
     ("core/study.py", "prune_vector"): "a pruner for objective vectors",
     ("core/worker.py", "optuna_study"): "a frugalnas Study or an optuna study",
-    ("export/leaderboard.py", "dataset"): "the study's configuration",
+    ("leaderboard.py", "dataset"): "the study's configuration",
     ("core/study.py", "check_options"): "a dataset factory's optional check of its options",
     ("core/runner.py", "set_constraint"): "optuna < 5 trials have no set_constraint",
     ("multiobjective/constraints.py", "set_constraint"): "optuna < 5 trials have no "

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from frugalnas.core.architecture import Architecture
     from frugalnas.core.config import StudyConfig
+    from frugalnas.core.exported import ExportedNetwork
     from frugalnas.core.plugins import PluginHost
     from frugalnas.core.study import Study
     from frugalnas.core.trial_report import TrialReport
@@ -148,6 +149,23 @@ def frugalnas_study_metrics(study: Study, metrics: dict[str, float], step: int) 
 @hookspec
 def frugalnas_study_finished(study: Study) -> None:
     """Called when ``Study.optimize`` returns (also after an interrupt or error)."""
+
+
+@hookspec
+def frugalnas_model_exported(study: Study, exported: ExportedNetwork) -> dict[str, Any] | None:
+    """Called by ``frugalnas export`` (``export_study``) for each network it trained and wrote
+    (:class:`~frugalnas.core.exported.ExportedNetwork`), before its ``report.json`` is
+    final: log it, register it under ``exported.register``. Return a JSON-able record of
+    what was done (the MLflow plugin: the model URI, its run, the registered version) or
+    ``None``; ``report.json`` keeps it under the plugin's name. The exporter logs models
+    (by default) only when some plugin implements this hook."""
+
+
+@hookspec
+def frugalnas_trial_links(study: Study, base_url: str) -> dict[int, str] | None:
+    """Return ``{trial number: URL}`` of each trial's record in this plugin's user interface
+    at ``base_url`` (the MLflow plugin: each trial's run in the MLflow UI), or ``None``;
+    ``frugalnas report --html FILE --mlflow-url URL`` links the leaderboard's rows to them."""
 
 
 @hookspec

@@ -327,6 +327,20 @@ class PluginHost:
             except Exception as exc:
                 on_error(impl.plugin_name, exc)
 
+    def answers(self, hook: str, **kwargs: Any) -> dict[str, Any]:
+        """Call each implementation of the hook named ``hook`` in pluggy's order and return
+        the answers that are not ``None`` by plugin name (an exception propagates)."""
+        out: dict[str, Any] = {}
+        for impl in reversed(getattr(self.hook, hook).get_hookimpls()):
+            answer = impl.function(*[kwargs[name] for name in impl.argnames])
+            if answer is not None:
+                out[impl.plugin_name] = answer
+        return out
+
+    def implements(self, hook: str) -> bool:
+        """Whether any loaded plugin implements the hook named ``hook``."""
+        return bool(getattr(self.hook, hook).get_hookimpls())
+
     def spec(self) -> dict[str, Any]:
         """What rebuilds this host elsewhere: ``PluginHost(**host.spec())``."""
         return {"plugins": list(self.named_plugins), "disable_plugins": sorted(self.blocked),

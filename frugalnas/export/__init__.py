@@ -7,7 +7,12 @@
   the study's MLflow tracking on it logs the network as an MLflow model linked to the trial's
   run, and registers it on request.
 - :func:`leaderboard_rows`, :func:`leaderboard_html`, :func:`leaderboard_table` (command
-  ``frugalnas report``): the completed trials ranked, for the terminal or an HTML file.
+  ``frugalnas report``, from :mod:`frugalnas.leaderboard`): the completed trials ranked, for
+  the terminal or an HTML file.
+
+The plugin imports no tracking: a plugin that logs models implements
+``frugalnas_model_exported`` (the ``mlflow`` plugin does), and one that links trials to its
+user interface ``frugalnas_trial_links``.
 
 See docs/deployment.md.
 """
@@ -20,8 +25,8 @@ from typing import Any
 from frugalnas.core.plugins import hookimpl
 from frugalnas.export.exporter import DEFAULT_EPOCHS, ExportedModel, export_study
 from frugalnas.export.formats import FORMATS, ExportError
-from frugalnas.export.leaderboard import (leaderboard_html, leaderboard_rows, leaderboard_table,
-                                          pareto_fronts)
+from frugalnas.leaderboard import (leaderboard_html, leaderboard_rows, leaderboard_table,
+                                   pareto_fronts)
 from frugalnas.export.select import select_trials
 
 __all__ = ["DEFAULT_EPOCHS", "FORMATS", "ExportError", "ExportedModel", "export_study",

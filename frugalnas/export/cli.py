@@ -10,7 +10,7 @@ from typing import Any
 
 from frugalnas.core.errors import ConfigError
 from frugalnas.export.formats import FORMATS, ExportError
-from frugalnas.export.leaderboard import fmt_number
+from frugalnas.leaderboard import fmt_number
 
 OVERRIDE_GROUPS = ("train", "backend", "dataset")
 
@@ -163,7 +163,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from frugalnas.export.leaderboard import leaderboard_html, leaderboard_rows, leaderboard_table
+    from frugalnas.export.exporter import trial_links
+    from frugalnas.leaderboard import leaderboard_html, leaderboard_rows, leaderboard_table
 
     study = open_study(args)
     if args.limit is not None and args.limit < 1:
@@ -180,12 +181,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.html:
         links = None
         if args.mlflow_url:
-            from frugalnas.export.mlflow_model import tracking_on, trial_run_links
-
-            if not tracking_on(study):
+            links = trial_links(study, args.mlflow_url)
+            if links is None:
                 raise ConfigError("--mlflow-url needs the study's MLflow tracking (the mlflow "
                                   "plugin is blocked)")
-            links = trial_run_links(study, args.mlflow_url)
         path = Path(args.html)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(leaderboard_html(rows, objectives, links,

@@ -30,6 +30,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import count_flops, count_params
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
+from frugalnas.core.exported import ExportedNetwork
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.core.training import TrainConfig, seed_everything, train
 from frugalnas.core.work_progress import progress_shown
@@ -188,14 +189,13 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
     as an MLflow model linked to the trial's run, and ``register=NAME`` registers it.
 
     Returns the :class:`ExportedModel` (a list of them with ``top`` > 1)."""
-    from frugalnas.export import mlflow_model
-
     chosen_formats = fmt.check_formats(formats)
     if tracking is None:
-        tracking = mlflow_model.tracking_on(study)
-    elif tracking and not mlflow_model.tracking_on(study):
+        tracking = logs_models(study)
+    elif tracking and not logs_models(study):
         raise ConfigError(f"tracking=True, but study {study.name!r} runs without the mlflow "
-                          "plugin (blocked with -p no:mlflow / --no-tracking)")
+                          "plugin (blocked with -p no:mlflow / --no-tracking) or another "
+                          "plugin that logs models (frugalnas_model_exported)")
     if register is not None:
         if not isinstance(register, str) or not register.strip():
             raise ConfigError(f"invalid registered model name {register!r}")
@@ -259,7 +259,7 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     from tqdm.auto import tqdm
 
     from frugalnas.core.study import TrialRecord
-    from frugalnas.export.leaderboard import fmt_number
+    from frugalnas.leaderboard import fmt_number
 
     started = time.perf_counter()
     space = study.space
@@ -403,10 +403,13 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
         if latency_info:
             metrics["export_latency_ms"] = latency_info["torch"]["median_ms"]
         t0 = time.perf_counter()
-        report["mlflow"] = mlflow_log(study, clean, frozen.number, str(arch), example, metrics,
-                                      {"study": study.name, "trial": frozen.number,
-                                       "space": space.name, "epochs": cfg.epochs,
-                                       "dataset": data_name}, extra, register, tracking_uri)
+        exported = ExportedNetwork(
+            trial=frozen.number, architecture=str(arch), model=clean, example=example,
+            metrics=metrics, params={"study": study.name, "trial": frozen.number,
+                                     "space": space.name, "epochs": cfg.epochs,
+                                     "dataset": data_name},
+            files=tuple(extra), register=register, tracking_uri=tracking_uri)
+        report.update(model_exported(study, exported))
         report["seconds"]["mlflow"] = time.perf_counter() - t0
     report["seconds"]["total"] = time.perf_counter() - started
     report["files"] = {k: {"file": str(p.relative_to(out)), "bytes": p.stat().st_size,
@@ -416,11 +419,26 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     return ExportedModel(frozen.number, rank, arch, out, clean, report, files)
 
 
-def mlflow_log(study: Any, model: nn.Module, number: int, architecture: str,
-               example: torch.Tensor, metrics: dict[str, float], params: dict[str, Any],
-               extra: list[Path], register: str | None, uri: str | None) -> dict[str, Any]:
-    from frugalnas.export import mlflow_model
+def logs_models(study: Any) -> bool:
+    """Whether a plugin of the study logs exported models (``frugalnas_model_exported``:
+    the ``mlflow`` plugin, unless it is blocked)."""
+    return study.host.implements("frugalnas_model_exported")
 
-    return mlflow_model.log_model(study, model=model, number=number, architecture=architecture,
-                                  example=example, metrics=metrics, params=params,
-                                  extra_files=extra, register=register, uri=uri)
+
+def model_exported(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
+    """Hand ``exported`` to every plugin that logs models; their records by plugin name
+    (``{"mlflow": {"model_uri": ...}}``), for ``report.json``. A plugin that fails fails the
+    export."""
+    return study.host.answers("frugalnas_model_exported", study=study, exported=exported)
+
+
+def trial_links(study: Any, base_url: str) -> dict[int, str] | None:
+    """Trial number -> URL of its record in a tracking plugin's UI at ``base_url``
+    (``frugalnas_trial_links``); ``None`` when no plugin of the study links trials."""
+    if not study.host.implements("frugalnas_trial_links"):
+        return None
+    links: dict[int, str] = {}
+    for answer in study.host.answers("frugalnas_trial_links", study=study,
+                                     base_url=base_url).values():
+        links.update(answer)
+    return links

@@ -11,7 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
-from frugalnas.export.leaderboard import fmt_number, leaderboard_rows
+from frugalnas.leaderboard import fmt_number, leaderboard_rows
 
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,
              "==": operator.eq}

@@ -32,7 +32,9 @@ Options (``plugin_options={"mlflow": {...}}``, ``-o mlflow.KEY=VALUE``): ``track
 leaderboard links to, default ``http://127.0.0.1:5000``, where ``frugalnas ui`` serves);
 ``units`` (``{objective or metric: unit}`` for plot axes, beyond the units frugalnas knows).
 The plugin also adds the ``--tracking-uri``/``--no-tracking`` flags to ``run`` and
-``worker``, and the ``frugalnas ui`` command.
+``worker``, and the ``frugalnas ui`` command; it logs the networks ``frugalnas export`` trains
+as MLflow models (``frugalnas_model_exported``, :mod:`frugalnas.tracking.mlflow.models`) and
+links ``frugalnas report``'s leaderboard to the trial runs (``frugalnas_trial_links``).
 """
 
 from __future__ import annotations
@@ -159,6 +161,24 @@ def artifact_root(uri: str) -> str | None:
     return None
 
 
+def ensure_experiment(client: Any, name: str, uri: str) -> str:
+    """The id of study ``name``'s experiment, created (or restored from deletion) when
+    needed: the one place the plugin makes a study's experiment, for its runs and for the
+    models ``frugalnas export`` logs."""
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            client.restore_experiment(exp.experiment_id)
+        return exp.experiment_id
+    try:
+        return client.create_experiment(
+            name, artifact_location=artifact_root(uri),
+            # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
+            tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
+    except Exception:  # created meanwhile by a process on another storage
+        return client.get_experiment_by_name(name).experiment_id
+
+
 class _Writer:
     """Runs MLflow calls in order on a daemon thread; errors are kept, not raised."""
 
@@ -265,19 +285,7 @@ class StudyTracker:
     # -- runs on the writer thread -------------------------------------------------------
     def _open(self) -> None:
         name = self.study.name
-        exp = self.client.get_experiment_by_name(name)
-        if exp is None:
-            try:
-                self.experiment_id = self.client.create_experiment(
-                    name, artifact_location=artifact_root(self.uri),
-                    # open on the runs view (MLflow 3 otherwise guesses a GenAI experiment)
-                    tags={TAG_STUDY: name, "mlflow.experimentKind": "custom_model_development"})
-            except Exception:  # created meanwhile by a process on another storage
-                self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
-        else:
-            self.experiment_id = exp.experiment_id
-            if exp.lifecycle_stage == "deleted":
-                self.client.restore_experiment(exp.experiment_id)
+        self.experiment_id = ensure_experiment(self.client, name, self.uri)
         ostudy = self.study.optuna_study
         self.uid = ostudy.user_attrs.get(UID_ATTR) or ""
         if not self.uid:  # the first tracked session of this study (we hold the lock)
@@ -413,7 +421,7 @@ class StudyTracker:
 
         from mlflow.entities import Metric, RunTag
 
-        from frugalnas.export.leaderboard import leaderboard_html, leaderboard_rows, recorded_sizes
+        from frugalnas.leaderboard import leaderboard_html, leaderboard_rows, recorded_sizes
 
         self.review_at = time.monotonic()
         ostudy = self.study.optuna_study
@@ -683,6 +691,22 @@ def frugalnas_results_location(study: Any) -> str | None:
     flag = "" if uri == DEFAULT_TRACKING_URI else f" --tracking-uri {masked(uri)}"
     return (f"MLflow experiment {study.name!r} in {masked(uri)}, one run per trial; review it "
             f"with: frugalnas ui{flag} --study-name {study.name}")
+
+
+@hookimpl
+def frugalnas_model_exported(study: Any, exported: Any) -> dict[str, Any]:
+    """An exported network becomes an MLflow model in the study's experiment, linked to its
+    trial's run (and registered under ``exported.register``)."""
+    from frugalnas.tracking.mlflow.models import log_model
+
+    return log_model(study, exported)
+
+
+@hookimpl
+def frugalnas_trial_links(study: Any, base_url: str) -> dict[int, str]:
+    from frugalnas.tracking.mlflow.models import trial_run_links
+
+    return trial_run_links(study, base_url)
 
 
 @hookimpl

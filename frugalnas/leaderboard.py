@@ -5,7 +5,9 @@ evaluation cost.
 :func:`leaderboard_rows` builds the rows from a study (nothing else is read: the optuna
 storage holds everything); :func:`leaderboard_html` renders them as a self-contained HTML page
 (optionally linking each trial to its MLflow run) and :func:`leaderboard_table` as a ``rich``
-table for the terminal (``frugalnas report``).
+table for the terminal (``frugalnas report``). The module belongs to neither plugin that uses
+it: the ``export`` plugin (``frugalnas report``) and the ``mlflow`` plugin (the leaderboard on
+a study's parent run) both import it, and neither imports the other.
 
 Order: with one objective, best value first (ties by trial number); with several, by Pareto
 front (non-dominated sorting: ``front`` 1 is the Pareto front), then by the first objective.

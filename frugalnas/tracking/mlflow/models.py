@@ -1,7 +1,9 @@
 """Logging an exported network to MLflow: an MLflow 3 ``LoggedModel`` (``mlflow.pytorch``
 flavour, with signature and input example) in the study's experiment, linked to the trial's
 run (found by its tags), with the test accuracy as a model metric; optionally a version in
-the model registry. Used only when the study's tracking is on (the ``mlflow`` plugin)."""
+the model registry. The ``mlflow`` plugin does it in its ``frugalnas_model_exported`` hook
+(``frugalnas export`` calls the hook and knows nothing of MLflow), and answers
+``frugalnas_trial_links`` (``frugalnas report --mlflow-url``) with :func:`trial_run_links`."""
 
 from __future__ import annotations
 
@@ -11,22 +13,20 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-
-def tracking_on(study: Any) -> bool:
-    """Whether the study logs to MLflow: its host has the ``mlflow`` plugin."""
-    return study.host.has_plugin("mlflow")
+from frugalnas.core.exported import ExportedNetwork
+from frugalnas.core.version import __version__
+from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
+from frugalnas.tracking.mlflow.tracker import (UID_ATTR, ensure_experiment,
+                                               prepare_tracking_store, tracking_uri_of)
 
 
 def tracking_uri(study: Any) -> str:
-    from frugalnas.tracking.mlflow.tracker import tracking_uri_of
-
+    """The tracking URI of the study (its ``mlflow`` plugin options, else the default)."""
     return tracking_uri_of(study.config)
 
 
@@ -56,29 +56,9 @@ def _global_uri(uri: str) -> Iterator[None]:
             lg.setLevel(level)
 
 
-def _experiment(client: Any, study: Any, uri: str) -> str:
-    from frugalnas.tracking.mlflow.reconcile import TAG_STUDY
-    from frugalnas.tracking.mlflow.tracker import artifact_root
-
-    exp = client.get_experiment_by_name(study.name)
-    if exp is not None:
-        if exp.lifecycle_stage == "deleted":
-            client.restore_experiment(exp.experiment_id)
-        return exp.experiment_id
-    try:
-        return client.create_experiment(study.name, artifact_location=artifact_root(uri),
-                                         tags={TAG_STUDY: study.name,
-                                               "mlflow.experimentKind": "custom_model_development"})
-    except Exception:  # created meanwhile
-        return client.get_experiment_by_name(study.name).experiment_id
-
-
 def trial_run(client: Any, study: Any, experiment_id: str, number: int) -> Any | None:
     """The MLflow run of trial ``number`` (tags ``frugalnas.study_id``, ``frugalnas.role`` and
     ``frugalnas.trial_number``), or ``None``."""
-    from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
-    from frugalnas.tracking.mlflow.tracker import UID_ATTR
-
     uid = study.optuna_study.user_attrs.get(UID_ATTR)
     flt = f"tags.`{TAG_ROLE}` = 'trial' and tags.`{TAG_TRIAL}` = '{int(number)}'"
     flt += f" and tags.`{TAG_STUDY_ID}` = '{uid}'" if uid else \
@@ -90,11 +70,8 @@ def trial_run(client: Any, study: Any, experiment_id: str, number: int) -> Any |
 
 def trial_run_links(study: Any, base_url: str) -> dict[int, str]:
     """Trial number -> URL of its run in the MLflow UI at ``base_url`` (for
-    :func:`~frugalnas.export.leaderboard.leaderboard_html`)."""
+    :func:`~frugalnas.leaderboard.leaderboard_html`)."""
     from mlflow import MlflowClient
-
-    from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY_ID, TAG_TRIAL
-    from frugalnas.tracking.mlflow.tracker import UID_ATTR
 
     client = MlflowClient(tracking_uri=tracking_uri(study))
     exp = client.get_experiment_by_name(study.name)
@@ -118,33 +95,27 @@ def trial_run_links(study: Any, base_url: str) -> dict[int, str]:
             return links
 
 
-def log_model(study: Any, *, model: nn.Module, number: int, architecture: str,
-              example: torch.Tensor, metrics: dict[str, float], params: dict[str, Any],
-              extra_files: list[Path], register: str | None = None,
-              uri: str | None = None) -> dict[str, Any]:
-    """Log ``model`` as an MLflow model; returns ``{tracking_uri, experiment_id, run_id,
-    model_id, model_uri, registered_model, registered_version}``."""
+def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
+    """Log the exported network as an MLflow model; returns ``{tracking_uri, experiment_id,
+    run_id, model_id, model_uri, registered_model, registered_version}``."""
     import mlflow
     import mlflow.pytorch
     from mlflow import MlflowClient
     from mlflow.entities import Metric
     from mlflow.models import infer_signature
 
-    from frugalnas.core.version import __version__
-    from frugalnas.tracking.mlflow.reconcile import TAG_STUDY, TAG_TRIAL
-    from frugalnas.tracking.mlflow.tracker import prepare_tracking_store
-
-    uri = uri or tracking_uri(study)
+    number, register = exported.trial, exported.register
+    uri = exported.tracking_uri or tracking_uri(study)
     prepare_tracking_store(uri)
     client = MlflowClient(tracking_uri=uri)
-    experiment_id = _experiment(client, study, uri)
+    experiment_id = ensure_experiment(client, study.name, uri)
     run = trial_run(client, study, experiment_id, number)
     run_id = run.info.run_id if run is not None else None
     if run is None:
         print(f"frugalnas: warning: trial {number} of study {study.name!r} has no MLflow run "
               f"in {uri}; the model is logged to experiment {study.name!r} without a link to "
               "it", file=sys.stderr)
-    model = model.eval()
+    model, example = exported.model.eval(), exported.example
     with torch.no_grad():
         output = model(example).numpy()
     x = example.numpy().astype(np.float32)
@@ -152,7 +123,8 @@ def log_model(study: Any, *, model: nn.Module, number: int, architecture: str,
     logged = client.create_logged_model(
         experiment_id=experiment_id, name=f"trial-{number}", source_run_id=run_id,
         tags={TAG_STUDY: study.name, TAG_TRIAL: str(number), "frugalnas.role": "export"},
-        params={k: str(v)[:6000] for k, v in {**params, "architecture": architecture}.items()},
+        params={k: str(v)[:6000] for k, v in {**exported.params,
+                                              "architecture": exported.architecture}.items()},
         model_type="frugalnas-export")
     requirements = [f"torch=={torch.__version__.split('+')[0]}",
                     f"frugalnas=={__version__}", f"numpy=={np.__version__}"]
@@ -160,12 +132,12 @@ def log_model(study: Any, *, model: nn.Module, number: int, architecture: str,
         info = mlflow.pytorch.log_model(
             model, name=f"trial-{number}", model_id=logged.model_id, run_id=run_id,
             signature=signature, input_example=x, pip_requirements=requirements,
-            extra_files=[str(p) for p in extra_files], registered_model_name=register,
+            extra_files=[str(p) for p in exported.files], registered_model_name=register,
             await_registration_for=60 if register else 0)
     if run_id is not None:
         now = int(time.time() * 1000)
         client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0, model_id=logged.model_id)
-                                          for k, v in metrics.items()])
+                                          for k, v in exported.metrics.items()])
     current = client.get_logged_model(logged.model_id)
     if str(getattr(current.status, "name", current.status)).upper().endswith("PENDING"):
         client.finalize_logged_model(logged.model_id, "READY")
