@@ -1,22 +1,38 @@
-"""Built-in plugin: a progress bar over a study's trials (block it with ``-p no:progress``)."""
+"""Built-in plugin "progress": a progress bar over a study's trials (block it with
+``-p no:progress``).
+
+Its one option, ``show`` (``true``/``false``), comes from the study's ``session_options``
+(``frugalnas run`` and ``frugalnas worker`` set ``show = not -q`` there through
+``frugalnas_run_settings``; not stored with the study) or from its ``plugin_options``
+(``-o progress.show=false``, ``[plugin_options.progress]``; stored with it); the session's
+wins. Without it the bar shows when stderr is a terminal. The environment variable
+``FRUGALNAS_PROGRESS`` is the user's override (``1`` always, ``0`` never), except that
+``show = false`` (``-q``) always wins. While the study runs, the same setting decides the bars
+of work outside trials, such as a strategy's warm start (:mod:`frugalnas.core.work_progress`).
+"""
 
 from __future__ import annotations
 
+import argparse
 import math
-import os
 import sys
 from typing import Any
 
 from optuna.trial import TrialState
 
+from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import hookimpl
 from frugalnas.core.trial_report import TrialReport
+from frugalnas.core.work_progress import end_session_progress, progress_shown, session_progress
 
 PLUGIN = "progress"
+OPTIONS = ("show",)
 
 
-def _enabled() -> bool:
-    return os.environ.get("FRUGALNAS_PROGRESS", "auto") != "0"
+def show_option(config: Any) -> bool | None:
+    """The ``show`` option of a study's config: its session's, else its plugin option's."""
+    return {**config.plugin_options.get(PLUGIN, {}),
+            **config.session_options.get(PLUGIN, {})}.get("show")
 
 
 class _Bar:
@@ -34,9 +50,7 @@ class _Bar:
             except (ValueError, RuntimeError):  # nothing (feasible) completed yet
                 self.best = None
         self.tqdm = tqdm(total=study.planned_trials, desc=f"study {study.name}", unit="trial",
-                         file=sys.stderr, dynamic_ncols=True,
-                         disable=os.environ.get("FRUGALNAS_PROGRESS") != "1"
-                         and not sys.stderr.isatty())
+                         file=sys.stderr, dynamic_ncols=True)
 
     def finished(self, report: TrialReport) -> None:
         # The hook runs before optuna records the trial, so the best is kept here.
@@ -52,20 +66,56 @@ class _Bar:
 
 
 @hookimpl
+def frugalnas_check_config(config: Any, host: Any) -> None:
+    for group in ("plugin_options", "session_options"):
+        options = getattr(config, group).get(PLUGIN, {})
+        for key, value in options.items():
+            if key not in OPTIONS:
+                raise ConfigError(f"unknown option {key!r} for plugin {PLUGIN!r}; valid "
+                                  f"options: {', '.join(OPTIONS)}")
+            if not isinstance(value, bool):
+                raise ConfigError(f"invalid progress show {value!r}; expected true or false")
+
+
+@hookimpl
+def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -> None:
+    if hasattr(args, "quiet"):
+        settings.setdefault("session_options", {}).setdefault(PLUGIN, {})["show"] = \
+            not args.quiet
+
+
+class _Session:
+    """The plugin's state for one study session, in ``study.plugin_state``: the setting of the
+    bars of work outside trials while it runs, and the trials' bar when it is shown."""
+
+    def __init__(self, study: Any):
+        self.token = session_progress(show_option(study.config))
+        self.bar = _Bar(study) if progress_shown() else None
+
+    def finished(self, report: TrialReport) -> None:
+        if self.bar is not None:
+            self.bar.finished(report)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.tqdm.close()
+        end_session_progress(self.token)
+
+
+@hookimpl
 def frugalnas_study_started(study: Any) -> None:
-    if _enabled():
-        study.plugin_state[PLUGIN] = _Bar(study)
+    study.plugin_state[PLUGIN] = _Session(study)
 
 
 @hookimpl
 def frugalnas_trial_finished(study: Any, report: TrialReport) -> None:
-    bar = study.plugin_state.get(PLUGIN)
-    if bar is not None:
-        bar.finished(report)
+    session = study.plugin_state.get(PLUGIN)
+    if session is not None:
+        session.finished(report)
 
 
 @hookimpl
 def frugalnas_study_finished(study: Any) -> None:
-    bar = study.plugin_state.pop(PLUGIN, None)
-    if bar is not None:
-        bar.tqdm.close()
+    session = study.plugin_state.pop(PLUGIN, None)
+    if session is not None:
+        session.close()

@@ -201,10 +201,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     import optuna
 
     _optuna_logging()
-    if not args.quiet:
-        os.environ.setdefault("FRUGALNAS_PROGRESS", "1")
-    else:
-        os.environ["FRUGALNAS_PROGRESS"] = "0"
     cfg = asdict(config)
     try:
         study = create_study(storage=run.get("storage"), study_name=run.get("study_name"),
@@ -319,7 +315,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from frugalnas.core.worker import check_worker_settings, run_worker
 
     _optuna_logging()
-    os.environ["FRUGALNAS_PROGRESS"] = "0" if args.quiet else os.environ.get("FRUGALNAS_PROGRESS", "1")
     config, run = resolve_run(args, args.host)
     storage = run.get("storage")
     if not storage or not isinstance(storage, str):

@@ -38,6 +38,10 @@ class StudyConfig:
     #: Options for plugins by plugin name (e.g. ``{"mlflow": {"tracking_uri": ...}}``); each
     #: plugin checks its own in ``frugalnas_check_config`` before the first trial.
     plugin_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Options for plugins by plugin name, like ``plugin_options``, that set one session
+    #: only (the process that runs the study now: a progress bar shown or not, from ``-q``):
+    #: they are not stored with the study and not compared when it is reopened.
+    session_options: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
     #: Upper bounds by metric name (``{"latency_ms_pixel3": 10.0}``): a trial is feasible when
     #: every named metric is at or under its bound. Names are checked against the
     #: estimator's metrics before the first trial.
@@ -81,10 +85,11 @@ class StudyConfig:
                      "backend_options", "dataset_options"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"invalid {name} {getattr(self, name)!r}; expected a table/dict")
-        if not isinstance(self.plugin_options, dict) or not all(
-                isinstance(v, dict) for v in self.plugin_options.values()):
-            raise ConfigError(f"invalid plugin_options {self.plugin_options!r}; expected "
-                              "{plugin name: {option: value}}")
+        for name in ("plugin_options", "session_options"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+                raise ConfigError(f"invalid {name} {value!r}; expected "
+                                  "{plugin name: {option: value}}")
 
         check_constraints(self.constraints)
         if self.pruner is not None and (not isinstance(self.pruner, str) or not self.pruner):
@@ -103,7 +108,10 @@ class StudyConfig:
         return cls(**data)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        """The stored form: every field but ``session_options``."""
+        data = asdict(self)
+        data.pop("session_options")
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "StudyConfig":
@@ -112,7 +120,8 @@ class StudyConfig:
     def differences(self, other: "StudyConfig") -> list[str]:
         """The fields in which ``other`` differs, as ``field: ours -> theirs`` lines."""
         mine, theirs = asdict(self), asdict(other)
-        return [f"{k}: {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+        return [f"{k}: {mine[k]!r} -> {theirs[k]!r}" for k in mine
+                if mine[k] != theirs[k] and k != "session_options"]
 
 
 def check_constraints(constraints: Any) -> None:
