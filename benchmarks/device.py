@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import copy
 import datetime
-import importlib
 import importlib.util
 import inspect
 import json
