@@ -23,6 +23,9 @@ class Architecture:
 
     space_name: ClassVar[str | None] = None
     __slots__ = ("space", "_decisions", "_hash")
+    space: str
+    _decisions: tuple[tuple[str, Value], ...]
+    _hash: str | None
 
     def __init_subclass__(cls, space: str | None = None, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -76,9 +79,11 @@ class Architecture:
     @property
     def key(self) -> str:
         """A stable hex digest (same across processes and Python versions)."""
-        if self._hash is None:
-            object.__setattr__(self, "_hash", hashlib.sha1(self.to_json().encode()).hexdigest()[:16])
-        return self._hash
+        digest = self._hash
+        if digest is None:
+            digest = hashlib.sha1(self.to_json().encode()).hexdigest()[:16]
+            object.__setattr__(self, "_hash", digest)
+        return digest
 
     # -- text form -----------------------------------------------------------------------
     def _format_body(self) -> str:

@@ -35,7 +35,8 @@ class Backend(ABC):
         inner backend's ``forward_backward`` per micro-batch."""
         loss = loss_fn(model(inputs.to(self.device, non_blocking=True)),
                        targets.to(self.device, non_blocking=True))
-        (loss * loss_scale).backward() if loss_scale != 1.0 else loss.backward()
+        scaled = loss * loss_scale if loss_scale != 1.0 else loss
+        scaled.backward()  # type: ignore[no-untyped-call]
         return float(loss.detach())
 
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,

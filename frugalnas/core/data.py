@@ -101,12 +101,10 @@ class Dataset:
         """Images bilinearly resized to ``size x size``."""
         if self.input_shape[1:] == (size, size):
             return self
-        def rs(t: torch.Tensor | None) -> torch.Tensor | None:
-            if t is None:
-                return None
+        def rs(t: torch.Tensor) -> torch.Tensor:
             return F.interpolate(t, size=(size, size), mode="bilinear", align_corners=False)
         return replace(self, train_x=rs(self.train_x), valid_x=rs(self.valid_x),
-                       test_x=rs(self.test_x))
+                       test_x=None if self.test_x is None else rs(self.test_x))
 
 
 def check_fractions(valid_fraction: object, test_fraction: object = 0.0, what: str = "") -> None:
@@ -162,7 +160,7 @@ def split_arrays(name: str, x: torch.Tensor, y: torch.Tensor, num_classes: int,
     elif n_test:
         test_x, test_y = x[test_idx].contiguous(), y[test_idx].contiguous()
     else:
-        test_x = test_y = None
+        test_x, test_y = None, None
     return Dataset(name, x[train_idx].contiguous(), y[train_idx].contiguous(),
                    x[valid_idx].contiguous(), y[valid_idx].contiguous(), num_classes,
                    test_x, test_y, **stats)

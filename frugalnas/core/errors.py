@@ -31,7 +31,7 @@ class UnknownComponentError(ConfigError, KeyError):
         super().__init__(message)
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 def _blocked(plugins: list[str]) -> str:

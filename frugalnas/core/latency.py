@@ -98,6 +98,6 @@ def check_latency_options(latency: bool, batch_size: int, min_run_time: float) -
     if not isinstance(latency, bool):
         raise ConfigError(f"invalid latency {latency!r}; expected true or false")
     check_range("latency_batch_size", batch_size, 1)
-    if isinstance(batch_size, float) and not batch_size.is_integer():
+    if isinstance(batch_size, float) and not float(batch_size).is_integer():
         raise ConfigError(f"invalid latency_batch_size {batch_size!r}; expected an integer")
     check_range("latency_min_run_time", min_run_time, 0)
