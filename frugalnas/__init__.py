@@ -11,9 +11,8 @@ from frugalnas.core.estimator import EstimateResult, Estimator, EvaluationContex
 from frugalnas.core.plugins import PluginHost, create_component, get_host, hookimpl, list_components
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.study import Candidate, Study, TrialRecord, create_study, load_study
+from frugalnas.core.version import __version__
 from frugalnas.export import export_study
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Architecture", "ArchitectureParseError", "Backend", "Candidate", "ConfigError", "Cost",

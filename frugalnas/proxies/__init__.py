@@ -24,7 +24,7 @@ __all__ = ["Proxy", "ProxyCheckError", "ProxyEstimator", "proxy_batch"]
 
 PROXIES = (Synflow, Snip, Grasp, GradNorm, Fisher, Plain, JacobCov, Naswot, Zen, Params, Flops,
            L2Norm,
-           # issue 17: proxies of 2021-2024 (ZiCo, MeCo, SWAP, AZ-NAS, TE-NAS, EPE-NAS)
+           # proxies of 2021-2024 (ZiCo, MeCo, SWAP, AZ-NAS, TE-NAS, EPE-NAS)
            ZiCo, MeCo, Swap, SwapReg, AZExpressivity, AZProgressivity, AZTrainability,
            NTKCondition, LinearRegions, EpeNas)
 

@@ -31,7 +31,7 @@ from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 #: The members :func:`select_members` picks (log-rank, CIFAR-10 test accuracy) on the
-#: development half of the 1,000-cell NB201 measurement (docs/benchmarks.md, issue 17):
+#: development half of the 1,000-cell NB201 measurement (docs/benchmarks.md):
 #: meco and swap rank well alone; synflow and the NTK condition number, weaker alone, add
 #: what the first two miss. On the other 500 cells: Spearman 0.947, Kendall tau 0.807
 #: (CIFAR-10 test accuracy; 0.934 / 0.781 on CIFAR-100, 0.903 / 0.753 on ImageNet16-120).
