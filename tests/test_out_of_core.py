@@ -180,12 +180,14 @@ def test_real_model_gets_a_mix_where_swap_and_recompute_costs_differ():
 @pytest.mark.slow
 def test_virtual_nodes_over_out_of_core_match_virtual_nodes_in_core():
     from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
+    from frugalnas.core.plugins import PluginHost
 
     model = nb201()
     x, y = batch(8)
     grads = []
     for inner, opts in (("single-device", {}), ("out-of-core", {"budget_fraction": 0.5, "profile_repeats": 0})):
-        backend = VirtualNodeBackend(virtual_nodes=2, inner=inner, inner_options=opts, device="cpu")
+        backend = VirtualNodeBackend(virtual_nodes=2, inner=inner, inner_options=opts, device="cpu",
+                                     host=PluginHost())
         m = backend.prepare(copy.deepcopy(model))
         opt = torch.optim.SGD(m.parameters(), lr=0.0)
         backend.train_step(m, opt, LOSS, x, y, step=0)
