@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, NoReturn
 
@@ -426,8 +427,10 @@ def main(argv: list[str] | None = None) -> int:
         return _error(exc)
     args = parser.parse_args(argv)
     args.host = host
+    # Each command's function (ours and those of frugalnas_commands) returns the exit status.
+    func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return args.func(args)
+        return func(args)
     except ConfigConflictError as exc:
         return _error(exc.for_cli())
     except FrugalnasError as exc:

@@ -113,7 +113,8 @@ def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -
 
 
 @hookspec
-def frugalnas_commands(subparsers: argparse._SubParsersAction, host: PluginHost) -> None:
+def frugalnas_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+                       host: PluginHost) -> None:
     """Add ``frugalnas`` subcommands: ``parser = subparsers.add_parser(NAME)``, then
     ``parser.set_defaults(func=f)`` where ``f(args) -> int`` is the exit status."""
 

@@ -11,6 +11,9 @@ import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial
 
+__all__ = ["SUPPORTED_OPTUNA", "BaseHeartbeat", "storage_of", "trial_id", "set_trial_system_attr",
+           "fresh_trials", "storage_url", "heartbeat_interval"]
+
 #: The optuna versions frugalnas is tested with (lower bound inclusive, upper exclusive).
 SUPPORTED_OPTUNA = ("4.0", "6.0")
 

@@ -244,7 +244,7 @@ class PluginHost:
         component (a third-party proxy's estimator is that plugin's, not the ``proxies``
         plugin's), so listing and checking a plugin's components include it."""
         if "_all_estimators" not in self._registries:
-            found = {}
+            found: dict[str, Component] = {}
             for impl in reversed(self.pm.hook.frugalnas_derived_estimators.get_hookimpls()):
                 info = self.infos.get(impl.plugin_name)
                 owner = (impl.plugin_name, info.distribution if info else None,

@@ -173,8 +173,9 @@ class TrialRunner:
              state: TrialState | None = None) -> FrozenTrial:
         """Finish a trial from :meth:`ask` with its values (or an :class:`EstimateResult`)."""
         study = self.study
-        result = values if isinstance(values, EstimateResult) else None
-        if result is not None:
+        result: EstimateResult | None = None
+        if isinstance(values, EstimateResult):
+            result = values
             self.record(candidate.trial, result)
             values = study.objective_values(result)
         if state is None:

@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -31,6 +31,12 @@ from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
 from frugalnas.core.trial_report import read_architecture
 from frugalnas.core.trial_context import StudyTrialContext
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: The directions optuna takes by name (StudyConfig checks each against them).
+Direction = Literal["minimize", "maximize"]
 
 
 class TrialRecord:
@@ -177,11 +183,12 @@ class Study:
         names = self.config.objectives
         values = [metrics.get(name) for name in names]
         if len(names) == 1:
-            if values[0] is None:
+            value = values[0]
+            if value is None:
                 return
-            trial.report(float(values[0]), step)
+            trial.report(float(value), step)
             if trial.should_prune():
-                raise optuna.TrialPruned(f"pruned at step {step} with value {values[0]:.4g}")
+                raise optuna.TrialPruned(f"pruned at step {step} with value {value:.4g}")
             return
         missing = [n for n, v in zip(names, values) if v is None]
         if missing:
@@ -192,7 +199,7 @@ class Study:
                       f"intermediate value of objective(s) {missing}; its trials are not "
                       "pruned", file=sys.stderr, flush=True)
             return
-        vector = [float(v) for v in values]
+        vector = [float(v) for v in values if v is not None]  # none is None (above)
         steps = self._intermediate.setdefault(trial.number, {})
         steps[str(step)] = vector
         trial.set_user_attr(INTERMEDIATE_ATTR, dict(steps))
@@ -232,7 +239,8 @@ class Study:
             # optuna deep-copies every finished trial for each callback list, so the stop
             # rule is only passed when a strategy of the chain can end the search.
             stop = runner.stop_rule()
-            all_callbacks = [stop] if stop.needed else []
+            all_callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] = \
+                [stop] if stop.needed else []
             all_callbacks += list(callbacks or [])
             self.optuna_study.optimize(runner.run, n_trials=n_trials, timeout=timeout,
                                        n_jobs=n_jobs, catch=tuple(catch),
@@ -322,9 +330,12 @@ class Study:
 
     @property
     def best_architecture(self) -> Architecture:
-        return self.best_trial.architecture
+        best = self.best_trial
+        if best.architecture is None:  # not reached: a COMPLETE trial's is read or raises
+            raise ConfigError(f"trial {best.number} has no readable architecture")
+        return best.architecture
 
-    def trials_dataframe(self, **kwargs: Any):
+    def trials_dataframe(self, **kwargs: Any) -> pd.DataFrame:
         """optuna's trials table plus an ``architecture`` column."""
         df = self.optuna_study.trials_dataframe(**kwargs)
         if "user_attrs_architecture" in df.columns:
@@ -344,17 +355,25 @@ def make_strategy(host: PluginHost, space: SearchSpace,
     if config.constraints and "constraints" in host.registry("strategies").get(
             config.strategy).options():
         extra["constraints"] = dict(config.constraints)
-    return host.create("strategies", config.strategy, space=space, seed=config.seed,
-                       **extra, **config.strategy_options)
+    # A strategy factory returns a sampler (the frugalnas_strategies contract); like optuna,
+    # the study does not check its class.
+    return cast(optuna.samplers.BaseSampler,
+                host.create("strategies", config.strategy, space=space, seed=config.seed,
+                            **extra, **config.strategy_options))
 
 
 def make_pruner(host: PluginHost, config: StudyConfig) -> optuna.pruners.BasePruner:
     """The study's pruner, created by name (``config.pruner``) with its options (and the
     study's ``directions`` for a factory that declares that parameter)."""
+    if config.pruner is None:
+        raise ConfigError("no pruner to make: the study's config has pruner=None")
     extra: dict[str, Any] = {}
     if "directions" in host.registry("pruners").get(config.pruner).options():
         extra["directions"] = list(config.directions)
-    return host.create("pruners", config.pruner, **extra, **config.pruner_options)
+    # A pruner factory returns a pruner (the frugalnas_pruners contract); like optuna, the
+    # study does not check its class (check_pruner checks prune_vector where it is needed).
+    return cast(optuna.pruners.BasePruner,
+                host.create("pruners", config.pruner, **extra, **config.pruner_options))
 
 
 def check_pruner(pruner: Any, n_objectives: int, name: str) -> None:
@@ -522,7 +541,8 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     with _storage_errors(storage):
         ostudy = optuna.create_study(storage=open_storage(storage), sampler=sampler,
                                      pruner=pruner_obj or optuna.pruners.NopPruner(),
-                                     study_name=study_name, directions=config.directions,
+                                     study_name=study_name,
+                                     directions=cast("list[Direction]", config.directions),
                                      load_if_exists=load_if_exists)
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
     if stored is None:

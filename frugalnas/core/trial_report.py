@@ -141,8 +141,12 @@ class TrialReport:
         cost = None
         if isinstance(recorded, dict):
             names = {f.name for f in fields(Cost)}
-            cost = Cost(**{k: v for k, v in recorded.items() if k in names
-                           and isinstance(v, (int, float)) and not isinstance(v, bool)})
+            # The numbers as recorded (JSON keeps an int an int). Cost's fields mix int and
+            # float, which one dict value type cannot match, hence Any for the keywords.
+            fields_found: dict[str, Any] = {
+                k: v for k, v in recorded.items()
+                if k in names and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            cost = Cost(**fields_found)
         if error is None and state == TrialState.FAIL:
             error = frozen.user_attrs.get(FAIL_REASON_ATTR) or None
         return cls(number=frozen.number, state=state, architecture=arch,

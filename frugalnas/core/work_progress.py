@@ -47,13 +47,13 @@ def progress_shown(progress: bool | None = None) -> bool:
     return True if session else sys.stderr.isatty()
 
 
-def session_progress(show: bool | None) -> contextvars.Token:
+def session_progress(show: bool | None) -> contextvars.Token[bool | None]:
     """Set the bars' setting of the study session that starts in this context (``None``:
     no setting); returns the token :func:`end_session_progress` takes when it ends."""
     return _SESSION.set(None if show is None else bool(show))
 
 
-def end_session_progress(token: contextvars.Token) -> None:
+def end_session_progress(token: contextvars.Token[bool | None]) -> None:
     """Restore the setting from before :func:`session_progress` returned ``token``."""
     try:
         _SESSION.reset(token)

@@ -32,7 +32,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.exceptions import ExperimentalWarning
@@ -44,6 +44,11 @@ from frugalnas.core.config import StudyConfig
 from frugalnas.core.errors import ConfigError, FrugalnasError, check_range
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
+
+if TYPE_CHECKING:
+    from frugalnas.core.plugins import PluginHost
+    from frugalnas.core.space import SearchSpace
+    from frugalnas.core.study import Study
 
 COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 #: Trials whose architecture another trial must not evaluate again.
@@ -146,7 +151,8 @@ class StorageLock:
         self.release()
 
     def _acquire_shared(self) -> Callable[[], None] | None:
-        if self._kind == "local":
+        url = self.url
+        if self._kind == "local" or url is None:  # the url is None exactly for "local"
             return None
         if self._kind == "file":
             fh = open(self._path, "a+")
@@ -165,10 +171,10 @@ class StorageLock:
         import sqlalchemy
 
         if self._engine is None:
-            self._engine = sqlalchemy.create_engine(self.url, poolclass=sqlalchemy.pool.NullPool)
+            self._engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
         conn = self._engine.connect()
         try:
-            if self.url.startswith("postgresql"):
+            if url.startswith("postgresql"):
                 conn.execute(sqlalchemy.text(f"SELECT pg_advisory_lock({self._key})"))
                 unlock_sql = f"SELECT pg_advisory_unlock({self._key})"
             else:
@@ -241,7 +247,7 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
     Every other method of optuna's storage API goes to ``inner`` unchanged."""
 
     def __init__(self, inner: BaseStorage, url: str, n_trials: int, *, repeats: bool = False,
-                 space: Any = None):
+                 space: SearchSpace | None = None):
         self.inner, self.n_trials, self.repeats, self.space = inner, n_trials, repeats, space
         self.lock = storage_lock(url, "trials")
         self.duplicates_in_a_row = 0
@@ -282,7 +288,7 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         trial without a heartbeat would never become stale (optuna skips those)."""
         while True:
             trial_id = self.inner.create_new_trial(study_id, _EMPTY_WAITING)
-            self.inner.record_heartbeat(trial_id)
+            self._heartbeat_storage().record_heartbeat(trial_id)
             if self.inner.set_trial_state_values(trial_id, TrialState.RUNNING):
                 return trial_id
 
@@ -297,7 +303,7 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
             self.lock.acquire()
         try:
             if heartbeat_interval(self.inner) is not None:
-                self.inner.record_heartbeat(trial_id)
+                self._heartbeat_storage().record_heartbeat(trial_id)
             ok = self.inner.set_trial_state_values(trial_id, TrialState.RUNNING)
         except BaseException:
             if proposes:
@@ -372,7 +378,7 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         def beat() -> None:
             while not stop.wait(interval):
                 with contextlib.suppress(Exception):
-                    self.inner.record_heartbeat(trial_id)
+                    self._heartbeat_storage().record_heartbeat(trial_id)
         threading.Thread(target=beat, name="frugalnas-proposal-heartbeat", daemon=True).start()
 
     def _stop_heartbeat(self, trial_id: int | None = None) -> None:
@@ -412,6 +418,11 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
     # -- heartbeats -----------------------------------------------------------------------
     def get_heartbeat_interval(self) -> int | None:
         return heartbeat_interval(self.inner)
+
+    def _heartbeat_storage(self) -> BaseHeartbeat:
+        """``inner`` as the heartbeat storage it is: called only where
+        :func:`heartbeat_interval` of ``inner`` is not ``None``, which checks that class."""
+        return cast(BaseHeartbeat, self.inner)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # not set yet (copy, unpickling)
@@ -483,8 +494,8 @@ def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int
 
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
-               timeout: float | None = None, host: Any = None, repeats: bool = False,
-               max_failures: int = DEFAULT_MAX_FAILURES) -> Any:
+               timeout: float | None = None, host: PluginHost | None = None,
+               repeats: bool = False, max_failures: int = DEFAULT_MAX_FAILURES) -> Study:
     """Join (or create) the study and run trials until it has ``n_trials``; returns the Study.
     ``repeats=True`` lets the strategy evaluate an architecture another trial has. The worker
     gives up (:class:`WorkerGaveUp`) after ``max_failures`` of its own trials failed in a row
@@ -516,7 +527,9 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
                 retry(ostudy, frozen)
 
     inner = make_storage(storage, heartbeat=heartbeat, grace=grace, on_stale=on_stale)
-    quota = QuotaStorage(inner, storage, n_trials, repeats=repeats)
+    # QuotaStorage's abstract methods are delegated to ``inner`` when this module loads (the
+    # loop after the class clears __abstractmethods__), which mypy cannot see.
+    quota = QuotaStorage(inner, storage, n_trials, repeats=repeats)  # type: ignore[abstract]
     cfg = asdict(config)
     study = create_study(storage=quota, study_name=study_name, load_if_exists=True, host=host,
                          **{k: v for k, v in cfg.items() if k != "directions"},

@@ -9,7 +9,7 @@ from typing import Any
 
 import optuna
 import torch
-from optuna.distributions import CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial
 from torch import nn
 
@@ -29,9 +29,10 @@ class MLPSpace(frugalnas.SearchSpace):
         self.max_depth = max_depth
         self.widths = tuple(widths)
 
-    def distributions(self) -> dict[str, CategoricalDistribution]:
-        dists = {"depth": CategoricalDistribution(tuple(range(1, self.max_depth + 1))),
-                 "activation": CategoricalDistribution(tuple(ACTIVATIONS))}
+    def distributions(self) -> dict[str, BaseDistribution]:
+        dists: dict[str, BaseDistribution] = {
+            "depth": CategoricalDistribution(tuple(range(1, self.max_depth + 1))),
+            "activation": CategoricalDistribution(tuple(ACTIVATIONS))}
         for i in range(self.max_depth):
             dists[f"width_{i}"] = CategoricalDistribution(self.widths)
         return dists
