@@ -6,7 +6,7 @@ import torch
 
 from frugalnas.spaces.dag.space import DagNetwork, DagSpace
 from frugalnas.spaces.dag.ops import OPS
-from frugalnas.spaces.dag.weight_store import WeightStore, decode_key, encode_key
+from frugalnas.nn.weight_store import WeightStore, decode_key, encode_key
 
 
 def _space_and_store(seed=0):
@@ -90,7 +90,7 @@ def test_checkpoint_round_trip_is_weights_only(tmp_path):
 def test_bn_recalibration_ignores_what_other_candidates_left_behind():
     """Inherited-weight scoring with recalibrated batch norm depends only on the candidate,
     the store's weights and the calibration batches, not on which candidates ran before."""
-    from frugalnas.spaces.dag.ops import SharedBatchNorm2d, recalibrated_bn
+    from frugalnas.nn.shared_bn import SharedBatchNorm2d, recalibrated_bn
 
     space, store = _space_and_store()
     rng = random.Random(4)
@@ -127,7 +127,7 @@ def test_bn_recalibration_ignores_what_other_candidates_left_behind():
 
 def test_bn_recalibration_matches_cumulative_running_statistics():
     """The recalibrated statistics equal those of nn.BatchNorm2d with momentum=None."""
-    from frugalnas.spaces.dag.ops import SharedBatchNorm2d, recalibrated_bn
+    from frugalnas.nn.shared_bn import SharedBatchNorm2d, recalibrated_bn
 
     shared, ref = SharedBatchNorm2d(3), torch.nn.BatchNorm2d(3, momentum=None)
     batches = [torch.randn(8, 3, 4, 4) * (i + 1) + i for i in range(3)]

@@ -39,16 +39,6 @@ COMPONENT_NAMES = {"space", "model", "network", "net", "builder", "strategy", "s
 
 #: Probes that remain, by module and probed attribute: each a capability still to declare.
 KNOWN_PROBES = {
-    ("proxies/aznas.py", "blocks"): "the network's block structure (a space capability)",
-    ("backends/out_of_core/backend.py", "blocks"): "the network's block structure",
-    ("backends/out_of_core/backend.py", "cells"): "the network's block structure",
-    ("backends/out_of_core/backend.py", "stem"): "the network's block structure",
-    ("weight_sharing/darts.py", "mixed"): "a shared builder's differentiable relaxation",
-    ("weight_sharing/darts.py", "darts_relaxation"): "a space's own DARTS relaxation",
-    ("sievo/session.py", "shared_builder"): "shared weights (a space capability)",
-    ("sievo/session.py", "name"): "the space's name in an error message",
-    ("surrogates/encodings.py", "name"): "encodings owned by the space",
-    ("estimators/low_fidelity.py", "*"): "width/depth scaling (a space capability)",
     ("core/study.py", "report"): "a trial that takes intermediate values",
     ("core/study.py", "prune_vector"): "a pruner for objective vectors",
     ("core/worker.py", "optuna_study"): "a frugalnas Study or an optuna study",

@@ -43,14 +43,14 @@ def conv1x1(weight) -> nn.Conv2d:
 
 
 class Chain(nn.Module):
-    """Blocks applied in order; ``blocks`` lists them, as NB201Network does."""
+    """Blocks applied in order; ``forward_blocks()`` lists them (a BlockNetwork, as
+    NB201Network is)."""
 
     def __init__(self, *blocks: nn.Module):
         super().__init__()
         self.seq = nn.Sequential(*blocks)
 
-    @property
-    def blocks(self):
+    def forward_blocks(self):
         return list(self.seq)
 
     def forward(self, x):

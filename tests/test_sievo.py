@@ -160,7 +160,7 @@ def test_a_checkpoint_of_the_old_weight_store_layout_is_migrated(tmp_path):
 
     from frugalnas.sievo.session import SievoSession
     from frugalnas.spaces.dag.space import DagNetwork
-    from frugalnas.spaces.dag.weight_store import WeightStore
+    from frugalnas.nn.weight_store import WeightStore
 
     study = _study(None, "sievo-migrate")
     data = study.load_dataset()

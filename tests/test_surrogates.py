@@ -10,7 +10,8 @@ from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import PluginHost
 from frugalnas.core.space import SearchSpace
 from frugalnas.spaces.nb201.space import NB201Space
-from frugalnas.surrogates import (LightGBMSurrogate, Surrogate, SurrogateCheckError, acquisition,
+from frugalnas.surrogates import (Encoding, LightGBMSurrogate, RandomForestSurrogate, Surrogate,
+                                  SurrogateCheckError, acquisition,
                                   check_surrogate, make_encoding, rank_quality)
 from frugalnas.surrogates.proxy_features import ProxyEncoding, ProxyScorer
 
@@ -120,12 +121,44 @@ class TinySpace(SearchSpace):
             int(np.prod(input_shape)), arch["width"]), torch.nn.Linear(arch["width"], num_classes))
 
 
-@pytest.mark.parametrize("name", ["onehot", "adjacency", "path"])
-def test_generic_spaces_get_a_onehot_encoding(name):
+def test_generic_spaces_get_a_onehot_encoding():
     space = TinySpace()
-    x = make_encoding(name, space).encode([space.from_params({"act": "gelu", "width": 64}),
-                                           space.from_params({"act": "relu", "width": 8})])
+    x = make_encoding("onehot", space).encode([space.from_params({"act": "gelu", "width": 64}),
+                                               space.from_params({"act": "relu", "width": 8})])
     np.testing.assert_allclose(x, [[0, 1, 0, 1.0], [1, 0, 0, 0.0]])
+
+
+@pytest.mark.parametrize("name", ["adjacency", "path"])
+def test_an_encoding_the_space_lacks_is_refused_naming_the_ones_it_has(name):
+    with pytest.raises(ConfigError, match=rf"encoding '{name}' for search space 'tiny'; its "
+                                          r"encodings: onehot, proxy$"):
+        make_encoding(name, TinySpace())
+
+
+def test_a_space_declares_its_own_encodings():
+    class Counted(TinySpace):
+        def encodings(self):
+            return {"width-only": lambda space: WidthOnly(space)}
+
+    class WidthOnly(Encoding):
+        def encode_one(self, arch):
+            return np.asarray([float(arch["width"])])
+
+    space = Counted()
+    assert make_encoding("width-only", space).encode(
+        [space.from_params({"act": "gelu", "width": 64})]).tolist() == [[64.0]]
+    assert set(NB201Space().encodings()) == {"adjacency", "path"}
+
+
+def test_surrogate_strategies_default_to_an_encoding_the_space_has():
+    from frugalnas.spaces.dag.space import DagSpace
+    from frugalnas.strategies.surrogate_search import BananasSampler, SurrogateEvolutionSampler
+
+    assert SurrogateEvolutionSampler(NB201Space(), surrogate=RandomForestSurrogate()).encoding == "adjacency"
+    assert BananasSampler(NB201Space(), surrogate=RandomForestSurrogate()).encoding == "path"
+    assert BananasSampler(DagSpace(), surrogate=RandomForestSurrogate()).encoding == "onehot"
+    with pytest.raises(ConfigError, match="search space 'dag'; its encodings: onehot, proxy"):
+        BananasSampler(DagSpace(), surrogate=RandomForestSurrogate(), encoding="path")
 
 
 def test_unknown_encoding_names_the_choices():

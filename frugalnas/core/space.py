@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import optuna
@@ -12,7 +12,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ArchitectureParseError
+from frugalnas.core.errors import ArchitectureParseError, ConfigError
 
 
 class SearchSpace(ABC):
@@ -132,10 +132,33 @@ class SearchSpace(ABC):
         store key of the supernet), ``factory(key)`` (a fresh module for a key), ``subnet(arch, get)`` (the network of ``arch`` built
         from ``get(key)`` modules) and, for differentiable search, ``mixed(get, alphas)``.
         Spaces that support weight sharing override this; see docs/weight_sharing.md."""
-        from frugalnas.core.errors import ConfigError
-
         raise ConfigError(f"search space {self.name!r} does not support weight sharing (it has "
                           "no shared_builder); built-in spaces that do: nb201, dag")
+
+    # -- optional capabilities: each default declines ------------------------------------
+    def has_shared_weights(self) -> bool:
+        """Whether the space overrides :meth:`shared_builder` (supports weight sharing)."""
+        return type(self).shared_builder is not SearchSpace.shared_builder
+
+    def darts_relaxation(self) -> Any:
+        """The space's own continuous relaxation for the ``darts`` strategy (an object with
+        ``shape``, ``weights``, ``network``, ``read`` and ``sample``), or None (the default):
+        DARTS then mixes the choices of every decision (all categorical, equally many)."""
+        return None
+
+    def scaled(self, *, width: int | None = None, depth: int | None = None) -> "SearchSpace":
+        """A copy of the space whose networks are ``width`` wide and ``depth`` deep (each
+        mapped to the space's own options; None keeps it), for low-fidelity training. The
+        default refuses: the space cannot be scaled."""
+        raise ConfigError(f"search space {self.name!r} cannot be scaled in width or depth (it "
+                          "does not override SearchSpace.scaled); built-in spaces that can: "
+                          "nb201, dag")
+
+    def encodings(self) -> Mapping[str, Callable[["SearchSpace"], Any]]:
+        """The space's own architecture encodings for surrogates, by name, each a factory
+        ``(space) -> encoding`` (see :mod:`frugalnas.surrogates.encodings`); the generic
+        ``onehot`` and ``proxy`` encodings work on every space and are not listed here."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         return {k: _describe(d) for k, d in self.distributions().items()}

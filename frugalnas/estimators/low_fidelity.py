@@ -4,8 +4,6 @@ shallower network. Scores validation accuracy like ``train``, at a fraction of i
 
 from __future__ import annotations
 
-import copy
-
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, check_range
@@ -48,17 +46,12 @@ class LowFidelityEstimator(TrainEstimator):
 
     def build(self, arch: Architecture, context: TrialContext, dataset: Dataset):
         space = context.space
-        changes = {"C": self.width, "N": self.depth}
-        changes = {k: v for k, v in changes.items() if v is not None}
-        if changes:
-            missing = [k for k in changes if not hasattr(space, k)]
-            if missing:
-                raise ConfigError(
-                    f"low-fidelity width/depth need a space with attributes C/N; space "
-                    f"{space.name!r} lacks {missing}; leave width/depth unset")
-            space = copy.copy(space)
-            for k, v in changes.items():
-                setattr(space, k, int(v))
+        if self.width is not None or self.depth is not None:
+            try:
+                space = space.scaled(width=self.width, depth=self.depth)
+            except ConfigError as e:
+                raise ConfigError(f"low-fidelity width/depth: {e}; leave width/depth "
+                                  "unset") from None
         return space.build(arch, dataset.num_classes, dataset.input_shape)
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:

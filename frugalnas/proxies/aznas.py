@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from frugalnas.core.errors import check_choice
+from frugalnas.core.network import BlockNetwork
 from frugalnas.proxies.activation import DEAD_SCORE
 from frugalnas.proxies.base import Proxy
 from frugalnas.proxies.shared import SharedPasses, shared_value
@@ -55,12 +56,12 @@ def kaiming_init(model: nn.Module) -> None:
 
 
 def primary_blocks(model: nn.Module) -> list[nn.Module]:
-    """The chain of blocks whose outputs AZ-NAS scores: ``model.blocks`` when the network
-    lists them (NB201 does: stem, cells, reductions), else its direct children."""
-    blocks = getattr(model, "blocks", None)
-    if blocks is None:
-        blocks = list(model.children())
-    return list(blocks)
+    """The chain of blocks whose outputs AZ-NAS scores: ``model.forward_blocks()`` when the
+    network declares them (a :class:`~frugalnas.core.network.BlockNetwork`, as NB201 and DAG
+    networks do: stem, cells, reductions), else its direct children."""
+    if isinstance(model, BlockNetwork):
+        return list(model.forward_blocks())
+    return list(model.children())
 
 
 def block_features(model: nn.Module, inputs: torch.Tensor, grad: bool) -> list[torch.Tensor]:

@@ -25,7 +25,7 @@ from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.sievo.plan import GenerationPlans
 from frugalnas.sievo.session import SievoSession, checkpoint_file
-from frugalnas.spaces.dag.weight_store import WeightStore
+from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.supernet import Supernet
 
 

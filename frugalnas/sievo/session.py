@@ -36,7 +36,7 @@ from frugalnas.core.errors import ConfigError
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.trial_context import study_artifact_dir
 from frugalnas.spaces.dag.space import DagSpace
-from frugalnas.spaces.dag.weight_store import Key, WeightStore
+from frugalnas.nn.weight_store import Key, WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 from frugalnas.weight_sharing.supernet import Supernet
 
@@ -68,15 +68,15 @@ def _differing(saved: str, wanted: dict[str, Any]) -> list[str]:
 
 def supports_weight_sharing(space: Any) -> bool:
     """Whether ``space`` has its own ``shared_builder`` (not the refusing default)."""
-    method = getattr(type(space), "shared_builder", None)
-    return callable(method) and method is not SearchSpace.shared_builder
+    return isinstance(space, SearchSpace) and space.has_shared_weights()
 
 
 def check_weight_sharing(space: Any, what: str = "estimator 'inherited'") -> None:
     """Raise :class:`ConfigError` unless ``space`` supports weight sharing."""
     if not supports_weight_sharing(space):
+        name = space.name if isinstance(space, SearchSpace) else space
         raise ConfigError(f"{what} needs a search space with weight sharing (a "
-                          f"shared_builder); space {getattr(space, 'name', space)!r} has none; "
+                          f"shared_builder); space {name!r} has none; "
                           "built-in spaces that have one: nb201, dag")
 
 

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
-from frugalnas.surrogates.encodings import make_encoding
+from frugalnas.surrogates.encodings import make_encoding, preferred_encoding
 from frugalnas.surrogates.quality import rank_quality
 from frugalnas.strategies.base import ArchSampler, History
 from frugalnas.strategies.regularized import RegularizedEvolutionSampler
@@ -149,18 +149,20 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
     """Surrogate-assisted regularized evolution: a surrogate pre-screens the offspring.
 
     ``n_candidates`` mutated children are scored by the acquisition (EI, UCB, mean or
-    Thompson sampling) and the best one is evaluated."""
+    Thompson sampling) and the best one is evaluated. ``encoding`` defaults to ``adjacency``
+    on a space that has it (NB201), else ``onehot``."""
 
     def __init__(self, space, seed: int = 0, population_size: int = 20, sample_size: int = 5,
                  n_candidates: int = 20, surrogate: Any = "lightgbm",
-                 surrogate_options: dict[str, Any] | None = None, encoding: str = "adjacency",
+                 surrogate_options: dict[str, Any] | None = None, encoding: str | None = None,
                  encoding_options: dict[str, Any] | None = None, acquisition: str = "ei",
                  kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
                  n_init: int | None = 10, **options):
         check_range("n_candidates", n_candidates, 1)
         super().__init__(space, seed, population_size, sample_size, n_init, **options)
         self.n_candidates = int(n_candidates)
-        self._init_surrogate(surrogate, surrogate_options, encoding, encoding_options,
+        self._init_surrogate(surrogate, surrogate_options,
+                             encoding or preferred_encoding(space, "adjacency"), encoding_options,
                              acquisition, kappa, quality_every, quality_holdout)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
@@ -177,18 +179,20 @@ class BananasSampler(SurrogateMixin, ArchSampler):
     """BANANAS (White et al., AAAI 2021): ensemble surrogate, path encoding, mutation search.
 
     The acquisition (Thompson sampling by default) is maximised over mutations of the
-    ``top_k`` best architectures so far."""
+    ``top_k`` best architectures so far. ``encoding`` defaults to ``path`` on a space that
+    has it (NB201), else ``onehot``."""
 
     def __init__(self, space, seed: int = 0, n_candidates: int = 100, top_k: int = 10,
                  surrogate: Any = "mlp-ensemble", surrogate_options: dict[str, Any] | None = None,
-                 encoding: str = "path", encoding_options: dict[str, Any] | None = None,
+                 encoding: str | None = None, encoding_options: dict[str, Any] | None = None,
                  acquisition: str = "its", kappa: float = 2.0, quality_every: int = 10,
                  quality_holdout: int = 10, n_init: int = 10, **options):
         check_range("n_candidates", n_candidates, 1)
         check_range("top_k", top_k, 1)
         super().__init__(space, seed, n_init, **options)
         self.n_candidates, self.top_k = int(n_candidates), int(top_k)
-        self._init_surrogate(surrogate, surrogate_options, encoding, encoding_options,
+        self._init_surrogate(surrogate, surrogate_options,
+                             encoding or preferred_encoding(space, "path"), encoding_options,
                              acquisition, kappa, quality_every, quality_holdout)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,

@@ -2,17 +2,14 @@
 
 * ``onehot``: every categorical decision one-hot, every numeric one scaled to [0, 1]; works on
   any :class:`SearchSpace`.
-* ``adjacency``: on NB201, the cell's upper-triangular adjacency (edge present unless its op is
-  ``none``) plus a one-hot op per edge; on other spaces the same as ``onehot``.
-* ``path``: on NB201, the path encoding of BANANAS (White et al., AAAI 2021): one feature per
-  possible op sequence along an input-to-output path, counting how many live paths carry it;
-  on other spaces the same as ``onehot``.
+* a space's own encodings (:meth:`SearchSpace.encodings`), e.g. NB201's ``adjacency`` and
+  ``path`` (:mod:`frugalnas.spaces.nb201.encodings`); asking a space for an encoding it does
+  not have is a ConfigError naming the ones it has.
 * ``proxy``: zero-cost proxy scores of the untrained network (see :mod:`.proxy_features`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -21,10 +18,14 @@ import numpy as np
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_choice
+from frugalnas.core.errors import ConfigError
 from frugalnas.core.space import SearchSpace
 
+#: The built-in encodings: ``onehot`` and ``proxy`` work on every space; ``adjacency`` and
+#: ``path`` are NB201's own (a space lists its own in ``SearchSpace.encodings``).
 ENCODINGS = ("onehot", "adjacency", "path", "proxy")
+#: Encodings that work on every space.
+GENERIC = ("onehot", "proxy")
 
 
 class Encoding:
@@ -59,57 +60,34 @@ class OneHotEncoding(Encoding):
         return np.asarray(out, dtype=np.float64)
 
 
-def _is_nb201(space: SearchSpace) -> bool:
-    return getattr(space, "name", None) == "nb201"
-
-
-class NB201AdjacencyEncoding(Encoding):
-    """NB201 cell as adjacency (live edges) plus one-hot operation per edge."""
-
-    def encode_one(self, arch: Architecture) -> np.ndarray:
-        from frugalnas.spaces.nb201.space import DECISIONS, OPS
-
-        adj = [0.0 if arch[k] == "none" else 1.0 for k in DECISIONS]
-        ops = [1.0 if arch[k] == op else 0.0 for k in DECISIONS for op in OPS]
-        return np.asarray(adj + ops, dtype=np.float64)
-
-
-class NB201PathEncoding(Encoding):
-    """BANANAS path encoding of an NB201 cell (paths through ``none`` edges are dead)."""
-
-    def __init__(self, space: SearchSpace):
-        super().__init__(space)
-        from frugalnas.spaces.nb201.space import OPS
-
-        live = [op for op in OPS if op != "none"]
-        self._index = {seq: i for i, seq in enumerate(
-            seq for n in (1, 2, 3) for seq in itertools.product(live, repeat=n))}
-        # The four input-to-output paths of the 4-node cell, as lists of edges (to, from).
-        self._paths = [[(3, 0)], [(1, 0), (3, 1)], [(2, 0), (3, 2)], [(1, 0), (2, 1), (3, 2)]]
-
-    def encode_one(self, arch: Architecture) -> np.ndarray:
-        out = np.zeros(len(self._index))
-        for path in self._paths:
-            seq = tuple(arch[f"edge_{j}_{i}"] for j, i in path)
-            if "none" not in seq:
-                out[self._index[seq]] += 1.0
-        return out
-
-
 def make_encoding(name: str, space: SearchSpace, **options: Any) -> Encoding:
-    """The encoding ``name`` (one of :data:`ENCODINGS`) for ``space``; ``options`` go to the
-    ``proxy`` encoding (see :class:`~.proxy_features.ProxyEncoding`)."""
-    check_choice("encoding", name, ENCODINGS)
+    """The encoding ``name`` for ``space``: ``onehot`` or ``proxy`` (any space) or one of the
+    space's own (:meth:`~frugalnas.core.space.SearchSpace.encodings`, e.g. NB201's
+    ``adjacency`` and ``path``); ``options`` go to the ``proxy`` encoding (see
+    :class:`~.proxy_features.ProxyEncoding`). ConfigError naming the space's encodings when
+    it has no encoding ``name``."""
+    own = space.encodings()
+    if name not in GENERIC and name not in own:
+        valid = ", ".join(available_encodings(space))
+        raise ConfigError(f"unknown encoding {name!r} for search space {space.name!r}; its "
+                          f"encodings: {valid}")
     if name == "proxy":
         from frugalnas.surrogates.proxy_features import ProxyEncoding
 
         return ProxyEncoding(space, **options)
     if options:
-        from frugalnas.core.errors import ConfigError
-
         raise ConfigError(f"encoding {name!r} takes no options, got {sorted(options)}")
-    if name == "adjacency" and _is_nb201(space):
-        return NB201AdjacencyEncoding(space)
-    if name == "path" and _is_nb201(space):
-        return NB201PathEncoding(space)
-    return OneHotEncoding(space)
+    if name == "onehot":
+        return OneHotEncoding(space)
+    encoding: Encoding = own[name](space)
+    return encoding
+
+
+def available_encodings(space: SearchSpace) -> list[str]:
+    """The names :func:`make_encoding` accepts for ``space``."""
+    return ["onehot", *[n for n in space.encodings() if n not in GENERIC], "proxy"]
+
+
+def preferred_encoding(space: SearchSpace, preferred: str) -> str:
+    """``preferred`` when ``space`` has it, else ``onehot`` (a strategy's default encoding)."""
+    return preferred if preferred in GENERIC or preferred in space.encodings() else "onehot"

@@ -3,7 +3,7 @@
 Statistics accumulated while many paths trained describe none of them, so a candidate is
 scored with statistics gathered for it alone. One mechanism serves every space: the
 ``dag`` space's shared batch norms keep no running statistics (see
-:class:`~frugalnas.spaces.dag.ops.SharedBatchNorm2d`), NB201's are ordinary ones.
+:class:`~frugalnas.nn.shared_bn.SharedBatchNorm2d`), NB201's are ordinary ones.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from frugalnas.core.data import Dataset
-from frugalnas.spaces.dag.ops import SharedBatchNorm2d, recalibrated_bn
+from frugalnas.nn.shared_bn import SharedBatchNorm2d, recalibrated_bn
 
 
 def calibration_batches(dataset: Dataset, batches: int, batch_size: int, *, seed: int,
@@ -36,7 +36,7 @@ def recalibrated(model: nn.Module, batches: list[torch.Tensor]) -> Iterator[int]
     """Within the block, every batch norm of ``model`` normalises in evaluation with
     statistics averaged over ``batches`` (forwarded in training mode, no gradients,
     cumulative averaging as ``momentum=None``). Shared batch norms (``dag``) keep them aside
-    (:func:`~frugalnas.spaces.dag.ops.recalibrated_bn`); ordinary ones that track running
+    (:func:`~frugalnas.nn.shared_bn.recalibrated_bn`); ordinary ones that track running
     statistics (NB201) have them replaced, and the store's own are put back on exit, so
     scoring leaves the store as it was. Yields the number of examples forwarded."""
     plain = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)

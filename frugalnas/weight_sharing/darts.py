@@ -31,9 +31,10 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, TrialFailure, check_range
+from frugalnas.core.network import RelaxedBuilder
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import StrategyServices
-from frugalnas.spaces.dag.weight_store import WeightStore
+from frugalnas.nn.weight_store import WeightStore
 from frugalnas.strategies.base import ArchSampler, History
 
 
@@ -87,7 +88,7 @@ class DecisionRelaxation:
 
     def network(self, builder: Any, get: Callable[[Any], nn.Module],
                 alphas: torch.Tensor) -> nn.Module:
-        if not hasattr(builder, "mixed"):
+        if not isinstance(builder, RelaxedBuilder):
             raise ConfigError(f"space {self.space.name!r} has no relaxed (mixed) network for DARTS")
         return builder.mixed(get, alphas)
 
@@ -104,8 +105,8 @@ class DecisionRelaxation:
 def relaxation_of(space: SearchSpace) -> Any:
     """The space's own relaxation (``space.darts_relaxation()``, e.g. the ``dag`` space's,
     which mixes inputs too), else :class:`DecisionRelaxation`; ConfigError when neither fits."""
-    own = getattr(space, "darts_relaxation", None)
-    return own() if callable(own) else DecisionRelaxation(space)
+    own = space.darts_relaxation()
+    return own if own is not None else DecisionRelaxation(space)
 
 
 def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epochs: int = 10,

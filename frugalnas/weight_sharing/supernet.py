@@ -1,7 +1,7 @@
 """Supernet: one weight store for a whole search space, trained once, read by every candidate.
 
 A candidate's network is built by its space's shared builder (``space.shared_builder``) from
-modules of a :class:`~frugalnas.spaces.dag.weight_store.WeightStore`, so sub-networks *are*
+modules of a :class:`~frugalnas.nn.weight_store.WeightStore`, so sub-networks *are*
 views of the supernet: their parameters are the store's tensors. Training follows single-path
 one-shot NAS (SPOS, Guo et al., ECCV 2020): each step trains one architecture drawn uniformly
 from the space, so every operation is trained about equally often.
@@ -41,7 +41,7 @@ from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, make_optimizer
 from frugalnas.core.training import accuracy as top1_accuracy
 from frugalnas.core.training import train as train_model
-from frugalnas.spaces.dag.weight_store import WeightStore
+from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 
 #: Bumped when the checkpoint layout changes.

@@ -22,6 +22,7 @@ from torch import nn
 
 from frugalnas.core.backend import Backend, LossFn
 from frugalnas.core.errors import ConfigError, check_choice, check_range
+from frugalnas.core.network import BlockNetwork
 from frugalnas.core.plugins import hookimpl
 from frugalnas.backends.out_of_core.hooks import ModelRuntime, StepContext
 from frugalnas.backends.out_of_core.cost import RECOMPUTE, RESIDENT, SWAP
@@ -31,16 +32,11 @@ from frugalnas.backends.single_device import resolve_device
 
 
 def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The model's blocks in forward order: its ``blocks`` attribute (NB201 networks), else
-    ``stem`` followed by the ``cells`` list (DAG-space networks), else the children of an
-    ``nn.Sequential``; anything else stays resident."""
-    found = getattr(model, "blocks", None)
-    cells = getattr(model, "cells", None)
-    if isinstance(found, (list, tuple, nn.ModuleList, nn.Sequential)):
-        modules = list(found)
-    elif isinstance(cells, (nn.ModuleList, nn.Sequential)):
-        stem = getattr(model, "stem", None)
-        modules = ([stem] if isinstance(stem, nn.Module) else []) + list(cells)
+    """The model's blocks in forward order: its ``forward_blocks()`` when it is a
+    :class:`~frugalnas.core.network.BlockNetwork` (NB201 and DAG-space networks), else the
+    children of an ``nn.Sequential``; anything else stays resident."""
+    if isinstance(model, BlockNetwork):
+        modules: list[Any] = list(model.forward_blocks())
     elif isinstance(model, nn.Sequential):
         modules = list(model.children())
     else:

@@ -4,18 +4,19 @@ Each operation maps ``C`` channels to ``C`` channels; ``stride=2`` halves the sp
 (rounding up, so odd sizes such as 7x7 work). Every operation with parameters or pooling ends
 in batch norm. ``bn(C)`` makes the batch norm, so the same
 constructors build stand-alone networks (running statistics) and weight-sharing networks
-(:class:`SharedBatchNorm2d`: batch statistics, since one set of running statistics cannot fit
-many candidates, or statistics recalibrated for one candidate with :func:`recalibrated_bn`).
+(:class:`~frugalnas.nn.shared_bn.SharedBatchNorm2d`: batch statistics, since one set of running statistics cannot fit
+many candidates, or statistics recalibrated for one candidate with :func:`~frugalnas.nn.shared_bn.recalibrated_bn`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from frugalnas.nn.shared_bn import SharedBatchNorm2d
 
 BatchNorm = Callable[[int], nn.Module]
 
@@ -30,68 +31,9 @@ def running_bn(c: int) -> nn.Module:
     return nn.BatchNorm2d(c)
 
 
-class SharedBatchNorm2d(nn.BatchNorm2d):
-    """Batch norm of a weight-sharing network. It normalises with the current batch's
-    statistics, in training and in evaluation, unless statistics were recalibrated for the
-    network being evaluated (:func:`recalibrated_bn`); those live in plain attributes, never
-    in the state dict, so checkpoints hold only the learned affine parameters."""
-
-    def __init__(self, c: int):
-        super().__init__(c, track_running_stats=False)
-        self.collecting = False
-        self.stat_sums: list[torch.Tensor] | None = None   # [mean sum, var sum, batches]
-        self.stats: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.collecting:
-            with torch.no_grad():  # cumulative average of the batches (momentum=None)
-                mean = x.mean(dim=(0, 2, 3))
-                var = x.var(dim=(0, 2, 3), unbiased=x.numel() // x.shape[1] > 1)
-                if self.stat_sums is None:
-                    self.stat_sums = [mean, var, torch.ones((), device=x.device)]
-                else:
-                    self.stat_sums = [self.stat_sums[0] + mean, self.stat_sums[1] + var,
-                                      self.stat_sums[2] + 1]
-        if self.stats is not None and not self.training and not self.collecting:
-            mean, var = self.stats
-            return F.batch_norm(x, mean, var, self.weight, self.bias, False, 0.0, self.eps)
-        return super().forward(x)
-
-
 def batch_stat_bn(c: int) -> nn.Module:
     """Batch norm of shared weights: batch statistics unless recalibrated (see above)."""
     return SharedBatchNorm2d(c)
-
-
-@contextmanager
-def recalibrated_bn(model: nn.Module, batches: Iterable[torch.Tensor]) -> Iterator[int]:
-    """Within the block, ``model``'s shared batch norms normalise in evaluation with
-    statistics averaged over ``batches`` (forward passes in training mode, no gradients,
-    cumulative averaging as ``momentum=None``), computed for this network alone: statistics
-    left by other networks sharing the modules are discarded first, and the block's are
-    discarded on exit. Yields the number of examples forwarded."""
-    norms = list({id(m): m for m in model.modules() if isinstance(m, SharedBatchNorm2d)}.values())
-    for m in norms:
-        m.stats, m.stat_sums, m.collecting = None, None, True
-    was_training, seen = model.training, 0
-    try:
-        model.train()
-        with torch.no_grad():
-            for x in batches:
-                model(x)
-                seen += len(x)
-        for m in norms:
-            m.collecting = False
-            if m.stat_sums is not None:
-                total, var_total, n = m.stat_sums
-                m.stats = (total / n, var_total / n)
-            m.stat_sums = None
-        model.train(was_training)
-        yield seen
-    finally:
-        for m in norms:
-            m.stats, m.stat_sums, m.collecting = None, None, False
-        model.train(was_training)
 
 
 class ReLUConvBN(nn.Sequential):

@@ -19,7 +19,7 @@ from torch import nn
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.spaces.dag.space import CELL_TYPES, DagNetwork, DagSpace
-from frugalnas.spaces.dag.weight_store import Key
+from frugalnas.nn.weight_store import Key
 
 
 class DagRelaxation:

@@ -15,6 +15,7 @@ Decisions are named ``{cell}_node{n}_in{0,1}``, ``{cell}_node{n}_op{0,1}`` and
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from frugalnas.core.errors import ArchitectureParseError, ConfigError, check_ran
 from frugalnas.core.space import SearchSpace
 from frugalnas.spaces.dag.ops import (DEFAULT_OPS, OPS, BatchNorm, FactorizedReduce, ReLUConvBN, SqueezeExcite,
                       batch_stat_bn, make_op, running_bn)
-from frugalnas.spaces.dag.weight_store import Key
+from frugalnas.nn.weight_store import Key
 
 CELL_TYPES = ("normal", "reduce")
 FIELDS = ("in0", "op0", "in1", "op1", "se")
@@ -200,6 +201,15 @@ class DagSpace(SearchSpace):
 
         return DagSharedBuilder(self, num_classes, input_shape, sharing)
 
+    def scaled(self, *, width: int | None = None, depth: int | None = None) -> "DagSpace":
+        """A copy with ``channels=width`` and ``normal_cells=depth`` (normal cells per stage)."""
+        out = copy.copy(self)
+        if width is not None:
+            out.channels = int(width)
+        if depth is not None:
+            out.normal_cells = int(depth)
+        return out
+
     def darts_relaxation(self) -> Any:
         """DARTS's continuous relaxation of this space (inputs, operations and attention
         mixed), for the ``darts`` strategy."""
@@ -349,6 +359,10 @@ class DagNetwork(nn.Module):
         self.cells = nn.ModuleList(cells)
         self.final = get(("final",))
         self.head = get(("head",))
+
+    def forward_blocks(self) -> list[nn.Module]:
+        """The stem and the cells in forward order (a ``BlockNetwork``)."""
+        return [self.stem, *self.cells]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s0 = s1 = self.stem(x)

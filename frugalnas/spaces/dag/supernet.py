@@ -16,7 +16,7 @@ from torch import nn
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import check_choice
 from frugalnas.spaces.dag.space import DagNetwork, DagSpace
-from frugalnas.spaces.dag.weight_store import Key
+from frugalnas.nn.weight_store import Key
 
 SHARING = ("operation", "operation-across-inputs")
 

@@ -8,6 +8,7 @@ a linear classifier. Defaults ``N=5, C=16`` are the benchmark's.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -145,6 +146,10 @@ class NB201Network(nn.Module):
     def blocks(self) -> list[nn.Module]:
         return [self.stem, *self.cells]
 
+    def forward_blocks(self) -> list[nn.Module]:
+        """The stem, cells and reductions in forward order (a ``BlockNetwork``)."""
+        return self.blocks
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.cells(self.stem(x))
         x = self.lastact(x)
@@ -174,6 +179,21 @@ class NB201Space(SearchSpace):
               input_shape: tuple[int, int, int] = (3, 32, 32)) -> NB201Network:
         self.validate(arch)
         return NB201Network(arch.decisions, num_classes, input_shape[0], self.N, self.C)
+
+    def scaled(self, *, width: int | None = None, depth: int | None = None) -> "NB201Space":
+        """A copy with ``C=width`` (stem channels) and ``N=depth`` (cells per stage)."""
+        out = copy.copy(self)
+        if width is not None:
+            out.C = int(width)
+        if depth is not None:
+            out.N = int(depth)
+        return out
+
+    def encodings(self) -> dict[str, Any]:
+        """NB201's own encodings: ``adjacency`` and ``path`` (BANANAS)."""
+        from frugalnas.spaces.nb201.encodings import NB201AdjacencyEncoding, NB201PathEncoding
+
+        return {"adjacency": NB201AdjacencyEncoding, "path": NB201PathEncoding}
 
     def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
                        sharing: str = "operation") -> "Any":

@@ -1,6 +1,6 @@
 """NB201 for weight sharing: the space's side of :mod:`frugalnas.weight_sharing`.
 
-Every module of a candidate network comes from a :class:`~frugalnas.spaces.dag.weight_store.WeightStore`
+Every module of a candidate network comes from a :class:`~frugalnas.nn.weight_store.WeightStore`
 under a key, so candidates that ask for the same key train the same tensors:
 
 - ``("stem",)``, ``("reduction", stage)``, ``("head",)``: the macro skeleton, shared by all;
@@ -24,7 +24,7 @@ from torch import nn
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import check_choice
-from frugalnas.spaces.dag.weight_store import Key
+from frugalnas.nn.weight_store import Key
 from frugalnas.spaces.nb201.space import (DECISIONS, EDGES, OPS, InferCell, NB201Space,
                                           ResidualReduction, make_op)
 
@@ -132,6 +132,10 @@ class SharedNB201Network(nn.Module):
                 blocks.append(reductions[stage])
             blocks.extend(cells[stage * N:(stage + 1) * N])
         self.stem, self.cells, self.head = stem, nn.Sequential(*blocks), head
+
+    def forward_blocks(self) -> list[nn.Module]:
+        """The stem, cells and reductions in forward order (a ``BlockNetwork``)."""
+        return [self.stem, *self.cells]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.cells(self.stem(x)))

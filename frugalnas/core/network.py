@@ -1,0 +1,34 @@
+"""Declared structure of the networks a space builds, for components that work block by block
+(the out-of-core backend, the AZ-NAS proxies), and of the shared builders of weight
+sharing (``SearchSpace.shared_builder``) that DARTS can relax."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+
+@runtime_checkable
+class BlockNetwork(Protocol):
+    """A network that lists its main blocks (stem, cells, reductions) in forward order, each
+    a submodule its forward calls once. Networks built by the ``nb201`` and ``dag`` spaces
+    declare it; a network without it is taken as a whole by the out-of-core backend (an
+    ``nn.Sequential`` child by child) and child by child by AZ-NAS."""
+
+    def forward_blocks(self) -> Sequence["nn.Module"]:
+        """The blocks, in forward order."""
+        ...
+
+
+@runtime_checkable
+class RelaxedBuilder(Protocol):
+    """A shared builder (``SearchSpace.shared_builder``) with DARTS's continuous relaxation:
+    ``mixed(get, alphas)`` is the network whose every decision mixes its choices by
+    softmax(alphas) rows, its modules from ``get(key)``."""
+
+    def mixed(self, get: Callable[[Any], "nn.Module"], alphas: "torch.Tensor") -> "nn.Module":
+        ...
