@@ -22,12 +22,10 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from frugalnas.core import keys
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.core.trial_architecture import architecture_of
+from frugalnas.core.trial_constraints import recorded_feasible
 from frugalnas.multiobjective.pareto import pareto_fronts
-
-#: Trial user attribute that says whether a trial met the study's constraints.
-FEASIBLE_ATTR: str = getattr(keys, "FEASIBLE_ATTR", "feasible")
 
 #: Input shape and classes used to count a network's size when the study has no dataset.
 FALLBACK_INPUT = ((3, 32, 32), 10)
@@ -79,14 +77,6 @@ def _number(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _feasible(v: Any) -> bool | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v.strip().lower() in ("true", "1", "yes")
-    return bool(v)
-
-
 def recorded_sizes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fill ``params`` and ``flops`` of rows built with ``sizes=False`` from what the trials
     recorded, without building any network: ``params`` from the cost (the candidate's
@@ -132,12 +122,10 @@ def leaderboard_rows(study: Any, *, limit: int | None = None, sizes: bool = True
     if limit is not None:
         order = order[:max(0, int(limit))]
     counter = _SizeCounter(study, input_shape, num_classes) if sizes and order else None
-    from frugalnas.core.study import TrialRecord
-
     rows = []
     for rank, i in enumerate(order, start=1):
         t = trials[i]
-        arch = TrialRecord.read_architecture(t, study.space)
+        arch = architecture_of(t, study.space)
         cost = {k: float(v) for k, v in (t.user_attrs.get(COST_ATTR) or {}).items()
                 if _number(v) is not None}
         metrics = {k: float(v) for k, v in (t.user_attrs.get(METRICS_ATTR) or {}).items()
@@ -147,7 +135,7 @@ def leaderboard_rows(study: Any, *, limit: int | None = None, sizes: bool = True
             "rank": rank, "trial": t.number, "architecture": str(arch) if arch is not None else "",
             "values": {name: float(v) for name, v in zip(objectives, t.values)},
             "front": fronts[i], "params": params, "flops": flops, "cost": cost,
-            "metrics": metrics, "feasible": _feasible(t.user_attrs.get(FEASIBLE_ATTR)),
+            "metrics": metrics, "feasible": recorded_feasible(t),
             "datetime_complete": t.datetime_complete.isoformat() if t.datetime_complete else None,
         })
     return rows

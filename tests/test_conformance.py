@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.plugins import BUILTIN_PLUGINS, KINDS, PluginHost
+from frugalnas.core.kinds import KINDS
+from frugalnas.core.plugins import BUILTIN_PLUGINS, PluginHost
 from frugalnas.proxies import ProxyCheckError
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.testing import (CheckSetup, ConformanceError, check_backend, check_component,

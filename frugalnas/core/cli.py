@@ -18,11 +18,10 @@ from frugalnas.core.config import (StudyConfig, check_run_settings, load_run_fil
                                    parse_constraint)
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    one_line)
-from frugalnas.core.plugins import KINDS, PluginHost
+from frugalnas.core.kinds import KINDS, OPTION_GROUPS
+from frugalnas.core.plugins import PluginHost
 from frugalnas.core.worker import DEFAULT_MAX_FAILURES
 from frugalnas.core.storage_url import check_storage_url
-
-OPTION_GROUPS = ("space", "strategy", "estimator", "backend", "dataset", "pruner")
 
 
 def _parse_value(raw: str) -> Any:

@@ -28,6 +28,7 @@ import pluggy
 from frugalnas.builtins import BUILTIN_PLUGINS
 from frugalnas.core import hookspecs
 from frugalnas.core.errors import DuplicateComponentError, PluginError
+from frugalnas.core.kinds import KINDS, get_kind
 from frugalnas.core.registry import Component, Registry
 
 ENTRY_POINT_GROUP = "frugalnas"
@@ -57,18 +58,6 @@ class HookManager(pluggy.PluginManager):
                 or inspect.isfunction(found):
             return {}  # an unmarked implementation: pluggy's defaults for every option
         return None
-
-
-KINDS: dict[str, str] = {
-    "search_spaces": "search space",
-    "proxies": "proxy",
-    "estimators": "estimator",
-    "surrogates": "surrogate",
-    "strategies": "strategy",
-    "backends": "backend",
-    "datasets": "dataset",
-    "pruners": "pruner",
-}
 
 
 @dataclass(frozen=True)
@@ -194,15 +183,15 @@ class PluginHost:
     # -- registries ----------------------------------------------------------------------
     def registry(self, kind: str) -> Registry:
         """The components of ``kind`` (one of :data:`KINDS`), built on first use."""
-        if kind not in KINDS:
-            raise PluginError(f"unknown component kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+        get_kind(kind)  # an unknown kind is a PluginError listing the valid ones
         if kind not in self._registries:
             self._registries[kind] = self._build_registry(kind)
         return self._registries[kind]
 
     def _build_registry(self, kind: str) -> Registry:
-        label = KINDS[kind]
-        caller = getattr(self.pm.hook, f"frugalnas_{kind}")
+        spec = get_kind(kind)
+        label = spec.label
+        caller = getattr(self.pm.hook, spec.hook)
         found: dict[str, Component] = {}
         for impl in reversed(caller.get_hookimpls()):
             provided = self._call_registration(impl, kind)
@@ -267,7 +256,8 @@ class PluginHost:
         each of which is an estimator); any other blocked plugin is not imported to ask, so it
         may register it."""
         registering, unknown = [], []
-        hooks = [f"frugalnas_{kind}"] + (["frugalnas_proxies"] if kind == "estimators" else [])
+        hooks = [get_kind(kind).hook] + ([get_kind("proxies").hook] if kind == "estimators"
+                                         else [])
         for plugin in sorted(self.blocked):
             if plugin not in BUILTIN_PLUGINS:
                 unknown.append(plugin)

@@ -34,7 +34,8 @@ from frugalnas.core.errors import ConfigError, PluginHookError, TrialFailure, on
 from frugalnas.core.estimator import EstimateResult
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
-from frugalnas.core.trial_report import TrialReport, feasible_flag, per_step_vectors
+from frugalnas.core.trial_constraints import recorded_feasible
+from frugalnas.core.trial_report import TrialReport, per_step_vectors
 
 if TYPE_CHECKING:
     from frugalnas.core.study import Study
@@ -257,7 +258,7 @@ class TrialRunner:
             artifacts=result.artifacts if result is not None else {},
             started=trial.datetime_start, finished=datetime.datetime.now(),
             intermediate=per_step_vectors(attrs.get(INTERMEDIATE_ATTR)),
-            feasible=feasible_flag(attrs.get(FEASIBLE_ATTR)) if constrained else None)
+            feasible=recorded_feasible(trial) if constrained else None)
 
     def finished(self, trial: optuna.Trial, arch: Architecture, state: TrialState,
                  values: Sequence[float] | None = None, result: EstimateResult | None = None,

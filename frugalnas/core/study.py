@@ -22,14 +22,15 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, TrialFailure, one_line)
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.keys import (CONFIG_ATTR, CONSTRAINTS_ATTR, FEASIBLE_ATTR, INTERMEDIATE_ATTR,
-                                 VIOLATION_ATTR)
+from frugalnas.core.keys import CONFIG_ATTR, INTERMEDIATE_ATTR
+from frugalnas.core.kinds import GROUPS
 from frugalnas.core.plugins import PluginHost, get_host
 # Candidate, failure_reason and trial_timeout live with the runner (imported from here before).
 from frugalnas.core.runner import Candidate, TrialRunner, failure_reason, trial_timeout  # noqa: F401
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
-from frugalnas.core.trial_report import read_architecture
+from frugalnas.core.trial_architecture import architecture_of
+from frugalnas.core.trial_constraints import constraint_values, is_feasible, violation
 from frugalnas.core.trial_context import StudyTrialContext
 
 if TYPE_CHECKING:
@@ -54,8 +55,9 @@ class TrialRecord:
     @staticmethod
     def read_architecture(frozen: FrozenTrial, space: SearchSpace) -> Architecture | None:
         """The architecture of ``frozen`` (its recorded string, else complete parameters);
-        ``None`` when it cannot be read and the trial is not COMPLETE or PRUNED."""
-        return read_architecture(frozen, space)
+        ``None`` when it cannot be read and the trial is not COMPLETE or PRUNED
+        (:func:`frugalnas.core.trial_architecture.architecture_of`)."""
+        return architecture_of(frozen, space)
 
     def __getattr__(self, name: str) -> Any:
         if name == "frozen":
@@ -281,7 +283,7 @@ class Study:
 
     def feasible_trials(self) -> list[TrialRecord]:
         """The completed trials that meet every constraint (all of them without constraints)."""
-        return [t for t in self.completed_trials() if t.user_attrs.get(FEASIBLE_ATTR, True)]
+        return [t for t in self.completed_trials() if is_feasible(t.frozen)]
 
     @property
     def best_trial(self) -> TrialRecord:
@@ -321,8 +323,8 @@ class Study:
         bounds = ", ".join(f"{k} <= {v:g}" for k, v in self.config.constraints.items())
         if not done:
             return f"no trial completed yet (constraints: {bounds})"
-        worst = min(done, key=lambda t: t.user_attrs.get(VIOLATION_ATTR, math.inf))
-        diffs = worst.user_attrs.get(CONSTRAINTS_ATTR, {})
+        worst = min(done, key=lambda t: violation(t.frozen, default=math.inf))
+        diffs = constraint_values(worst.frozen)
         near = ", ".join(f"{k} = {self.config.constraints[k] + d:g}" for k, d in diffs.items()
                          if k in self.config.constraints)
         return (f"no feasible trial: none of the {len(done)} completed trial(s) meets the "
@@ -384,11 +386,6 @@ def check_pruner(pruner: Any, n_objectives: int, name: str) -> None:
     if not callable(getattr(pruner, "prune_vector", None)):
         raise ConfigError(f"pruner {name!r} prunes on one objective; this study has "
                           f"{n_objectives}: use a multi-objective pruner such as 'pareto'")
-
-
-#: The option group of each component kind, as the command line names it (``-o GROUP.KEY``).
-GROUPS = {"search_spaces": "space", "strategies": "strategy", "estimators": "estimator",
-          "backends": "backend", "datasets": "dataset", "pruners": "pruner"}
 
 
 def check_config(host: PluginHost, config: StudyConfig,

@@ -30,6 +30,7 @@ from frugalnas.core.errors import ConfigError
 from frugalnas.core.estimator import JSONValue, PastTrial, StudyStore, TrialContext
 from frugalnas.core.keys import ARCHITECTURE_ATTR, CONFIG_ATTR, METRICS_ATTR, PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.trial_architecture import architecture_from
 
 if TYPE_CHECKING:
     from frugalnas.core.backend import Backend
@@ -42,11 +43,13 @@ _RESERVED = (CONFIG_ATTR,)
 
 def past_trial(frozen: FrozenTrial, space: SearchSpace) -> PastTrial:
     """``frozen`` as the port's read-only :class:`PastTrial` (copies of its records)."""
+    # The recorded string as it is (no parse per past trial), else that of complete params;
+    # none, never an error, for parameters of another space: no architecture to tell.
     text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
-    if not text and frozen.params and all(n in frozen.params for n in space.distributions()):
+    if not text and frozen.params:
         try:
-            text = str(space.from_params(frozen.params))
-        except Exception:  # parameters of another space: no architecture to tell
+            text = str(architecture_from(None, frozen.params, space))
+        except Exception:
             text = None
     values = tuple(float(v) for v in frozen.values) if frozen.values is not None else None
     metrics = frozen.user_attrs.get(METRICS_ATTR) or {}

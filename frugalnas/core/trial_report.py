@@ -19,42 +19,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import (ARCHITECTURE_ATTR, COST_ATTR, FAIL_REASON_ATTR, FEASIBLE_ATTR,
+from frugalnas.core.keys import (ARCHITECTURE_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  INTERMEDIATE_ATTR, METRICS_ATTR)
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.trial_architecture import architecture_of
+from frugalnas.core.trial_constraints import recorded_feasible
 
 #: The states of a finished trial, the only ones a report has.
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-def read_architecture(frozen: FrozenTrial, space: SearchSpace) -> Architecture | None:
-    """The architecture of ``frozen`` (its recorded string, else complete parameters);
-    ``None`` when it cannot be read and the trial is not COMPLETE or PRUNED, for which an
-    unreadable architecture is a :class:`ConfigError` naming the trial."""
-    text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
-    try:
-        if text:
-            return space.parse(text)
-        if all(name in frozen.params for name in space.distributions()):
-            return space.from_params(frozen.params)
-        raise ConfigError(f"parameters for space {space.name!r} miss decision(s) "
-                          f"{sorted(set(space.distributions()) - set(frozen.params))}")
-    except Exception as exc:
-        if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            raise ConfigError(f"trial {frozen.number} ({frozen.state.name}) has no readable "
-                              f"architecture for space {space.name!r}: {exc}") from None
-        return None
-
-
-def feasible_flag(value: Any) -> bool | None:
-    """A trial's feasibility user attribute as a bool (``"true"``, ``"1"``, ``"yes"`` count as
-    true); ``None`` without one (a study without constraints)."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 def per_step_vectors(per_step: Any, single: Mapping[int, float] | None = None
@@ -125,8 +97,8 @@ class TrialReport:
         failure reason (a stale trial of a dead worker)."""
         state = frozen.state
         try:
-            arch = read_architecture(frozen, space)
-        except Exception:
+            arch = architecture_of(frozen, space)
+        except Exception:  # a stale trial gets its report even without an architecture
             arch = None
         text = frozen.user_attrs.get(ARCHITECTURE_ATTR)
         values = None
@@ -156,4 +128,4 @@ class TrialReport:
                    started=frozen.datetime_start, finished=frozen.datetime_complete,
                    intermediate=per_step_vectors(frozen.user_attrs.get(INTERMEDIATE_ATTR),
                                                  frozen.intermediate_values),
-                   feasible=feasible_flag(frozen.user_attrs.get(FEASIBLE_ATTR)))
+                   feasible=recorded_feasible(frozen))

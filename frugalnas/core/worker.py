@@ -44,6 +44,7 @@ from frugalnas.core.config import StudyConfig
 from frugalnas.core.errors import ConfigError, FrugalnasError, check_range
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
+from frugalnas.core.trial_architecture import architecture_from
 
 if TYPE_CHECKING:
     from frugalnas.core.plugins import PluginHost
@@ -387,22 +388,23 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
             self._beating = None
 
     def _key(self, text: str | None, params: dict[str, Any] | None = None) -> str | None:
-        """A comparable key of an architecture string (or of complete params)."""
+        """A comparable key of an architecture string (or of complete params): the rule of
+        :func:`~frugalnas.core.trial_architecture.architecture_from` on a string that may not
+        be stored yet, cached per string (the quota reads every trial on each proposal), and
+        ``None``, never an error, when it does not read (another space's trial is no duplicate)."""
         if self.space is None:
             return text
-        if text:
-            if text not in self._keys:
-                try:
-                    self._keys[text] = self.space.parse(text).key
-                except Exception:
-                    self._keys[text] = None
+        if text and text in self._keys:
             return self._keys[text]
-        if params and all(k in params for k in self.space.distributions()):
-            try:
-                return self.space.from_params(params).key
-            except Exception:
-                return None
-        return None
+        if not text and not params:
+            return None
+        try:
+            key: str | None = architecture_from(text, params or {}, self.space).key
+        except Exception:
+            key = None
+        if text:
+            self._keys[text] = key
+        return key
 
     def _taken_by(self, trial_id: int, study_id: int, text: Any) -> FrozenTrial | None:
         key = self._key(str(text))

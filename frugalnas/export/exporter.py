@@ -32,6 +32,7 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.exported import ExportedNetwork
 from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.core.trial_architecture import architecture_of
 from frugalnas.core.training import TrainConfig, seed_everything, train
 from frugalnas.core.work_progress import progress_shown
 from frugalnas.export import formats as fmt
@@ -258,12 +259,11 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
                 check_batch: int, progress: bool) -> ExportedModel:
     from tqdm.auto import tqdm
 
-    from frugalnas.core.study import TrialRecord
     from frugalnas.leaderboard import fmt_number
 
     started = time.perf_counter()
     space = study.space
-    arch = TrialRecord.read_architecture(frozen, space)
+    arch = architecture_of(frozen, space)
     # -- train from scratch on train + validation ------------------------------------------
     final_data = data.train_and_valid()
     seed_everything(seed)

@@ -2,7 +2,8 @@
 handing the constraints to optuna's samplers.
 
 A study's ``constraints`` are upper bounds, ``{metric: bound}``. After each completed trial the
-study records, as user attributes (names in :mod:`frugalnas.core.keys`), each constraint's
+study records, as user attributes (names in :mod:`frugalnas.core.keys`; read through
+:mod:`frugalnas.core.trial_constraints`, the record of truth), each constraint's
 ``value - bound`` (:data:`CONSTRAINTS_ATTR`, optuna's convention: <= 0 is feasible), whether the
 trial is feasible (:data:`FEASIBLE_ATTR`) and its total relative violation
 ``sum(max(0, value - bound) / |bound|)`` (:data:`VIOLATION_ATTR`). With optuna >= 5 it also calls
@@ -20,22 +21,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.keys import CONSTRAINTS_ATTR, FEASIBLE_ATTR, VIOLATION_ATTR
+# The readers of a trial's record live in core (the study reads it too); the same names here.
+from frugalnas.core.trial_constraints import constraint_values, is_feasible, violation
 
-
-def is_feasible(trial: FrozenTrial) -> bool:
-    """Whether a trial met its study's constraints (``True`` in a study without any)."""
-    return bool(trial.user_attrs.get(FEASIBLE_ATTR, True))
-
-
-def violation(trial: FrozenTrial) -> float:
-    """A trial's total relative constraint violation (0.0 when feasible or unconstrained)."""
-    return float(trial.user_attrs.get(VIOLATION_ATTR, 0.0))
-
-
-def constraint_values(trial: FrozenTrial) -> dict[str, float]:
-    """``{metric: value - bound}`` of a trial (empty in a study without constraints)."""
-    return {k: float(v) for k, v in (trial.user_attrs.get(CONSTRAINTS_ATTR) or {}).items()}
+__all__ = ["constraint_values", "constraints_func", "is_feasible", "sampler_constraint_options",
+           "violation"]
 
 
 def constraints_func(names: Sequence[str]) -> Callable[[FrozenTrial], list[float]]:

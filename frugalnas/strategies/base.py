@@ -27,9 +27,10 @@ from frugalnas.core import optuna_compat
 from frugalnas.core.strategy import Strategy, StrategyServices
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, STRATEGY_METRIC_PREFIX,
-                                 VIOLATION_ATTR)
+from frugalnas.core.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.trial_architecture import architecture_from
+from frugalnas.core.trial_constraints import constraint_values, violation
 from frugalnas.core.work_progress import work_progress
 from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
@@ -60,19 +61,19 @@ class History:
 
 def _arch_of(trial: FrozenTrial, space: SearchSpace,
              parsed: dict[str, Architecture | None]) -> Architecture | None:
+    """The rule of :func:`~frugalnas.core.trial_architecture.architecture_from`, cached per
+    recorded string (a history is read on every proposal) and ``None``, never an error, for
+    an unreadable one: a trial of another space or a partial one is not ours to reuse."""
     text = trial.user_attrs.get(ARCHITECTURE_ATTR)
+    if text and text in parsed:
+        return parsed[text]
     try:
-        if text:
-            if text not in parsed:
-                parsed[text] = space.parse(text)
-            return parsed[text]
-        if all(k in trial.params for k in space.distributions()):
-            return space.from_params(trial.params)
-    except Exception:  # a trial of another space or a partial one: not ours to reuse
-        if text:
-            parsed[text] = None
-        return None
-    return None
+        arch: Architecture | None = architecture_from(text, trial.params, space)
+    except Exception:
+        arch = None
+    if text:
+        parsed[text] = arch
+    return arch
 
 
 @dataclass
@@ -92,9 +93,9 @@ def _add_finished(prefix: FinishedPrefix, t: FrozenTrial, arch: Architecture | N
     h.seen.add(arch.key)
     if t.state != TrialState.COMPLETE or t.values is None:
         return
-    diffs = t.user_attrs.get(CONSTRAINTS_ATTR) or {}
-    row = (arch, list(t.values), t.number, float(t.user_attrs.get(VIOLATION_ATTR, 0.0)),
-           tuple(float(diffs[k]) for k in sorted(diffs)))
+    diffs = constraint_values(t)
+    row = (arch, list(t.values), t.number, violation(t),
+           tuple(diffs[k] for k in sorted(diffs)))
     at = len(h.numbers)
     while at and h.numbers[at - 1] > t.number:  # a trial finished after a later-numbered one
         at -= 1

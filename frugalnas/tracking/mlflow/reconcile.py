@@ -30,7 +30,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.trial_report import FINISHED_STATES, TrialReport, feasible_flag
+from frugalnas.core.trial_constraints import feasible_flag
+from frugalnas.core.trial_report import FINISHED_STATES, TrialReport
 
 #: MLflow's longest parameter value; a longer architecture string is also written whole as
 #: the artifact ``architecture.txt``.
