@@ -124,6 +124,12 @@ class Recorder:
     def size(self, key: str, value: Any) -> None:
         self.put("sizes", key, value)
 
+    def sizes(self, sizes: dict[str, Any]) -> dict[str, Any]:
+        """Record every size of ``sizes``; returns them."""
+        for key, value in sizes.items():
+            self.size(key, value)
+        return sizes
+
     def skip_step(self, step: str, reason: str) -> None:
         self.data["skipped_steps"].append({"step": step, "reason": reason})
         self.flush()
@@ -718,9 +724,7 @@ def part_virtual_nodes(run: PartRun) -> None:
     import torch
 
     sys.path.insert(0, str(BENCH_DIR))
-    sizes = vnode_sizes(run.rehearse)
-    for key, value in sizes.items():
-        run.rec.size(key, value)
+    sizes = run.rec.sizes(vnode_sizes(run.rehearse))
     run.rec.size("model", "benchmarks/virtual_node.py make_net (4 conv + BN layers, dropout), "
                           "32x32x3 synthetic batches, SGD momentum 0.9")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -838,9 +842,7 @@ def part_train_throughput(run: PartRun) -> None:
     import_frugalnas(run, allow_light=False)
     import torch
 
-    sizes = train_sizes(run.rehearse)
-    for key, value in sizes.items():
-        run.rec.size(key, value)
+    sizes = run.rec.sizes(train_sizes(run.rehearse))
     run.rec.size("architecture", f"nb201:{CELL_TRAIN}")
     run.rec.size("data", "synthetic dataset (frugalnas.datasets), valid 10 %, test 10 %, "
                          "training split resident on the CPU like the estimator's")
@@ -986,9 +988,7 @@ def part_proxies_supernet(run: PartRun) -> None:
 
     from frugalnas.proxies.ensemble import MEMBER_PRESETS
 
-    sizes = proxy_sizes(run.rehearse)
-    for key, value in sizes.items():
-        run.rec.size(key, value)
+    sizes = run.rec.sizes(proxy_sizes(run.rehearse))
     run.rec.size("selected_members", list(MEMBER_PRESETS["selected"]))
     cell_seconds = CELL_SHARE * max(0.0, run.left())   # the rest is the supernet's
     cells_deadline = time.monotonic() + cell_seconds
@@ -1079,9 +1079,7 @@ def part_sievo(run: PartRun) -> None:
     device = begin(run)
     import_frugalnas(run, allow_light=False)
 
-    sizes = sievo_sizes(run.rehearse)
-    for key, value in sizes.items():
-        run.rec.size(key, value)
+    sizes = run.rec.sizes(sievo_sizes(run.rehearse))
     run.rec.note("only the search of benchmarks/sievo_device.sh runs here: its stand-alone "
                  "reference (30 candidates x 4 seeds x 8 epochs), the REA/SPOS/DARTS baselines "
                  "and the retrainings take hours and stay with that script")
