@@ -236,7 +236,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--valid-limit", type=int, default=200,
-                   help="validation examples for inherited-weight scoring (default: all)")
+                   help="validation examples for inherited-weight scoring (default: 200)")
     p.add_argument("--parts", default="search,tau,ablation",
                    help="comma-separated parts to run: search, tau, ablation; or alone: reference "
                         "(only the stand-alone reference of the random tau candidates), probe "

@@ -11,6 +11,7 @@ from frugalnas.core.estimator import EstimateResult, Estimator, EvaluationContex
 from frugalnas.core.plugins import PluginHost, create_component, get_host, hookimpl, list_components
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.study import Candidate, Study, TrialRecord, create_study, load_study
+from frugalnas.core.trial_report import TrialReport
 from frugalnas.core.version import __version__
 from frugalnas.export import export_study
 
@@ -18,6 +19,7 @@ __all__ = [
     "Architecture", "ArchitectureParseError", "Backend", "Candidate", "ConfigError", "Cost",
     "Dataset", "DuplicateComponentError", "EstimateResult", "Estimator", "EvaluationContext",
     "FrugalnasError", "PluginError", "PluginHost", "SearchSpace", "Study", "StudyConfig",
-    "TrialContext", "TrialFailure", "TrialRecord", "UnknownComponentError", "create_component",
-    "create_study", "export_study", "get_host", "hookimpl", "list_components", "load_study",
+    "TrialContext", "TrialFailure", "TrialRecord", "TrialReport", "UnknownComponentError",
+    "create_component", "create_study", "export_study", "get_host", "hookimpl",
+    "list_components", "load_study",
 ]

@@ -7,7 +7,6 @@ import argparse
 import inspect
 import json
 import os
-import subprocess
 import sys
 import tomllib
 from collections.abc import Callable

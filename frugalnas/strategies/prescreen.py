@@ -37,7 +37,7 @@ __all__ = ["PRESCREEN_ATTR", "PrescreenSampler", "prescreen_strategy"]
 
 
 class _DatasetContext:
-    """The little of an EvaluationContext that :func:`proxy_batch` reads."""
+    """The little of a TrialContext that :func:`proxy_batch` reads."""
 
     def __init__(self, loader: Callable[[], Dataset]):
         self.dataset_loader = loader
