@@ -146,3 +146,80 @@ def test_surrogate_study_logs_trials_and_surrogate_quality_to_mlflow(tmp_path, s
     assert len(trial_runs) == 9
     parent = [r for r in runs if r.data.tags.get("frugalnas.role") == "study"]
     assert len(parent) == 1 and "surrogate_kendall_tau" in parent[0].data.metrics
+
+
+# -- options are the strategies' real signatures -------------------------------------------
+def _arch_sampler_strategies():
+    import inspect
+
+    from frugalnas.strategies.base import ArchSampler
+
+    registry = frugalnas.get_host().registry("strategies")
+    return {name: registry.get(name) for name in registry
+            if inspect.isclass(registry.get(name).factory)
+            and issubclass(registry.get(name).factory, ArchSampler)}
+
+
+def _common_options():
+    import inspect
+
+    from frugalnas.strategies.base import ArchSampler
+
+    return {n: p.default for n, p in inspect.signature(ArchSampler).parameters.items()
+            if n not in ("space", "seed", "host")}
+
+
+def test_every_arch_sampler_strategy_lists_the_common_options_with_their_defaults(capsys):
+    import json
+
+    from frugalnas.core.cli import main
+
+    builtins = _arch_sampler_strategies()
+    assert {"random", "regularized-evolution", "local-search", "surrogate-evolution",
+            "bananas", "darts"} <= set(builtins)
+    assert main(["plugins", "--json"]) == 0
+    listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)["components"]["strategies"]}
+    common = _common_options()
+    assert {"n_init", "warm_start_proxy", "constraint_model", "violation_penalty"} <= set(common)
+    for name, comp in builtins.items():
+        cls = comp.factory
+        assert "__signature__" not in vars(cls) and not listed[name]["accepts_any_option"]
+        options = {o["name"]: o["default"] for o in listed[name]["options"]}
+        for option, default in common.items():
+            if option in cls.fixed_options:
+                assert option not in options, (name, option)
+            elif option != "n_init":  # a strategy may choose its own initial design size
+                assert options[option] == default, (name, option)
+            else:
+                assert "n_init" in options, name
+
+
+@pytest.mark.parametrize("name", sorted(_arch_sampler_strategies()))
+def test_an_unknown_strategy_option_is_refused_before_the_first_trial(name, tmp_path):
+    comp = _arch_sampler_strategies()[name]
+    with pytest.raises(ConfigError) as info:
+        frugalnas.create_study(space="nb201", strategy=name, estimator="nb201-table",
+                               strategy_options={"not_an_option": 1},
+                               storage=f"sqlite:///{tmp_path / 'x.db'}",
+                               disable_plugins=["mlflow"])
+    message = str(info.value)
+    assert "'not_an_option'" in message and f"strategy {name!r}" in message
+    for option in comp.user_options():
+        assert option in message, (name, option)
+    for option in comp.factory.fixed_options:  # set by the strategy itself: refused, saying so
+        with pytest.raises(ConfigError, match=f"{option!r} is set by strategy {name!r} itself"):
+            comp.check_options({option: 1})
+
+
+def test_strategy_factory_refuses_a_class_that_hides_its_options():
+    from frugalnas.strategies.base import ArchSampler, strategy_factory
+    from frugalnas.strategies.random import RandomArchSampler
+
+    assert strategy_factory(RandomArchSampler) is RandomArchSampler
+
+    class Loose(ArchSampler):
+        def __init__(self, space, seed=0, **options):
+            super().__init__(space, seed, **options)
+
+    with pytest.raises(TypeError, match="options"):
+        strategy_factory(Loose)

@@ -43,7 +43,9 @@ class Component:
             return False
 
     def check_options(self, options: dict[str, Any]) -> None:
-        """Raise ConfigError for an option the factory does not accept, listing the valid ones."""
+        """Raise ConfigError for an option the factory does not accept, listing the valid ones
+        (one the factory lists in a ``fixed_options`` attribute, as an ArchSampler subclass
+        does, is said to be set by the component itself)."""
         try:
             sig = inspect.signature(self.factory)
         except (TypeError, ValueError):
@@ -51,7 +53,12 @@ class Component:
         if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
             return
         valid = self.options()
+        fixed = getattr(self.factory, "fixed_options", ())
         for key in options:
+            if key in fixed and key not in valid:
+                raise ConfigError(
+                    f"option {key!r} is set by {self.kind} {self.name!r} itself, not by users; "
+                    f"valid options: {', '.join(sorted(valid)) or '(none)'}")
             if key not in valid or key == "host":
                 raise ConfigError(
                     f"unknown option {key!r} for {self.kind} {self.name!r}; "

@@ -14,7 +14,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import optuna
@@ -172,6 +172,9 @@ def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirecti
     return out
 
 
+_S = TypeVar("_S", bound="ArchSampler")
+
+
 class ArchSampler(Strategy):
     """Base of frugalnas's search strategies: subclasses implement :meth:`choose`.
 
@@ -183,7 +186,8 @@ class ArchSampler(Strategy):
     them can sit inside a pre-screen.
     """
 
-    #: Options of the base class a subclass sets itself (not user options).
+    #: Options of the base class a subclass sets itself: its ``__init__`` does not name them
+    #: and the registry refuses them as user options, saying so.
     fixed_options: tuple[str, ...] = ()
 
     def __init__(self, space: SearchSpace, seed: int = 0, n_init: int = 10,
@@ -448,39 +452,21 @@ class ArchSampler(Strategy):
             self.report(metrics, step)
 
 
-def _options(cls: type) -> dict[str, Any]:
-    """The options of ``cls`` and its ArchSampler bases, with their defaults."""
-    names: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        if "__init__" in vars(klass) and issubclass(klass, ArchSampler):
-            for p in inspect.signature(klass.__init__).parameters.values():
-                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and \
-                        p.name not in ("self", "space", "seed", "host", *cls.fixed_options) \
-                        and p.name not in names:
-                    names[p.name] = p.default
-    return names
-
-
-def strategy_factory(cls: type[ArchSampler]) -> Callable[..., optuna.samplers.BaseSampler]:
-    """A ``factory(space=..., seed=..., **options)`` for ``cls`` that rejects unknown options
-    with a :class:`ConfigError` listing the valid ones."""
-    valid = _options(cls)
-
-    def factory(space: SearchSpace | None = None, seed: int = 0, host: Any = None,
-                **options: Any) -> ArchSampler:
-        for key in options:
-            if key not in valid:
-                raise ConfigError(f"unknown option {key!r} for strategy {cls.__name__}; "
-                                  f"valid options: {', '.join(sorted(valid))}")
-        return cls(space, seed, host=host, **options)
-
-    # The registry reads option names and defaults from the signature (plans, option checks).
-    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
-              for n, d in (("space", None), ("seed", 0), ("host", None))]
-    params += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
-               for n, d in valid.items()]
-    factory.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    factory.__doc__ = cls.__doc__
-    factory.__name__ = factory.__qualname__ = f"{cls.__name__}_factory"
-    factory.valid_options = valid  # type: ignore[attr-defined]
-    return factory
+def strategy_factory(cls: type[_S]) -> type[_S]:
+    """``cls`` itself, checked to be registrable as a strategy factory: the study calls it as
+    ``cls(space=..., seed=..., host=..., **options)``, and the registry reads its options and
+    their defaults from the signature of ``cls.__init__`` (so a misspelt option is a
+    :class:`ConfigError` listing the valid ones before the first trial). ``__init__`` must
+    therefore name every option it takes, the common ones of :class:`ArchSampler` included,
+    and take no ``**options``; it must not name an option of ``cls.fixed_options``."""
+    params = inspect.signature(cls).parameters
+    loose = [p.name for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    if loose:
+        raise TypeError(f"strategy {cls.__name__}: __init__ takes *{loose[0]}; name each option "
+                        "it accepts (the common ones of ArchSampler too) so the registry can "
+                        "check them")
+    fixed = [n for n in cls.fixed_options if n in params]
+    if fixed:
+        raise TypeError(f"strategy {cls.__name__}: __init__ names {fixed[0]!r}, which "
+                        "fixed_options says it sets itself")
+    return cls

@@ -4,11 +4,13 @@ of the art for NAS benchmarks", 2020)."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
+from frugalnas.core.space import SearchSpace
 from frugalnas.strategies.base import ArchSampler, History
 
 
@@ -19,8 +21,16 @@ class LocalSearchSampler(ArchSampler):
     that still has unseen neighbours (best-first). With constraints, feasible architectures
     come first and infeasible ones by increasing violation."""
 
-    def __init__(self, space, seed: int = 0, n_init: int = 5, **options):
-        super().__init__(space, seed, n_init, **options)
+    def __init__(self, space: SearchSpace, seed: int = 0, n_init: int = 5, *,
+                 warm_start_proxy: str | None = None,
+                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
+                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
+                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+        super().__init__(space, seed, n_init, warm_start_proxy=warm_start_proxy,
+                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
+                         constraint_model=constraint_model,
+                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
+                         violation_penalty=violation_penalty, host=host)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:

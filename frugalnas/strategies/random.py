@@ -10,6 +10,7 @@ from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.plugins import hookimpl
+from frugalnas.core.space import SearchSpace
 from frugalnas.strategies.base import ArchSampler, History, strategy_factory
 
 
@@ -19,8 +20,15 @@ class RandomArchSampler(ArchSampler):
 
     fixed_options = ("n_init",)
 
-    def __init__(self, space, seed: int = 0, **options):
-        super().__init__(space, seed, 1, **options)
+    def __init__(self, space: SearchSpace, seed: int = 0, *, warm_start_proxy: str | None = None,
+                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
+                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
+                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+        super().__init__(space, seed, 1, warm_start_proxy=warm_start_proxy,
+                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
+                         constraint_model=constraint_model,
+                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
+                         violation_penalty=violation_penalty, host=host)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:

@@ -21,6 +21,7 @@ from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_choice, check_range
+from frugalnas.core.space import SearchSpace
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
 from frugalnas.surrogates.encodings import make_encoding, preferred_encoding
 from frugalnas.surrogates.quality import rank_quality
@@ -152,14 +153,22 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
     Thompson sampling) and the best one is evaluated. ``encoding`` defaults to ``adjacency``
     on a space that has it (NB201), else ``onehot``."""
 
-    def __init__(self, space, seed: int = 0, population_size: int = 20, sample_size: int = 5,
-                 n_candidates: int = 20, surrogate: Any = "lightgbm",
+    def __init__(self, space: SearchSpace, seed: int = 0, population_size: int = 20,
+                 sample_size: int = 5, n_candidates: int = 20, surrogate: Any = "lightgbm",
                  surrogate_options: dict[str, Any] | None = None, encoding: str | None = None,
                  encoding_options: dict[str, Any] | None = None, acquisition: str = "ei",
                  kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
-                 n_init: int | None = 10, **options):
+                 n_init: int | None = 10, *, warm_start_proxy: str | None = None,
+                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
+                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
+                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
         check_range("n_candidates", n_candidates, 1)
-        super().__init__(space, seed, population_size, sample_size, n_init, **options)
+        super().__init__(space, seed, population_size, sample_size, n_init,
+                         warm_start_proxy=warm_start_proxy,
+                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
+                         constraint_model=constraint_model,
+                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
+                         violation_penalty=violation_penalty, host=host)
         self.n_candidates = int(n_candidates)
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "adjacency"), encoding_options,
@@ -182,14 +191,22 @@ class BananasSampler(SurrogateMixin, ArchSampler):
     ``top_k`` best architectures so far. ``encoding`` defaults to ``path`` on a space that
     has it (NB201), else ``onehot``."""
 
-    def __init__(self, space, seed: int = 0, n_candidates: int = 100, top_k: int = 10,
-                 surrogate: Any = "mlp-ensemble", surrogate_options: dict[str, Any] | None = None,
-                 encoding: str | None = None, encoding_options: dict[str, Any] | None = None,
-                 acquisition: str = "its", kappa: float = 2.0, quality_every: int = 10,
-                 quality_holdout: int = 10, n_init: int = 10, **options):
+    def __init__(self, space: SearchSpace, seed: int = 0, n_candidates: int = 100,
+                 top_k: int = 10, surrogate: Any = "mlp-ensemble",
+                 surrogate_options: dict[str, Any] | None = None, encoding: str | None = None,
+                 encoding_options: dict[str, Any] | None = None, acquisition: str = "its",
+                 kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
+                 n_init: int = 10, *, warm_start_proxy: str | None = None,
+                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
+                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
+                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
         check_range("n_candidates", n_candidates, 1)
         check_range("top_k", top_k, 1)
-        super().__init__(space, seed, n_init, **options)
+        super().__init__(space, seed, n_init, warm_start_proxy=warm_start_proxy,
+                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
+                         constraint_model=constraint_model,
+                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
+                         violation_penalty=violation_penalty, host=host)
         self.n_candidates, self.top_k = int(n_candidates), int(top_k)
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "path"), encoding_options,
