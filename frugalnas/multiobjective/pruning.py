@@ -362,43 +362,33 @@ def pareto_hv_pruner(directions: Sequence[str] | None = None, n_startup_trials: 
                              min_chance=min_chance)
 
 
-def _optuna_pruner(name: str, cls: type, summary: str) -> Any:
-    """A factory for one of optuna's pruners, named in a run file (its options are the
-    class's keyword arguments; an unknown one is a ConfigError listing them)."""
-    import inspect
+# optuna's single-objective pruners by name: each a subclass that only gives the one-line
+# summary the registry shows, so its options are the optuna class's own signature.
+class MedianPruner(optuna.pruners.MedianPruner):
+    """optuna's median stopping rule (one objective)."""
 
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=inspect.Parameter.empty)
-              for p in inspect.signature(cls.__init__).parameters.values()
-              if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    valid = [p.name for p in params]
 
-    def factory(**options: Any) -> optuna.pruners.BasePruner:
-        for key in options:
-            if key not in valid:
-                raise ConfigError(f"unknown option {key!r} for pruner {name!r}; valid options: "
-                                  f"{', '.join(valid) or '(none)'}")
-        return cls(**options)
+class SuccessiveHalvingPruner(optuna.pruners.SuccessiveHalvingPruner):
+    """optuna's asynchronous successive halving (one objective)."""
 
-    factory.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    factory.__doc__ = summary
-    factory.__name__ = factory.__qualname__ = f"{cls.__name__}_factory"
-    return factory
+
+class HyperbandPruner(optuna.pruners.HyperbandPruner):
+    """optuna's Hyperband (one objective)."""
+
+
+class NopPruner(optuna.pruners.NopPruner):
+    """No pruning."""
 
 
 def builtin_pruners() -> dict[str, Any]:
     """The pruners this package registers: ``pareto``, ``pareto-halving`` and ``pareto-hv``
     (several objectives) and optuna's single-objective ones by name."""
-    p = optuna.pruners
     return {
         "pareto": pareto_pruner,
         "pareto-halving": pareto_halving_pruner,
         "pareto-hv": pareto_hv_pruner,
-        "median": _optuna_pruner("median", p.MedianPruner,
-                                 "optuna's median stopping rule (one objective)."),
-        "successive-halving": _optuna_pruner(
-            "successive-halving", p.SuccessiveHalvingPruner,
-            "optuna's asynchronous successive halving (one objective)."),
-        "hyperband": _optuna_pruner("hyperband", p.HyperbandPruner,
-                                    "optuna's Hyperband (one objective)."),
-        "nop": _optuna_pruner("nop", p.NopPruner, "No pruning."),
+        "median": MedianPruner,
+        "successive-halving": SuccessiveHalvingPruner,
+        "hyperband": HyperbandPruner,
+        "nop": NopPruner,
     }
