@@ -452,15 +452,15 @@ def probe_part(args) -> None:
     print(f"store trained on uniformly drawn candidates; tau against the {args.tau_epochs:g}-epoch "
           f"reference (mean of {args.tau_seeds} seeds), {len(archs)} random candidates")
     for i, stop in enumerate(int(b) for b in args.probe_stops.split(",")):
-        info = {"loss": float("nan")}
+        loss = float("nan")
         if stop > done:
-            info = session.train(lambda r: study.space.sample(r), context.dataset, context.backend,
+            loss = session.train(lambda r: study.space.sample(r), context.dataset, context.backend,
                                  generation=-(i + 1), batches=stop - done, batch_size=64, lr=0.05,
-                                 momentum=0.9, weight_decay=3e-4)
+                                 momentum=0.9, weight_decay=3e-4).mean_loss(last=20)
             done = stop
         inherited = [study.evaluate(a).value for a in archs]
         tau, lo, hi = tau_with_interval(inherited, trained, rng)
-        print(f"  {stop:>6} batches  train loss {info['loss']:.3f}  inherited "
+        print(f"  {stop:>6} batches  train loss {loss:.3f}  inherited "
               f"{min(inherited):.1f}-{max(inherited):.1f} %  tau {tau:+.3f}  [{lo:+.3f}, {hi:+.3f}]",
               flush=True)
 

@@ -101,3 +101,20 @@ def check_latency_options(latency: bool, batch_size: int, min_run_time: float) -
     if isinstance(batch_size, float) and not float(batch_size).is_integer():
         raise ConfigError(f"invalid latency_batch_size {batch_size!r}; expected an integer")
     check_range("latency_min_run_time", min_run_time, 0)
+
+
+@dataclass(frozen=True)
+class LatencyProbe:
+    """The inference latency an estimator measures beside its score (its ``latency``,
+    ``latency_batch_size`` and ``latency_min_run_time`` options): batches of ``batch_size``
+    at the network's input shape, timed for about ``min_run_time`` seconds."""
+
+    batch_size: int = 1
+    min_run_time: float = 0.2
+
+    @classmethod
+    def of(cls, latency: bool, batch_size: int, min_run_time: float) -> LatencyProbe | None:
+        """The probe an estimator's ``latency`` options ask for (``None`` without latency);
+        the options are checked either way."""
+        check_latency_options(latency, batch_size, min_run_time)
+        return cls(int(batch_size), float(min_run_time)) if latency else None

@@ -32,3 +32,48 @@ class RelaxedBuilder(Protocol):
 
     def mixed(self, get: Callable[[Any], "nn.Module"], alphas: "torch.Tensor") -> "nn.Module":
         ...
+
+
+@runtime_checkable
+class SharedBuilder(Protocol):
+    """What ``SearchSpace.shared_builder`` returns (weight sharing, docs/weight_sharing.md):
+    every store key of the supernet, a fresh module for a key, and the network of an
+    architecture assembled from the store's modules."""
+
+    def keys(self) -> Sequence[Any]:
+        """Every key of the supernet's weight store."""
+        ...
+
+    def factory(self, key: Any) -> "nn.Module":
+        """A freshly initialised module for ``key``."""
+        ...
+
+    def subnet(self, arch: Any, get: Callable[[Any], "nn.Module"]) -> "nn.Module":
+        """The network of ``arch`` built from ``get(key)`` modules."""
+        ...
+
+
+@runtime_checkable
+class Relaxation(Protocol):
+    """A continuous relaxation of a space for DARTS (``SearchSpace.darts_relaxation``): the
+    shape of its mixing weights, the mixed network, and how an architecture is read off or
+    drawn from the weights."""
+
+    shape: tuple[int, ...]
+
+    def weights(self, alphas: "torch.Tensor") -> "torch.Tensor":
+        """The mixing weights (e.g. a softmax) of raw ``alphas``."""
+        ...
+
+    def network(self, builder: Any, get: Callable[[Any], "nn.Module"],
+                alphas: "torch.Tensor") -> "nn.Module":
+        """The mixed network of ``builder``'s modules under ``alphas``."""
+        ...
+
+    def read(self, alphas: "torch.Tensor") -> Any:
+        """The architecture of the strongest choices."""
+        ...
+
+    def sample(self, alphas: "torch.Tensor", rng: Any) -> Any:
+        """An architecture drawn from the mixing weights."""
+        ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
 from optuna.distributions import (BaseDistribution, CategoricalDistribution,
@@ -13,6 +13,11 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ArchitectureParseError, ConfigError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from frugalnas.core.network import Relaxation, SharedBuilder
 
 
 class SearchSpace(ABC):
@@ -30,7 +35,7 @@ class SearchSpace(ABC):
 
     @abstractmethod
     def build(self, arch: Architecture, num_classes: int,
-              input_shape: tuple[int, int, int]) -> "Any":
+              input_shape: tuple[int, int, int]) -> nn.Module:
         """A freshly initialised ``torch.nn.Module`` for ``arch``."""
 
     # -- conversions ---------------------------------------------------------------------
@@ -127,7 +132,7 @@ class SearchSpace(ABC):
         raise NotImplementedError(f"space {self.name!r} cannot be enumerated")
 
     def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> Any:
+                       sharing: str = "operation") -> SharedBuilder:
         """Weight sharing (:mod:`frugalnas.weight_sharing`): an object with ``keys()`` (every
         store key of the supernet), ``factory(key)`` (a fresh module for a key), ``subnet(arch, get)`` (the network of ``arch`` built
         from ``get(key)`` modules) and, for differentiable search, ``mixed(get, alphas)``.
@@ -140,7 +145,7 @@ class SearchSpace(ABC):
         """Whether the space overrides :meth:`shared_builder` (supports weight sharing)."""
         return type(self).shared_builder is not SearchSpace.shared_builder
 
-    def darts_relaxation(self) -> Any:
+    def darts_relaxation(self) -> Relaxation | None:
         """The space's own continuous relaxation for the ``darts`` strategy (an object with
         ``shape``, ``weights``, ``network``, ``read`` and ``sample``), or None (the default):
         DARTS then mixes the choices of every decision (all categorical, equally many)."""

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from frugalnas.core.architecture import Architecture
     from frugalnas.core.backend import Backend
     from frugalnas.core.data import Dataset
+    from frugalnas.core.study import Study
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def shared_states(sampler: optuna.samplers.BaseSampler) -> dict[type, Any]:
     return found
 
 
-def services_of(study: Any) -> StrategyServices:
+def services_of(study: Study) -> StrategyServices:
     """The services a frugalnas :class:`~frugalnas.core.study.Study` lends its strategy."""
     return StrategyServices(
         log_metrics=study.log_metrics,
@@ -144,7 +145,7 @@ def services_of(study: Any) -> StrategyServices:
         backend=lambda: study.backend)
 
 
-def bind(sampler: optuna.samplers.BaseSampler, study: Any) -> None:
+def bind(sampler: optuna.samplers.BaseSampler, study: Study) -> None:
     """Bind every strategy of the chain to ``study``'s :class:`StrategyServices`."""
     services = services_of(study)
     for s in _strategies(sampler):
@@ -156,7 +157,7 @@ def can_stop(sampler: optuna.samplers.BaseSampler) -> bool:
     return any(type(s).should_stop is not Strategy.should_stop for s in _strategies(sampler))
 
 
-def should_stop(sampler: optuna.samplers.BaseSampler, study: Any) -> bool:
+def should_stop(sampler: optuna.samplers.BaseSampler, study: Study | optuna.Study) -> bool:
     """Whether any strategy of the chain says the search of ``study`` (a frugalnas Study or
     an optuna study) is over."""
     ostudy = study if isinstance(study, optuna.Study) else study.optuna_study

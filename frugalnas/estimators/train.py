@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_flops, count_params
 from frugalnas.core.data import Dataset
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.latency import LATENCY_METRICS, check_latency_options, measure_latency
+from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe, measure_latency
 from frugalnas.core.training import TrainConfig, accuracy, seed_everything, train
 
 
@@ -40,9 +39,7 @@ class TrainEstimator(Estimator):
         self.config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                                   weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps)
         self.report_every_epoch = report_every_epoch
-        check_latency_options(latency, latency_batch_size, latency_min_run_time)
-        self.latency, self.latency_batch_size = bool(latency), int(latency_batch_size)
-        self.latency_min_run_time = float(latency_min_run_time)
+        self.latency = LatencyProbe.of(latency, latency_batch_size, latency_min_run_time)
         if self.latency:
             self.provides = (*self.provides, *LATENCY_METRICS)
 
@@ -65,11 +62,11 @@ class TrainEstimator(Estimator):
         backend.reset_peak_memory()
         metrics: dict[str, float] = {}
         artifacts: dict[str, str | bytes] = {}
-        if self.latency:
+        if self.latency is not None:
             # Inference time does not depend on the weights, so it is measured before
             # training: every per-epoch report (multi-objective pruning) then has it.
-            stats = measure_latency(model, data.input_shape, self.latency_batch_size,
-                                    backend.device, min_run_time=self.latency_min_run_time)
+            stats = measure_latency(model, data.input_shape, self.latency.batch_size,
+                                    backend.device, min_run_time=self.latency.min_run_time)
             metrics.update(stats.metrics())
             artifacts["latency.json"] = json.dumps(stats.to_dict(), indent=1)
         batches_per_epoch = -(-len(data.train_x) // self.config.batch_size)

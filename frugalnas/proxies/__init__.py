@@ -9,7 +9,7 @@ from typing import Any
 from frugalnas.core.plugins import PluginHost, hookimpl
 from frugalnas.proxies.activation import JacobCov, Naswot, Zen
 from frugalnas.proxies.aznas import AZExpressivity, AZProgressivity, AZTrainability
-from frugalnas.proxies.base import Proxy, ProxyEstimator, proxy_batch
+from frugalnas.proxies.base import LatencyProbe, Proxy, ProxyBatch, ProxyEstimator
 from frugalnas.proxies.checks import ProxyCheckError
 from frugalnas.proxies.ensemble import LearnedEnsembleEstimator, RankEnsembleEstimator
 from frugalnas.proxies.epe import EpeNas
@@ -20,7 +20,7 @@ from frugalnas.proxies.swap import Swap, SwapReg
 from frugalnas.proxies.tenas import LinearRegions, NTKCondition
 from frugalnas.proxies.zico import ZiCo
 
-__all__ = ["Proxy", "ProxyCheckError", "ProxyEstimator", "proxy_batch"]
+__all__ = ["LatencyProbe", "Proxy", "ProxyBatch", "ProxyCheckError", "ProxyEstimator"]
 
 PROXIES = (Synflow, Snip, Grasp, GradNorm, Fisher, Plain, JacobCov, Naswot, Zen, Params, Flops,
            L2Norm,

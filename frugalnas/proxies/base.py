@@ -9,6 +9,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -18,7 +19,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_flops, count_params
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.latency import LATENCY_METRICS, check_latency_options, measure_latency
+from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe, measure_latency
 from frugalnas.core.training import seed_everything
 from frugalnas.proxies.shared import SharedPasses
 
@@ -123,43 +124,67 @@ def finite_log(x: float, floor: float = 1e-30) -> float:
     return math.log(max(float(x), floor))
 
 
-def proxy_batch(context: TrialContext | None, *, batch_size: int = 64, data: str = "dataset",
-                resize: int | None = None, seed: int = 0,
-                input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
-                need_dataset: bool = True) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The fixed batch a proxy scores on: ``(inputs, targets, num_classes)``.
+@dataclass(frozen=True)
+class ProxyBatch:
+    """The fixed batch a proxy scores on, as the proxy estimators, the ensembles and the
+    pre-screen take it: ``batch_size`` examples of ``data`` (``"dataset"``: a seeded batch of
+    the study's dataset; ``"gaussian"``: standard normal images), optionally resized to
+    ``resize`` pixels, drawn with ``seed`` (``None``: the trial's seed). ``input_shape`` and
+    ``num_classes`` apply when there is no dataset to take them from. ``what`` names the
+    component in errors."""
 
-    ``data="dataset"`` takes a seeded batch of the study's dataset (optionally resized);
-    ``data="gaussian"`` draws standard normal images (shape and class count from the dataset
-    when the study has one, else ``input_shape``/``num_classes``). Data-free proxies pass
-    ``need_dataset=False`` so that no dataset is loaded just for its shape."""
-    check_choice("proxy data", data, DATA_SOURCES)
-    has_data = context is not None and context.dataset_loader is not None
-    if data == "dataset" and need_dataset and not has_data:
-        raise ConfigError("proxy option data='dataset' needs a study dataset; set dataset= or "
-                          "use data='gaussian'")
-    ds = None
-    if has_data and need_dataset:
-        ds = context.dataset
-    elif has_data:  # only the shape is needed: use the dataset's if the study has one
-        try:
+    batch_size: int = 64
+    data: str = "dataset"
+    resize: int | None = None
+    seed: int | None = None
+    input_shape: tuple[int, int, int] = (3, 32, 32)
+    num_classes: int = 10
+    what: str = "proxy"
+
+    def __post_init__(self) -> None:
+        check_range(f"{self.what} batch_size", self.batch_size, 1)
+        check_choice(f"{self.what} data", self.data, DATA_SOURCES)
+        check_range(f"{self.what} num_classes", self.num_classes, 2)
+        object.__setattr__(self, "input_shape", tuple(self.input_shape))
+
+    def uses_dataset(self, proxies: Sequence[Proxy]) -> bool:
+        """Whether scoring ``proxies`` on this batch needs the study's dataset."""
+        return self.data == "dataset" and any(p.needs_data for p in proxies)
+
+    def draw(self, context: TrialContext | None, *, need_dataset: bool = True,
+             seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(inputs, targets, num_classes)``, seeded with ``seed`` if given, else this
+        batch's seed, else 0. The shape and class count come from the dataset when the study
+        has one. Data-free proxies pass ``need_dataset=False`` so that no dataset is loaded
+        just for its shape."""
+        seed = seed if seed is not None else (self.seed if self.seed is not None else 0)
+        has_data = context is not None and context.dataset_loader is not None
+        if self.data == "dataset" and need_dataset and not has_data:
+            raise ConfigError(f"{self.what} option data='dataset' needs a study dataset; set "
+                              "dataset= or use data='gaussian'")
+        ds = None
+        if has_data and need_dataset:
             ds = context.dataset
-        except (ValueError, KeyError):
-            ds = None
-    if ds is not None:
-        if resize:
-            ds = ds.resized(int(resize))
-        if data == "dataset":
-            x, y = ds.fixed_batch(batch_size, seed=seed)
-            return x, y, ds.num_classes
-        input_shape, num_classes = ds.input_shape, ds.num_classes
-    g = torch.Generator().manual_seed(seed)
-    shape = tuple(input_shape)
-    if resize:
-        shape = (shape[0], int(resize), int(resize))
-    x = torch.randn((batch_size, *shape), generator=g)
-    y = torch.randint(0, num_classes, (batch_size,), generator=g)
-    return x, y, num_classes
+        elif has_data:  # only the shape is needed: use the dataset's if the study has one
+            try:
+                ds = context.dataset
+            except (ValueError, KeyError):
+                ds = None
+        input_shape, num_classes = self.input_shape, self.num_classes
+        if ds is not None:
+            if self.resize:
+                ds = ds.resized(int(self.resize))
+            if self.data == "dataset":
+                x, y = ds.fixed_batch(self.batch_size, seed=seed)
+                return x, y, ds.num_classes
+            input_shape, num_classes = ds.input_shape, ds.num_classes
+        g = torch.Generator().manual_seed(seed)
+        shape = tuple(input_shape)
+        if self.resize:
+            shape = (shape[0], int(self.resize), int(self.resize))
+        x = torch.randn((self.batch_size, *shape), generator=g)
+        y = torch.randint(0, num_classes, (self.batch_size,), generator=g)
+        return x, y, num_classes
 
 
 class ProxyEstimator(Estimator):
@@ -176,10 +201,8 @@ class ProxyEstimator(Estimator):
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  proxy_options: dict[str, Any] | None = None, latency: bool = False,
                  latency_batch_size: int = 1, latency_min_run_time: float = 0.2):
-        check_range("batch_size", batch_size, 1)
-        check_latency_options(latency, latency_batch_size, latency_min_run_time)
-        check_range("num_classes", num_classes, 2)
-        check_choice("proxy data", data, DATA_SOURCES)
+        self.batch = ProxyBatch(batch_size, data, resize, seed, input_shape, num_classes)
+        self.latency = LatencyProbe.of(latency, latency_batch_size, latency_min_run_time)
         if isinstance(proxy, str):
             if host is None:
                 raise ConfigError(f"proxy {proxy!r} is a component name: pass the plugin host "
@@ -187,22 +210,14 @@ class ProxyEstimator(Estimator):
             proxy = host.create("proxies", proxy, **(proxy_options or {}))
         self.proxy = proxy
         self.name = proxy.name
-        self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
-        self.input_shape, self.num_classes = tuple(input_shape), num_classes
-        self.needs_dataset = data == "dataset" and proxy.needs_data
-        self.latency_batch_size = int(latency_batch_size) if latency else None
-        self.latency_min_run_time = float(latency_min_run_time)
+        self.needs_dataset = self.batch.uses_dataset([proxy])
         self.provides = (f"proxy_{proxy.name}", *(LATENCY_METRICS if latency else ()))
 
     measures = ("seconds", "flops", "params")
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
-        values, cost = score_network(
-            [self.proxy], arch, context, batch_size=self.batch_size, data=self.data,
-            resize=self.resize, seed=self.seed, input_shape=self.input_shape,
-            num_classes=self.num_classes, need_dataset=self.needs_dataset,
-            latency_batch_size=self.latency_batch_size,
-            latency_min_run_time=self.latency_min_run_time)
+        values, cost = score_network([self.proxy], arch, context, self.batch,
+                                     need_dataset=self.needs_dataset, latency=self.latency)
         value = values[f"proxy_{self.proxy.name}"]
         return EstimateResult(value=value, metrics=values, cost=cost)
 
@@ -216,31 +231,27 @@ def score_with(proxy: Proxy, model: nn.Module, inputs: torch.Tensor,
     return float(proxy.score(model, inputs, targets, shared=shared))
 
 
-def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialContext, *,
-                  batch_size: int, data: str, resize: int | None, seed: int | None,
-                  input_shape: tuple[int, int, int], num_classes: int,
-                  need_dataset: bool, latency_batch_size: int | None = None,
-                  latency_min_run_time: float = 0.2) -> tuple[dict[str, float], Cost]:
-    """Build ``arch``'s network once, score it with each proxy on one fixed batch (the
-    proxies share their common passes through one :class:`SharedPasses`), and return
+def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialContext,
+                  batch: ProxyBatch, *, need_dataset: bool,
+                  latency: LatencyProbe | None = None) -> tuple[dict[str, float], Cost]:
+    """Build ``arch``'s network once, score it with each proxy on ``batch`` (the proxies
+    share their common passes through one :class:`SharedPasses`), and return
     ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes).
-    With ``latency_batch_size`` the network's inference latency on the backend's device is
+    With a ``latency`` probe the network's inference latency on the backend's device is
     measured too (:func:`~frugalnas.core.latency.measure_latency`, the batch's input shape)
     and added as ``latency_ms`` and ``latency_ms_iqr``."""
     start = time.perf_counter()
-    seed = context.seed if seed is None else seed
-    x, y, n_classes = proxy_batch(context, batch_size=batch_size, data=data, resize=resize,
-                                  seed=seed, input_shape=input_shape, num_classes=num_classes,
-                                  need_dataset=need_dataset)
+    seed = context.seed if batch.seed is None else batch.seed
+    x, y, n_classes = batch.draw(context, need_dataset=need_dataset, seed=seed)
     seed_everything(seed)
     model = context.backend.prepare(context.space.build(arch, n_classes, tuple(x.shape[1:])))
     x, y = x.to(context.backend.device), y.to(context.backend.device)
     shared = SharedPasses(model, x, y) if len(proxies) > 1 else None
     values = {f"proxy_{p.name}": score_with(p, model, x, y, shared) for p in proxies}
-    if latency_batch_size is not None:
-        values.update(measure_latency(model, tuple(x.shape[1:]), latency_batch_size,
+    if latency is not None:
+        values.update(measure_latency(model, tuple(x.shape[1:]), latency.batch_size,
                                       context.backend.device,
-                                      min_run_time=latency_min_run_time).metrics())
+                                      min_run_time=latency.min_run_time).metrics())
     seconds = time.perf_counter() - start
     per_sample = count_flops(model, x[:1])
     flops = sum(p.flops(per_sample, len(x)) for p in proxies)

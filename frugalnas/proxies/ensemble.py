@@ -26,8 +26,8 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.latency import LATENCY_METRICS, check_latency_options
-from frugalnas.proxies.base import DATA_SOURCES, Proxy, score_network
+from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe
+from frugalnas.proxies.base import Proxy, ProxyBatch, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 #: The members :func:`select_members` picks (log-rank, CIFAR-10 test accuracy) on the
@@ -278,21 +278,15 @@ class RankEnsembleEstimator(Estimator):
         if weights is not None and len(weights) != len(proxies):
             raise ConfigError(f"invalid ensemble weights {list(weights)!r}; need one per proxy "
                               f"({len(proxies)})")
-        check_range("batch_size", batch_size, 1)
-        check_latency_options(latency, latency_batch_size, latency_min_run_time)
-        if data not in DATA_SOURCES:
-            raise ConfigError(f"invalid proxy data {data!r}; valid: {', '.join(DATA_SOURCES)}")
+        self.batch = ProxyBatch(batch_size, data, resize, seed, input_shape, num_classes)
+        self.latency = LatencyProbe.of(latency, latency_batch_size, latency_min_run_time)
         if host is None:
             raise ConfigError(f"{self.name} needs the plugin host that registers its proxies "
                               "(host=); a study passes its own")
         self.proxies = list(proxies)
         self.members: list[Proxy] = [host.create("proxies", n) for n in self.proxies]
         self.weights = None if weights is None else [float(w) for w in weights]
-        self.batch_size, self.data, self.resize, self.seed = batch_size, data, resize, seed
-        self.input_shape, self.num_classes = tuple(input_shape), num_classes
-        self.needs_dataset = data == "dataset" and any(p.needs_data for p in self.members)
-        self.latency_batch_size = int(latency_batch_size) if latency else None
-        self.latency_min_run_time = float(latency_min_run_time)
+        self.needs_dataset = self.batch.uses_dataset(self.members)
         self.provides = (*(f"proxy_{n}" for n in self.proxies), "population",
                          *(LATENCY_METRICS if latency else ()))
 
@@ -300,12 +294,8 @@ class RankEnsembleEstimator(Estimator):
 
     def measure(self, arch: Architecture, context: TrialContext) -> tuple[dict[str, float], Cost]:
         """Every member proxy's value on ``arch`` (one network, one batch) and the cost."""
-        return score_network(self.members, arch, context, batch_size=self.batch_size,
-                             data=self.data, resize=self.resize, seed=self.seed,
-                             input_shape=self.input_shape, num_classes=self.num_classes,
-                             need_dataset=self.needs_dataset,
-                             latency_batch_size=self.latency_batch_size,
-                             latency_min_run_time=self.latency_min_run_time)
+        return score_network(self.members, arch, context, self.batch,
+                             need_dataset=self.needs_dataset, latency=self.latency)
 
     def population_scores(self, values: dict[str, float], population: list[dict[str, float]],
                           weights: Sequence[float] | None) -> np.ndarray:

@@ -22,7 +22,7 @@ name and every parameter it depends on (for instance the initialisation and the 
 is the first thing the proxy does after that seeding, and it depends on nothing else than
 the network, the batch and the key. So whichever proxy computes it first sees exactly the
 state the other would have seen, and runs the same code: the value is bitwise the one the
-other would compute alone (``tests/test_proxies_shared.py`` checks this for every sharing
+other would compute alone (``tests/proxies/test_proxies_shared.py`` checks this for every sharing
 pair on NB201 cells). Shared values are read-only (numbers, tuples, read-only arrays).
 """
 

@@ -169,13 +169,13 @@ class InheritedEstimator(Estimator):
                 space = context.space
                 warm = session.train(lambda rng: space.sample(rng), data, context.backend,
                                      generation=-1, batches=training.warmup_batches, **options)
-                flops, seconds, steps = warm["flops"], warm["seconds"], warm["steps"]
+                flops, seconds, steps = warm.flops, warm.seconds, warm.steps
             info = session.train(population, data, context.backend, generation=generation,
                                  batches=training.batches, **options)
-            flops += info["flops"]
-            seconds += info["seconds"]
-            steps += info["steps"]
-            metrics = {"sievo_train_loss": info["loss"], "sievo_train_seconds": seconds,
+            flops += info.flops
+            seconds += info.seconds
+            steps += info.steps
+            metrics = {"sievo_train_loss": info.mean_loss(last=20), "sievo_train_seconds": seconds,
                        "sievo_store_params": float(session.store.num_parameters()),
                        "sievo_store_entries": float(len(session.store))}
             if generation > 0:
@@ -202,9 +202,9 @@ class InheritedEstimator(Estimator):
             info = session.train_candidate(arch, context.dataset, context.backend, trial=number,
                                            steps=self.train_steps, **self.training)
             session.save(study=context.study_name)
-        context.log_metrics({"inherited_train_loss": info["loss"]}, step=number)
-        samples = info["steps"] * self.training["batch_size"]
-        return Cost(flops=info["flops"], epochs=samples / max(1, len(context.dataset.train_x)))
+        context.log_metrics({"inherited_train_loss": info.mean_loss(last=20)}, step=number)
+        samples = info.steps * self.training["batch_size"]
+        return Cost(flops=info.flops, epochs=samples / max(1, len(context.dataset.train_x)))
 
     def _generation_summary(self, plans: GenerationPlans, context: TrialContext, number: int,
                             acc: float) -> None:

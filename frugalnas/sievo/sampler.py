@@ -15,7 +15,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, RandomSampler
+from optuna.samplers import RandomSampler
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.errors import ConfigError, check_range

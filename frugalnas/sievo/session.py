@@ -19,7 +19,6 @@ import math
 import random
 import re
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.cost import count_flops
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
+from frugalnas.core.training import TrainReport, backend_step, run_steps
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.trial_context import study_artifact_dir
 from frugalnas.spaces.dag.space import DagSpace
@@ -212,12 +212,12 @@ class SievoSession:
     def train(self, population: list[Architecture] | Callable[[random.Random], Architecture],
               dataset: Dataset, backend: Backend, *, generation: int, batches: int,
               batch_size: int, lr: float, momentum: float,
-              weight_decay: float) -> dict[str, float]:
+              weight_decay: float) -> TrainReport:
         """Sampled training: ``batches`` steps, each on one parent drawn at random from
         ``population``, through ``backend.train_step``. ``population`` may instead be a
         function ``rng -> architecture`` drawing a new candidate for every step (the warm-up:
-        every key of the space is created first, so all can train). Returns loss, seconds,
-        FLOPs and the number of steps."""
+        every key of the space is created first, so all can train). The report counts the
+        training FLOPs (three forward passes' worth a sample)."""
         info = self._sampled_training(population, dataset, backend, stream=generation,
                                       batches=batches, batch_size=batch_size, lr=lr,
                                       momentum=momentum, weight_decay=weight_decay)
@@ -227,20 +227,19 @@ class SievoSession:
 
     def train_candidate(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
                         trial: int, steps: int, batch_size: int, lr: float, momentum: float,
-                        weight_decay: float) -> dict[str, float]:
+                        weight_decay: float) -> TrainReport:
         """``steps`` steps of sampled training on ``arch`` alone, on a batch order drawn for
         ``trial`` (a fresh SGD each call, so momentum restarts). Same return as :meth:`train`."""
         info = self._sampled_training([arch], dataset, backend, stream=trial, batches=steps,
                                       batch_size=batch_size, lr=lr, momentum=momentum,
                                       weight_decay=weight_decay)
-        self.candidate_steps += int(info["steps"])
+        self.candidate_steps += info.steps
         return info
 
     def _sampled_training(self, population: list[Architecture] | Callable[[random.Random], Architecture],
                           dataset: Dataset, backend: Backend, *, stream: int, batches: int,
                           batch_size: int, lr: float, momentum: float,
-                          weight_decay: float) -> dict[str, float]:
-        start = time.perf_counter()
+                          weight_decay: float) -> TrainReport:
         rng = random.Random(self.seed * 7919 + stream)
         warmup = callable(population)
         if warmup:
@@ -253,31 +252,31 @@ class SievoSession:
             flops_each = [self.flops_per_sample(a, dataset.train_x) for a in population]
         params = [p for p in self.store.parameters() if p.requires_grad]
         optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-        loss_fn = nn.CrossEntropyLoss()
-        losses: list[float] = []
-        flops, step, epoch = 0.0, 0, 0
-        drop_last = len(dataset.train_y) > batch_size  # batch statistics need > 1 example
-        while step < batches:
-            for x, y in dataset.batches("train", batch_size, seed=self.seed,
-                                        epoch=stream * 10_007 + epoch, drop_last=drop_last):
-                if not warmup:
-                    i = rng.randrange(len(models))
-                    model, per_sample = models[i], flops_each[i]
-                else:
-                    arch = draw(rng)
-                    model = backend.prepare(self.network(arch))
-                    per_sample = self.flops_per_sample(arch, dataset.train_x)
-                model.train()
-                loss = backend.train_step(model, optimizer, loss_fn, x, y, step)
-                if math.isfinite(loss):
-                    losses.append(loss)
-                flops += 3.0 * per_sample * len(x)
-                step += 1
-                if step >= batches:
-                    break
-            epoch += 1
-        return {"loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
-                "seconds": time.perf_counter() - start, "flops": flops, "steps": step}
+        flops = [0.0]
+        # Batch statistics need > 1 example: with more than a batch every batch is full,
+        # else the one batch is the whole split.
+        drop_last = len(dataset.train_y) > batch_size
+
+        def pick(step: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+            if not warmup:
+                i = rng.randrange(len(models))
+                model, per_sample = models[i], flops_each[i]
+            else:
+                arch = draw(rng)
+                model = backend.prepare(self.network(arch))
+                per_sample = self.flops_per_sample(arch, dataset.train_x)
+            flops[0] += 3.0 * per_sample * min(batch_size, len(dataset.train_y))
+            return model, optimizer
+
+        per_epoch = max(1, len(dataset.train_y) // batch_size if drop_last
+                        else math.ceil(len(dataset.train_y) / batch_size))
+        report = run_steps(
+            lambda epoch: dataset.batches("train", batch_size, seed=self.seed,
+                                          epoch=stream * 10_007 + epoch, drop_last=drop_last),
+            backend_step(backend, pick), total_steps=batches, steps_per_epoch=per_epoch,
+            what="sampled training")
+        report.flops = flops[0]
+        return report
 
     def save(self, **meta: Any) -> None:
         """Write the supernet to ``path`` (nothing without one), with the generation trained

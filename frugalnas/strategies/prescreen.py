@@ -29,7 +29,7 @@ from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import (Proposer, Strategy, StrategyServices, feasible_candidates,
                                      propose)
-from frugalnas.proxies.base import DATA_SOURCES, Proxy, proxy_batch, score_with
+from frugalnas.proxies.base import Proxy, ProxyBatch, score_with
 from frugalnas.proxies.ensemble import proxy_list, rank_average
 from frugalnas.proxies.shared import SharedPasses
 
@@ -37,7 +37,7 @@ __all__ = ["PRESCREEN_ATTR", "PrescreenSampler", "prescreen_strategy"]
 
 
 class _DatasetContext:
-    """The little of a TrialContext that :func:`proxy_batch` reads."""
+    """The little of a TrialContext that :meth:`ProxyBatch.draw` reads."""
 
     def __init__(self, loader: Callable[[], Dataset]):
         self.dataset_loader = loader
@@ -64,15 +64,13 @@ class PrescreenSampler(Strategy):
                  input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
                  proxy_options: dict[str, Any] | None = None):
         check_range("prescreen k", k, 1)
-        check_range("prescreen batch_size", batch_size, 1)
-        if data not in DATA_SOURCES:
-            raise ConfigError(f"invalid prescreen data {data!r}; valid: {', '.join(DATA_SOURCES)}")
+        self.batch = ProxyBatch(batch_size, data, resize, seed, input_shape, num_classes,
+                                what="prescreen")
         if not isinstance(inner, Proposer):
             propose(inner, None, None, k)  # raises the ConfigError that names the problem
         names = proxy_list(proxy)  # an empty list is refused there, naming the presets
         self.inner, self.space, self.host, self.seed = inner, space, host, seed
-        self.proxy, self.k, self.batch_size, self.data, self.resize = proxy, int(k), batch_size, data, resize
-        self.input_shape, self.num_classes = tuple(input_shape), num_classes
+        self.proxy, self.k = proxy, int(k)
         self.members: list[Proxy] = [host.create("proxies", n, **(proxy_options or {}))
                                      for n in names]
         self._loader: Callable[[], Dataset] | None = None
@@ -145,12 +143,9 @@ class PrescreenSampler(Strategy):
 
     def _fixed_batch(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         if self._batch is None:
-            need = self.data == "dataset" and any(p.needs_data for p in self.members)
-            self._batch = proxy_batch(_DatasetContext(self._loader) if self._loader else None,
-                                      batch_size=self.batch_size, data=self.data,
-                                      resize=self.resize, seed=self.seed,
-                                      input_shape=self.input_shape, num_classes=self.num_classes,
-                                      need_dataset=need)
+            self._batch = self.batch.draw(
+                _DatasetContext(self._loader) if self._loader else None,
+                need_dataset=self.batch.uses_dataset(self.members))
         return self._batch
 
 

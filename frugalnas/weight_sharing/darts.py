@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,9 @@ from torch import nn
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, TrialFailure, check_range
-from frugalnas.core.network import RelaxedBuilder
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.training import run_steps
+from frugalnas.core.network import Relaxation, RelaxedBuilder
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import StrategyServices
 from frugalnas.nn.weight_store import WeightStore
@@ -102,7 +102,7 @@ class DecisionRelaxation:
                                        for n, c, p in zip(self.names, self.choices, probs)})
 
 
-def relaxation_of(space: SearchSpace) -> Any:
+def relaxation_of(space: SearchSpace) -> Relaxation:
     """The space's own relaxation (``space.darts_relaxation()``, e.g. the ``dag`` space's,
     which mixes inputs too), else :class:`DecisionRelaxation`; ConfigError when neither fits."""
     own = space.darts_relaxation()
@@ -134,38 +134,49 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
     loss_fn = nn.CrossEntropyLoss()
     result = DartsResult(alphas, relaxation.read(alphas.detach().cpu()),
                          initial_alphas=alphas.detach().cpu().clone())
-    start = time.perf_counter()
-    for epoch in range(epochs):
-        losses = []
-        valid_batches = dataset.batches("valid", batch_size, seed=seed, epoch=epoch)
-        for x, y in dataset.batches("train", batch_size, seed=seed, epoch=epoch):
-            try:
-                vx, vy = next(valid_batches)
-            except StopIteration:
-                valid_batches = dataset.batches("valid", batch_size, seed=seed + 1, epoch=epoch)
-                vx, vy = next(valid_batches)
-            model.train()
-            a_opt.zero_grad(set_to_none=True)
-            loss_fn(model(vx.to(backend.device)), vy.to(backend.device)).backward()
-            a_opt.step()
-            w_opt.zero_grad(set_to_none=True)
-            alphas.grad = None
-            loss = loss_fn(model(x.to(backend.device)), y.to(backend.device))
-            loss.backward()
-            nn.utils.clip_grad_norm_(store.parameters(), 5.0)
-            w_opt.step()
-            schedule.step()
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise TrialFailure(f"non-finite DARTS loss {value} in epoch {epoch}")
-            losses.append(value)
+    valid: dict[int, Iterator[tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def valid_batch(epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The next validation batch of ``epoch`` (a second order of the split once the
+        first runs out)."""
+        if epoch not in valid:
+            valid.clear()
+            valid[epoch] = dataset.batches("valid", batch_size, seed=seed, epoch=epoch)
+        try:
+            return next(valid[epoch])
+        except StopIteration:
+            valid[epoch] = dataset.batches("valid", batch_size, seed=seed + 1, epoch=epoch)
+            return next(valid[epoch])
+
+    def step(index: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        """First-order DARTS: a mixing-weight step on a validation batch, then a weight step
+        on the training batch (gradients clipped at 5)."""
+        vx, vy = valid_batch(index // per_epoch)
+        model.train()
+        a_opt.zero_grad(set_to_none=True)
+        loss_fn(model(vx.to(backend.device)), vy.to(backend.device)).backward()
+        a_opt.step()
+        w_opt.zero_grad(set_to_none=True)
+        alphas.grad = None
+        loss = loss_fn(model(x.to(backend.device)), y.to(backend.device))
+        loss.backward()
+        nn.utils.clip_grad_norm_(store.parameters(), 5.0)
+        w_opt.step()
+        schedule.step()
+        return float(loss.detach())
+
+    def each_epoch(epoch: int, losses: list[float]) -> None:
         logits = backend.predict(model, dataset.valid_x)
         acc = float((logits.argmax(1) == dataset.valid_y).float().mean() * 100)
-        result.train_losses.append(sum(losses) / max(1, len(losses)))
+        result.train_losses.append(sum(losses) / len(losses))
         result.valid_accuracies.append(acc)
         if on_epoch is not None:
             on_epoch(epoch + 1, result.train_losses[-1], acc)
-    result.seconds = time.perf_counter() - start
+
+    report = run_steps(lambda epoch: dataset.batches("train", batch_size, seed=seed, epoch=epoch),
+                       step, total_steps=epochs * per_epoch, steps_per_epoch=per_epoch,
+                       on_epoch=each_epoch, what="DARTS")
+    result.seconds = report.seconds
     result.alphas = alphas.detach().cpu()
     result.architecture = relaxation.read(result.alphas)
     return result

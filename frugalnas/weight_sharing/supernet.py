@@ -36,9 +36,9 @@ from torch import nn
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, TrialFailure, check_range
+from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.space import SearchSpace
-from frugalnas.core.training import TrainConfig, make_optimizer
+from frugalnas.core.training import TrainConfig, backend_step, make_optimizer, run_steps
 from frugalnas.core.training import accuracy as top1_accuracy
 from frugalnas.core.training import train as train_model
 from frugalnas.nn.weight_store import WeightStore
@@ -165,8 +165,8 @@ class Supernet:
         ``few_shot_epochs`` epochs with every architecture routed to its sub-supernet. Resumes
         from ``self.history``: epochs already done are skipped."""
         self.to(backend.device)
-        loss_fn = nn.CrossEntropyLoss()
         start = time.perf_counter()
+        per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
         phases = [("one-shot", epochs), ("few-shot", few_shot_epochs if self.few_shot else 0)]
         for phase, n_epochs in phases:
             done = self.history.one_shot_epochs if phase == "one-shot" else self.history.few_shot_epochs
@@ -174,39 +174,47 @@ class Supernet:
                 continue
             if phase == "few-shot":
                 self.split_now()
-            optimizers = [make_optimizer(store, cfg) for store in self.stores]
-            per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
-            total = n_epochs * per_epoch
-            for epoch in range(done, n_epochs):
-                rng = random.Random(f"spos:{self.seed}:{phase}:{epoch}")
-                losses = []
-                for step, (x, y) in enumerate(dataset.batches("train", cfg.batch_size,
-                                                             seed=self.seed, epoch=epoch)):
-                    arch = self.space.sample(rng)
-                    index = self.stores.index(self.store_for(arch))
-                    # Cosine schedule over the phase's steps (all sub-supernets share the clock,
-                    # and a resumed phase continues it from its step).
-                    t = epoch * per_epoch + step
-                    for group in optimizers[index].param_groups:
-                        group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * min(t, total) / total))
-                    model = self.subnet(arch)
-                    model.train()
-                    loss = backend.train_step(model, optimizers[index], loss_fn, x, y,
-                                              epoch * per_epoch + step)
-                    if not math.isfinite(loss):
-                        raise TrialFailure(f"non-finite supernet loss {loss} in {phase} epoch "
-                                           f"{epoch}")
-                    losses.append(loss)
-                mean = sum(losses) / max(1, len(losses))
-                self.history.losses.append(mean)
-                if phase == "one-shot":
-                    self.history.one_shot_epochs = epoch + 1
-                else:
-                    self.history.few_shot_epochs = epoch + 1
-                if on_epoch is not None:
-                    on_epoch(len(self.history.losses), mean)
+            self._train_phase(phase, dataset, backend, cfg, done=done, n_epochs=n_epochs,
+                              per_epoch=per_epoch, on_epoch=on_epoch)
         self.history.seconds += time.perf_counter() - start
         return self.history
+
+    def _train_phase(self, phase: str, dataset: Dataset, backend: Backend, cfg: TrainConfig, *,
+                     done: int, n_epochs: int, per_epoch: int,
+                     on_epoch: Callable[[int, float], None] | None) -> None:
+        """Epochs ``done .. n_epochs - 1`` of ``phase``: every step trains one uniformly
+        drawn architecture's sub-network (prepared by ``backend``, as every trained network
+        is) in the sub-supernet it belongs to, under a cosine
+        schedule over the phase's steps (all sub-supernets share the clock, and a resumed
+        phase continues it from its step)."""
+        optimizers = [make_optimizer(store, cfg) for store in self.stores]
+        total = n_epochs * per_epoch
+        draws: dict[int, random.Random] = {}
+
+        def pick(step: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+            epoch = step // per_epoch
+            rng = draws.setdefault(epoch, random.Random(f"spos:{self.seed}:{phase}:{epoch}"))
+            arch = self.space.sample(rng)
+            index = self.stores.index(self.store_for(arch))
+            for group in optimizers[index].param_groups:
+                group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * min(step, total) / total))
+            return backend.prepare(self.subnet(arch)), optimizers[index]
+
+        def each_epoch(epoch: int, losses: list[float]) -> None:
+            mean = sum(losses) / len(losses)
+            self.history.losses.append(mean)
+            if phase == "one-shot":
+                self.history.one_shot_epochs = epoch + 1
+            else:
+                self.history.few_shot_epochs = epoch + 1
+            if on_epoch is not None:
+                on_epoch(len(self.history.losses), mean)
+
+        run_steps(lambda epoch: dataset.batches("train", cfg.batch_size, seed=self.seed,
+                                                epoch=epoch),
+                  backend_step(backend, pick), total_steps=total - done * per_epoch,
+                  steps_per_epoch=per_epoch, first_step=done * per_epoch, first_epoch=done,
+                  on_epoch=each_epoch, what=f"supernet {phase}")
 
     # -- evaluation ----------------------------------------------------------------------
     def finetuned(self, arch: Architecture, dataset: Dataset, backend: Backend, steps: int,

@@ -26,6 +26,7 @@ from torch import nn
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ArchitectureParseError, ConfigError, check_range
+from frugalnas.core.network import Relaxation, SharedBuilder
 from frugalnas.core.space import SearchSpace
 from frugalnas.spaces.dag.ops import (DEFAULT_OPS, OPS, BatchNorm, FactorizedReduce, ReLUConvBN, SqueezeExcite,
                       batch_stat_bn, make_op, running_bn)
@@ -195,7 +196,7 @@ class DagSpace(SearchSpace):
         return DagMacro(self, num_classes, input_shape, batch_stat_bn if shared else running_bn)
 
     def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> Any:
+                       sharing: str = "operation") -> SharedBuilder:
         """Networks of this space over a shared weight store (weight sharing)."""
         from frugalnas.spaces.dag.supernet import DagSharedBuilder
 
@@ -210,7 +211,7 @@ class DagSpace(SearchSpace):
             out.normal_cells = int(depth)
         return out
 
-    def darts_relaxation(self) -> Any:
+    def darts_relaxation(self) -> Relaxation:
         """DARTS's continuous relaxation of this space (inputs, operations and attention
         mixed), for the ``darts`` strategy."""
         from frugalnas.spaces.dag.relaxation import DagRelaxation

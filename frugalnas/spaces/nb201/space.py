@@ -19,6 +19,7 @@ from torch import nn
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ArchitectureParseError, check_range
+from frugalnas.core.network import SharedBuilder
 from frugalnas.core.space import SearchSpace
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
@@ -196,7 +197,7 @@ class NB201Space(SearchSpace):
         return {"adjacency": NB201AdjacencyEncoding, "path": NB201PathEncoding}
 
     def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> "Any":
+                       sharing: str = "operation") -> SharedBuilder:
         """Networks of this space over a shared weight store (weight sharing)."""
         from frugalnas.spaces.nb201.supernet import NB201SharedBuilder
 
