@@ -287,7 +287,11 @@ def _optuna_logging() -> None:
 
 
 def _exit_status(study: Any, none_completed: bool) -> int:
-    """1 with a one-line summary on stderr when no trial completed or a plugin hook raised."""
+    """1 with a one-line summary on stderr when no trial completed or a plugin hook raised;
+    2 with that one line when a plugin's store failed (a full disk, ...)."""
+    failures = [e for e in study.plugin_errors if e.operational]
+    if failures:
+        return _error(failures[0].error)
     problems = [f"no trial completed{_failure_summary(study)}"] if none_completed else []
     problems += [str(e) for e in study.plugin_errors]
     if not problems:
@@ -436,6 +440,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("frugalnas: interrupted; completed trials are saved in the storage", file=sys.stderr)
         return 130
+    except Exception as exc:
+        from frugalnas.core.storage_url import operational_failure
+
+        failure = operational_failure(exc, getattr(args, "storage", None))
+        if failure is None:
+            raise
+        return _error(failure)
 
 
 def _error(message: object) -> int:

@@ -59,13 +59,22 @@ class PluginHookError(PluginError):
     """A plugin's lifecycle hook raised. The study records it (``Study.plugin_errors``, one
     entry per plugin and hook, with a count) and goes on; the trial keeps its state."""
 
-    def __init__(self, plugin: str, hook: str, error: str, count: int = 1):
+    def __init__(self, plugin: str, hook: str, error: str, count: int = 1,
+                 operational: bool = False):
         self.plugin, self.hook, self.error, self.count = plugin, hook, error, count
+        #: The hook raised an :class:`OperationalFailure` (a full disk under its store, ...).
+        self.operational = operational
         super().__init__(plugin, hook, error)
 
     def __str__(self) -> str:
         times = f" ({self.count} times)" if self.count > 1 else ""
         return f"plugin {self.plugin!r} failed in {self.hook}: {self.error}{times}"
+
+
+class OperationalFailure(ConfigError):
+    """The machine failed, not the input: a store's disk is full, its server went away or
+    refuses the login. The command line prints it as one line and exits 2; what was recorded
+    before it is kept."""
 
 
 class ConfigConflictError(ConfigError):

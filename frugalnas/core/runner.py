@@ -30,7 +30,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core import strategy as strategy_protocol
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError, PluginHookError, TrialFailure, one_line
+from frugalnas.core.errors import (ConfigError, OperationalFailure, PluginHookError, TrialFailure,
+                                   one_line)
 from frugalnas.core.estimator import EstimateResult
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
@@ -283,8 +284,12 @@ class TrialRunner:
                 if (known.plugin, known.hook) == (plugin, hook):
                     known.count += 1
                     return
-            error = PluginHookError(plugin, hook, one_line(exc))
+            operational = isinstance(exc, OperationalFailure)
+            error = PluginHookError(plugin, hook, str(exc) if operational else one_line(exc),
+                                    operational=operational)
             errors.append(error)
+        if operational:  # the machine failed: the command's one closing line says it
+            return
         print(f"frugalnas: warning: {error}; the study goes on (repeats are counted in "
               "study.plugin_errors)", file=sys.stderr, flush=True)
 

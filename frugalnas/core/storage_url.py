@@ -10,12 +10,13 @@ nothing but SQLAlchemy's URL parser, so ``--dry-run`` can run it.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.core.errors import ConfigError, OperationalFailure
 
 VALID = ("sqlite:///PATH, journal:PATH, postgresql://USER:PASSWORD@HOST/DB, "
          "mysql://USER:PASSWORD@HOST/DB (a driver may follow the database name: "
@@ -180,3 +181,42 @@ def storage_error(url: Any, exc: BaseException) -> ConfigError | None:
     orig = getattr(exc, "orig", None) or exc
     text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return ConfigError(f"cannot open storage {shown!r}: {type(orig).__name__}: {text}")
+
+
+#: Messages of errors that say the disk (or the database's quota) is full.
+DISK_FULL_TEXTS = ("database or disk is full", "no space left on device", "disk quota exceeded",
+                   "could not extend file")
+
+
+def operational_failure(exc: BaseException, url: Any = None, what: str = "storage", *,
+                        disk_only: bool = False) -> OperationalFailure | None:
+    """A one-line error for a failure of the machine rather than of a trial, met while a
+    study runs: a full disk under a store, a database server that went away or refuses the
+    login. The exception's chain of causes is searched (optuna and SQLAlchemy wrap the
+    driver's error, and optuna's own handling may raise another on top). ``url`` names the
+    store, ``what`` its kind ("storage": the optuna storage; "MLflow store"), password
+    masked. ``disk_only`` finds only a full disk (a database error may be transient, a lock
+    held by another process). ``None`` when nothing in the chain is such a failure."""
+    seen: set[int] = set()
+    found: BaseException | None = None
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current).lower()
+        if any(t in text for t in DISK_FULL_TEXTS) or (
+                isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT)):
+            found = current
+            break
+        module = type(current).__module__ or ""
+        if found is None and not disk_only and module.startswith(("sqlalchemy", "psycopg", "sqlite3", "pymysql")) \
+                and "operationalerror" in type(current).__name__.lower():
+            found = current
+        current = current.__cause__ or current.__context__
+    if found is None:
+        return None
+    orig = getattr(found, "orig", None) or found
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    where = f"{what} {masked(url)!r}" if isinstance(url, str) else what
+    return OperationalFailure(f"{where} failed: {type(orig).__name__}: {text}; what was "
+                              "recorded before it is kept: fix it and run the same command to "
+                              "continue")

@@ -44,6 +44,7 @@ from frugalnas.core.config import StudyConfig
 from frugalnas.core.errors import ConfigError, FrugalnasError, check_range
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
+from frugalnas.core.storage_url import storage_error
 from frugalnas.core.trial_architecture import architecture_from
 
 if TYPE_CHECKING:
@@ -459,9 +460,17 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": int(grace or 2 * heartbeat),
                   "heartbeat_stale_trial_callback": on_stale}
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
-    # Workers starting together on a new database would race to create its tables.
-    with storage_lock(url, "trials"), quiet_experimental():
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+    try:
+        # Workers starting together on a new database would race to create its tables.
+        with storage_lock(url, "trials"), quiet_experimental():
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+    except FrugalnasError:
+        raise
+    except Exception as exc:  # unreachable server, refused login: one line, password masked
+        error = storage_error(url, exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 class WorkerGaveUp(FrugalnasError):

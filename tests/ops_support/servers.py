@@ -61,10 +61,12 @@ def postgres_missing() -> str | None:
 
 
 class PostgresServer:
-    """A PostgreSQL cluster in a temporary folder on 127.0.0.1:port (trust authentication
-    for the local superuser ``postgres``; fsync off: a test server)."""
+    """A PostgreSQL cluster in a temporary folder on 127.0.0.1:port (fsync off: a test
+    server). The local superuser ``postgres`` logs in without a password (trust), or with
+    ``password`` (scram-sha-256) when one is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
+        self.password = password
         self.bindir = postgres_bindir()
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="frugalnas-pg-"))
@@ -90,7 +92,17 @@ class PostgresServer:
                                f"{proc.stderr}\n{log[-3000:]}")
 
     def start(self) -> "PostgresServer":
-        self._run("initdb", "-D", str(self.data), "-U", PG_USER, "-A", "trust", "-E", "UTF8",
+        auth = ["-A", "trust"]
+        if self.password is not None:
+            pwfile = self.root / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if self._as_root:
+                import pwd
+
+                pw = pwd.getpwnam(PG_USER)
+                os.chown(pwfile, pw.pw_uid, pw.pw_gid)
+            auth = ["-A", "scram-sha-256", f"--pwfile={pwfile}"]
+        self._run("initdb", "-D", str(self.data), "-U", PG_USER, *auth, "-E", "UTF8",
                   "--no-sync")
         options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} "
                    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
@@ -99,8 +111,11 @@ class PostgresServer:
                   "-t", "60", "start")
         return self
 
-    def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "postgres", password: str | None = None) -> str:
+        """The URL of ``database``, with ``password`` (default: the server's own, if any)."""
+        password = self.password if password is None else password
+        login = PG_USER if password is None else f"{PG_USER}:{password}"
+        return f"postgresql://{login}@127.0.0.1:{self.port}/{database}"
 
     def new_database(self, prefix: str = "db") -> str:
         """A new, empty database; returns its URL."""

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import logging
 import os
 import queue
 import signal
@@ -55,10 +56,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.core.errors import ConfigError, OperationalFailure
 from frugalnas.core.keys import ARCHITECTURE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
-from frugalnas.core.storage_url import masked
+from frugalnas.core.storage_url import masked, operational_failure
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
 from frugalnas.core.trial_report import TrialReport
@@ -179,13 +180,39 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
         return client.get_experiment_by_name(name).experiment_id
 
 
-class _Writer:
-    """Runs MLflow calls in order on a daemon thread; errors are kept, not raised."""
+WRITER_THREAD = "frugalnas-mlflow"
 
-    def __init__(self) -> None:
+
+class _WriterRecords(logging.Filter):
+    """Drops the log records MLflow emits on the writer thread (a traceback per failed write,
+    "View run" lines): the writer keeps its errors and the study reports them in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != WRITER_THREAD
+
+
+def quiet_writer_logs() -> None:
+    """Attach :class:`_WriterRecords` to the handlers of MLflow's logger (idempotent), and
+    turn off the two "View run/experiment" lines MLflow writes to stdout for every run it
+    ends on a tracking server (MLflow's own switch; a user who set it keeps their value):
+    the study's closing lines say where its runs are."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for handler in logging.getLogger("mlflow").handlers:
+        if not any(isinstance(f, _WriterRecords) for f in handler.filters):
+            handler.addFilter(_WriterRecords())
+
+
+class _Writer:
+    """Runs MLflow calls in order on a daemon thread; errors are kept, not raised. After a
+    failure of the store itself (a full disk, ...) the remaining writes are skipped: the next
+    start of the study writes them from the storage."""
+
+    def __init__(self, uri: str = "") -> None:
+        self.uri = uri
         self.jobs: queue.Queue = queue.Queue()
         self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._loop, name="frugalnas-mlflow", daemon=True)
+        self.failure: OperationalFailure | None = None
+        self.thread = threading.Thread(target=self._loop, name=WRITER_THREAD, daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
@@ -194,9 +221,13 @@ class _Writer:
             try:
                 if job is None:
                     return
-                job()
+                if self.failure is None:
+                    job()
             except Exception as exc:  # logging must never kill a study
-                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self.failure = operational_failure(exc, self.uri, "MLflow store",
+                                                   disk_only=True)
+                if self.failure is None:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
             finally:
                 self.jobs.task_done()
 
@@ -237,7 +268,7 @@ class StudyTracker:
         self.uri = tracking_uri_of(study.config)
         self.client: Any = None
         self.lock = study_lock(study, "mlflow")
-        self.writer = _Writer()
+        self.writer = _Writer(self.uri)
         options = study.config.plugin_options.get(PLUGIN, {})
         self.ui_url = str(options.get("ui_url") or DEFAULT_UI_URL).rstrip("/")
         self.units: dict[str, str] = {str(k): str(v) for k, v in (options.get("units") or {}).items()}
@@ -269,6 +300,7 @@ class StudyTracker:
     def _connect(self) -> None:
         from mlflow import MlflowClient
 
+        quiet_writer_logs()
         prepare_tracking_store(self.uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         with self.lock:
@@ -983,6 +1015,8 @@ def frugalnas_study_finished(study: Any) -> None:
         state.update(errors=list(tracker.writer.errors), parent_run_id=tracker.parent_run_id,
                      experiment_id=tracker.experiment_id, study_id=tracker.uid,
                      reconciled=dict(tracker.reconciled))
+        if tracker.writer.failure is not None:
+            raise tracker.writer.failure
         if tracker.writer.errors:
             print("frugalnas: MLflow logging errors: " + "; ".join(tracker.writer.errors[:3]),
                   file=sys.stderr)
