@@ -16,7 +16,6 @@ A third-party dataset factory may carry one too (a function attribute or a class
 from __future__ import annotations
 
 import functools
-import pickle
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from frugalnas.cifar_batch import read_cifar_batch
 from frugalnas.core.data import Dataset, check_fractions, split_arrays
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.plugins import hookimpl
@@ -224,10 +224,8 @@ def image_folder(path: str, seed: int = 0, valid_fraction: float = 0.2, size: in
 
 
 def _read_cifar(file: Path) -> tuple[np.ndarray, np.ndarray]:
-    with open(file, "rb") as fh:
-        batch = pickle.load(fh, encoding="latin1")
-    return (np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32),
-            np.asarray(batch.get("labels", batch.get("fine_labels"))))
+    # Not pickle.load: a batch file is read without running anything it names.
+    return read_cifar_batch(file)
 
 
 @_checks(check_cifar)
