@@ -16,9 +16,9 @@ from typing import Any, NoReturn
 from frugalnas.core.config import (StudyConfig, check_run_settings, load_run_file,
                                    parse_constraint)
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
-                                   one_line)
+                                   PluginNotAllowedError, one_line)
 from frugalnas.core.kinds import KINDS, OPTION_GROUPS
-from frugalnas.core.plugins import PluginHost
+from frugalnas.core.plugins import PluginHost, refused_plugins
 from frugalnas.core.worker import DEFAULT_MAX_FAILURES
 from frugalnas.core.storage_url import check_storage_url
 
@@ -95,9 +95,15 @@ def _call_hook(plugin_host: PluginHost, hook: str, **kwargs: Any) -> None:
 
 
 def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig, dict[str, Any]]:
-    """Merge a run file and flags into a StudyConfig and the run keys."""
+    """Merge a run file and flags into a StudyConfig and the run keys. A plugin the run file
+    names is refused (nothing imported) unless the code-loading policy allows it
+    (:func:`refused_plugins`: ``-p NAME``, ``FRUGALNAS_PLUGINS_ALLOW``, ...)."""
+    add, block = _plugin_args(args)
     if args.config:
         config, run = load_run_file(args.config)
+        refused = refused_plugins(config.plugins, allowed=add)
+        if refused:
+            raise PluginNotAllowedError(refused, f"run file {args.config!r}")
         data = asdict(config)
     else:
         data, run = {}, {}
@@ -135,7 +141,6 @@ def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig
             raise ConfigError(f"unknown option group {group!r} in {item!r}; valid: "
                               f"{', '.join(OPTION_GROUPS)} or a plugin name "
                               f"({', '.join(sorted(host.infos))})")
-    add, block = _plugin_args(args)
     data["plugins"] = sorted(set(data.get("plugins", [])) | set(add))
     data["disable_plugins"] = sorted(set(data.get("disable_plugins", [])) | set(block))
     _call_hook(host, "frugalnas_run_settings", args=args, settings=data)
@@ -433,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except ConfigConflictError as exc:
+    except (ConfigConflictError, PluginNotAllowedError) as exc:
         return _error(exc.for_cli())
     except FrugalnasError as exc:
         return _error(exc)

@@ -51,6 +51,32 @@ class PluginError(FrugalnasError):
     """A plugin failed to load, has a bad hook, or clashes with another plugin."""
 
 
+class PluginNotAllowedError(PluginError):
+    """A configuration (a run file, a study's stored configuration) names plugins that the
+    code-loading policy does not let it import; nothing was imported. ``names`` are the
+    refused plugins, ``source`` says where they were named (``run file 'run.toml'``,
+    ``study 's'``) and ``needed`` what of that source no loaded plugin provides, if known."""
+
+    def __init__(self, names: Iterable[str], source: str, needed: str | None = None):
+        self.names, self.source, self.needed = sorted(names), source, needed
+        super().__init__(self._message(f"pass plugins={self.names!r}"))
+
+    def _message(self, how: str) -> str:
+        them = "them" if len(self.names) > 1 else "it"
+        named = (f"plugin{'s' if len(self.names) > 1 else ''} "
+                 f"{', '.join(repr(n) for n in self.names)}")
+        if self.needed is not None:
+            return (f"{self.source} needs {self.needed}, which no loaded plugin registers; its "
+                    f"stored configuration names {named}, which frugalnas does not import "
+                    f"from a storage: {how} to load {them}")
+        return (f"{self.source} names {named}, which a configuration may not import unless "
+                f"you allow it: {how} to load {them}, or add {them} to FRUGALNAS_PLUGINS_ALLOW")
+
+    def for_cli(self) -> str:
+        """The same message for a command-line user (``-p NAME``)."""
+        return self._message("give " + " ".join(f"-p {n}" for n in self.names))
+
+
 class DuplicateComponentError(PluginError):
     """Two plugins registered a component of the same kind under the same name."""
 

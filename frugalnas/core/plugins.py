@@ -89,6 +89,23 @@ def _split_plugin_args(args: Iterable[str]) -> tuple[list[str], set[str]]:
     return add, block
 
 
+def refused_plugins(names: Iterable[str], allowed: Iterable[str] = ()) -> list[str]:
+    """The code-loading policy: of the plugin ``names`` a configuration names (a run file's
+    ``plugins``, a study's stored configuration), those it may not import. A configuration
+    may name a built-in plugin, a plugin the user named (``allowed``: ``-p NAME`` on the
+    command line, ``plugins=`` of the caller), a name listed in ``FRUGALNAS_PLUGINS_ALLOW``,
+    and an installed entry point that autoloading loads anyway; any other module is refused.
+    ``no:NAME`` (blocking) is always allowed. Nothing is imported to decide."""
+    allowed, allow = set(allowed), _allow_list()
+    autoloaded: set[str] = set()
+    if not _autoload_disabled():
+        autoloaded = {ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+                      if allow is None or ep.name in allow}
+    return sorted({name for name in names if not name.startswith("no:")
+                   and name not in BUILTIN_PLUGINS and name not in allowed
+                   and name not in (allow or ()) and name not in autoloaded})
+
+
 class PluginHost:
     """A pluggy plugin manager plus the component registries built from it."""
 

@@ -20,11 +20,12 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.config import StudyConfig
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
-                                   PluginHookError, TrialFailure, one_line)
+                                   PluginHookError, PluginNotAllowedError, TrialFailure,
+                                   UnknownComponentError, check_choice, one_line)
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.keys import CONFIG_ATTR, INTERMEDIATE_ATTR
 from frugalnas.core.kinds import GROUPS
-from frugalnas.core.plugins import PluginHost, get_host
+from frugalnas.core.plugins import PluginHost, get_host, refused_plugins
 # Candidate, failure_reason and trial_timeout live with the runner (imported from here before).
 from frugalnas.core.runner import Candidate, TrialRunner, failure_reason, trial_timeout  # noqa: F401
 from frugalnas.core.space import SearchSpace
@@ -573,9 +574,20 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
                strategy: optuna.samplers.BaseSampler | None = None,
                pruner: optuna.pruners.BasePruner | None = None,
                plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
-               host: PluginHost | None = None, **overrides: Any) -> Study:
+               host: PluginHost | None = None,
+               stored_plugins: Literal["refuse", "skip"] = "refuse", **overrides: Any) -> Study:
     """Reopen a study from its storage with the configuration it was created with.
-    ``overrides`` replace run-time settings such as ``plugin_options`` or ``backend_options``."""
+    ``overrides`` replace run-time settings such as ``plugin_options`` or ``backend_options``.
+
+    The plugins the stored configuration names are loaded only where the code-loading policy
+    allows it (:func:`frugalnas.core.plugins.refused_plugins`): built-in ones, those passed in
+    ``plugins``, those listed in ``FRUGALNAS_PLUGINS_ALLOW`` and autoloaded entry points, as
+    whoever can write the storage could name any module. Any other is refused with a
+    :class:`PluginNotAllowedError` naming it (``stored_plugins="refuse"``), or left unloaded
+    (``"skip"``, what ``frugalnas report`` and ``export`` do): a component that only such a
+    plugin can register is then that error, naming the component and the plugins. With
+    ``host``, the given host is used as it is."""
+    check_choice("stored_plugins", stored_plugins, ("refuse", "skip"))
     check_storage_url(storage, must_exist=True)
     plugins, disable_plugins = _names(plugins), _names(disable_plugins)
     storage = open_storage(storage)
@@ -595,16 +607,31 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
         config = replace(config, **StudyConfig.from_mapping({**asdict(config), **overrides}).__dict__)
     if disable_plugins:
         config.disable_plugins = sorted(set(config.disable_plugins) | set(disable_plugins))
+    refused: list[str] = []
     if host is None:
-        host = get_host(list(config.plugins) + [p for p in plugins if p not in config.plugins],
+        refused = refused_plugins(config.plugins,
+                                  allowed=[p for p in plugins if isinstance(p, str)])
+        if refused and stored_plugins == "refuse":
+            raise PluginNotAllowedError(refused, f"study {study_name!r}")
+        host = get_host([p for p in config.plugins if p not in refused]
+                        + [p for p in plugins if p not in config.plugins],
                         config.disable_plugins)
-    estimator_obj = check_config(host, config)
-    if strategy is None and config.strategy not in host.registry("strategies"):
-        raise ConfigError(f"study {study_name!r} was created with the sampler object "
-                          f"{config.strategy!r}; pass strategy= to load_study")
-    space_obj, strategy = build_components(host, config, strategy, estimator_obj)
-    if pruner is None and config.pruner is not None:
-        pruner = make_pruner(host, config)
+    try:
+        estimator_obj = check_config(host, config)
+        if strategy is None and config.strategy not in host.registry("strategies"):
+            if refused:
+                raise UnknownComponentError("strategy", config.strategy,
+                                            host.registry("strategies").names())
+            raise ConfigError(f"study {study_name!r} was created with the sampler object "
+                              f"{config.strategy!r}; pass strategy= to load_study")
+        space_obj, strategy = build_components(host, config, strategy, estimator_obj)
+        if pruner is None and config.pruner is not None:
+            pruner = make_pruner(host, config)
+    except UnknownComponentError as exc:
+        if not refused:
+            raise
+        raise PluginNotAllowedError(refused, f"study {study_name!r}",
+                                    needed=f"{exc.kind} {exc.name!r}") from None
     ostudy = optuna.load_study(study_name=study_name, storage=storage, sampler=strategy,
                                pruner=pruner or optuna.pruners.NopPruner())
     return Study(ostudy, config, host, space_obj, estimator_obj)

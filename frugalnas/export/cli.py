@@ -83,7 +83,9 @@ def _split(values: list[str]) -> tuple[list[str], list[str]]:
 
 def open_study(args: argparse.Namespace, *, no_tracking: bool = False) -> Any:
     """The study, reopened from its storage (``frugalnas.load_study``); its strategy is not
-    created (nothing is sampled)."""
+    created (nothing is sampled). Only the plugins named with ``-p`` (and the installed ones
+    the environment loads) are imported, never one named only in the stored configuration:
+    where the study needs such a plugin, the error names it and ``-p NAME``."""
     import optuna
 
     from frugalnas.core.study import load_study
@@ -92,7 +94,8 @@ def open_study(args: argparse.Namespace, *, no_tracking: bool = False) -> Any:
     if no_tracking:
         block.append("mlflow")
     return load_study(study_name=args.study_name, storage=args.storage, plugins=add,
-                      disable_plugins=block, strategy=optuna.samplers.RandomSampler(seed=0))
+                      disable_plugins=block, strategy=optuna.samplers.RandomSampler(seed=0),
+                      stored_plugins="skip")
 
 
 def _value(raw: str) -> Any:

@@ -43,7 +43,9 @@ def _run_file(tmp_path: Path, strategy: str, **strategy_options) -> Path:
 def _starter(tmp_path: Path, command: list[str]):
     def start(name: str) -> subprocess.Popen:
         out = open(tmp_path / f"{name}.out", "w")
-        proc = subprocess.Popen(command, cwd=tmp_path, env=env_with_tests(TESTS), stdout=out,
+        # The run file names the fault plugin; a run file's plugin loads only when allowed.
+        proc = subprocess.Popen([*command, "-p", "ops_support.faults"], cwd=tmp_path,
+                                env=env_with_tests(TESTS), stdout=out,
                                 stderr=subprocess.STDOUT)
         proc.out_path = tmp_path / f"{name}.out"
         return proc
