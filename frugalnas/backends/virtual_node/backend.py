@@ -7,6 +7,8 @@ ran it."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -22,7 +24,7 @@ from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes
 from frugalnas.backends.virtual_node.worker import make_inner
-from frugalnas.backends.virtual_node.world import ProcessWorld
+from frugalnas.backends.virtual_node.world import ProcessWorld, exit_text, world_secret
 
 
 def _positive_int(what: str, value: object) -> int:
@@ -92,6 +94,8 @@ class VirtualNodeBackend(Backend):
         self.host = host
         if host is not None and inner != "single-device" and self.world_size > 1:
             check_inner_travels(host, inner, self.world_size - 1)
+        if self.world_size > self.nproc:
+            world_secret(self.nproc, self.world_size, os.environ)  # refused now, not at step 1
         self.inner = make_inner(inner, device, self.inner_options, host)
         if self.inner.device.type == "cuda" and self.nproc > torch.cuda.device_count():
             raise ConfigError(f"invalid nproc {nproc!r}: NCCL needs one GPU per process and "
@@ -148,7 +152,14 @@ class VirtualNodeBackend(Backend):
                 "timeout": self.timeout}
 
     def _ensure_world(self, model: nn.Module) -> None:
-        """Start the worker processes if needed and make sure they hold ``model``."""
+        """Start the worker processes if needed (again, when a local one has died since the
+        last step) and make sure they hold ``model``."""
+        dead = self._world.dead_ranks() if self._world is not None and self._world.running else []
+        if dead:
+            print("frugalnas: warning: virtual-node " + "; ".join(
+                f"rank {r} {exit_text(code)}" for r, code in dead) + "; starting a new world",
+                file=sys.stderr, flush=True)
+            self._world.close(force=True)
         if self._world is None or not self._world.running:
             self._world = ProcessWorld(self.nproc, self.world_size, self._config(),
                                        master_addr=self.master_addr, master_port=self.master_port,
@@ -159,8 +170,12 @@ class VirtualNodeBackend(Backend):
             self.engine = self._make_engine(distributed=True)
             self._sent = None
         if self._sent is None or self._sent() is not model:
-            self._world.post("model", dumps(model))
-            flags = all_ok(True, self.engine.comm_device)
+            payload = dumps(model)
+            try:
+                self._world.post("model", payload)
+                flags = all_ok(True, self.engine.comm_device)
+            except Exception as exc:
+                raise self._broken(exc) from exc
             if not all(flags):
                 raise TrialFailure(f"virtual-node workers could not load the model (ok per rank: {flags})")
             self.engine.reset()
@@ -173,13 +188,37 @@ class VirtualNodeBackend(Backend):
         self._used(1)
         with self._lock:
             if self.world_size > 1:
-                self._ensure_world(model)
-                self._world.post("step", step, model.training, loss_fn, inputs, targets)
-                broadcast_state(model, self.engine.comm_device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = self.engine.compute(model, loss_fn, inputs, targets, step)
+                loss = self._distributed_step(model, optimizer, loss_fn, inputs, targets, step)
+            else:
+                optimizer.zero_grad(set_to_none=True)
+                loss = self.engine.compute(model, loss_fn, inputs, targets, step)
             optimizer.step()
         return loss
+
+    def _distributed_step(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                          loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor,
+                          step: int) -> float:
+        """The gradient of one step over the world. A world that breaks (a rank died, a
+        connection failed) is closed and the trial fails with what happened; the next step
+        starts a new world."""
+        self._ensure_world(model)
+        try:
+            self._world.post("step", step, model.training, loss_fn, inputs, targets)
+            broadcast_state(model, self.engine.comm_device)
+            optimizer.zero_grad(set_to_none=True)
+            return self.engine.compute(model, loss_fn, inputs, targets, step)
+        except (TrialFailure, ConfigError):
+            raise  # a failing node or an unpicklable loss: the world is intact
+        except Exception as exc:
+            raise self._broken(exc) from exc
+
+    def _broken(self, exc: Exception) -> TrialFailure:
+        """Close a world a collective failed in, and say what happened."""
+        what = self._world.failure(exc)
+        self._world.close(force=True)
+        self._sent = None
+        return TrialFailure(f"virtual-node world broken: {what}; the next training step starts "
+                            "a new world")
 
     def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
                          targets: torch.Tensor, loss_scale: float = 1.0) -> float:

@@ -2,13 +2,20 @@
 
 Commands travel through the rendezvous TCPStore under sequence-numbered keys (so an idle
 worker can wait for the next one indefinitely while still noticing a dead parent); tensors
-that change every step (parameters, buffers) travel through ``torch.distributed`` collectives."""
+that change every step (parameters, buffers) travel through ``torch.distributed`` collectives.
+
+Everything rank 0 writes for the workers is sealed with an HMAC-SHA256 under the world's
+secret (:func:`seal`); a worker checks the tag before it deserialises anything
+(:func:`unseal`), so a value written into the store by anybody else is never unpickled."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import os
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -19,6 +26,44 @@ from frugalnas.core.errors import ConfigError
 
 PREFIX = "frugalnas-vnode/"
 CONFIG_KEY = PREFIX + "config"
+#: The shared secret of a world that spans machines (set on every machine).
+SECRET_ENV = "FRUGALNAS_VNODE_SECRET"
+MIN_SECRET_CHARS = 16
+_TAG = 32  # bytes of an HMAC-SHA256 tag
+
+
+def seal(secret: bytes, key: str, payload: bytes) -> bytes:
+    """``payload`` prefixed with its tag: HMAC-SHA256 under ``secret`` of the store key it is
+    written to and the payload (so a sealed value is not valid under another key)."""
+    return _tag(secret, key, payload) + payload
+
+
+def unseal(secret: bytes, key: str, data: bytes) -> bytes | None:
+    """The payload of a value written by :func:`seal` under ``key``, or None when its tag does
+    not verify (nothing of it is deserialised then)."""
+    if len(data) < _TAG:
+        return None
+    tag, payload = data[:_TAG], data[_TAG:]
+    return payload if hmac.compare_digest(tag, _tag(secret, key, payload)) else None
+
+
+def _tag(secret: bytes, key: str, payload: bytes) -> bytes:
+    mac = hmac.new(secret, key.encode() + b"\0", hashlib.sha256)
+    mac.update(payload)
+    return mac.digest()
+
+
+def secret_from_env(env: Mapping[str, str]) -> bytes | None:
+    """The user's shared secret from ``FRUGALNAS_VNODE_SECRET``; None when unset. Raises
+    ConfigError when it is too short to be a secret."""
+    value = env.get(SECRET_ENV)
+    if not value:
+        return None
+    if len(value) < MIN_SECRET_CHARS:
+        raise ConfigError(f"invalid {SECRET_ENV}: {len(value)} characters; expected at least "
+                          f"{MIN_SECRET_CHARS} (for example: python -c 'import secrets; "
+                          "print(secrets.token_hex(32))')")
+    return value.encode()
 
 
 def command_key(seq: int) -> str:
@@ -54,22 +99,38 @@ def loads(data: bytes, map_location: torch.device | str | None = None) -> Any:
     return torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
 
 
-def post_command(store: dist.Store, seq: int, payload: bytes) -> None:
-    """Publish command ``seq``; the key two commands back has been read by every worker
-    (each command ends in a collective), so it is deleted."""
-    store.set(command_key(seq), payload)
+def sealed_key(world: str, key: str) -> str:
+    """What a value under store ``key`` of world ``world`` is sealed for: a command of one
+    world is not valid in another world under the same secret."""
+    return f"{world}/{key}"
+
+
+def post_command(store: dist.Store, secret: bytes, world: str, seq: int, payload: bytes) -> None:
+    """Publish command ``seq``, sealed; the key two commands back has been read by every
+    worker (each command ends in a collective), so it is deleted."""
+    key = command_key(seq)
+    store.set(key, seal(secret, sealed_key(world, key), payload))
     if seq >= 2:
         store.delete_key(command_key(seq - 2))
 
 
-def wait_command(store: dist.Store, seq: int, parent_pid: int | None) -> bytes | None:
-    """Block until command ``seq`` exists; None when the parent process or the store is gone."""
-    key, delay = command_key(seq), 1e-4
+def wait_command(store: dist.Store, secret: bytes, world: str, seq: int,
+                 parent_pid: int | None, refused: Callable[[int], None] | None = None
+                 ) -> bytes | None:
+    """Block until command ``seq`` exists and its seal verifies; None when the parent process
+    or the store is gone. A value that does not verify is not deserialised: ``refused(seq)``
+    is called once and the worker waits for rank 0 to write the real command over it."""
+    key, delay, told = command_key(seq), 1e-4, False
     while True:
         try:
             if store.check([key]):
-                return store.get(key)
-        except dist.DistNetworkError:
+                payload = unseal(secret, sealed_key(world, key), store.get(key))
+                if payload is not None:
+                    return payload
+                if not told and refused is not None:
+                    refused(seq)
+                told = True
+        except dist.DistError:
             return None
         if parent_pid is not None and os.getppid() != parent_pid:
             return None

@@ -1,23 +1,109 @@
 """The main process's side of a multi-process virtual-node world: rendezvous, local worker
-processes, commands, clean shutdown."""
+processes, commands, clean shutdown, and what to say when a rank dies.
+
+The rendezvous store listens on ``master_addr`` only (loopback by default), and what rank 0
+writes there is sealed with the world's secret: a random one for a world on this machine
+(handed to the local workers on their standard input), the user's ``FRUGALNAS_VNODE_SECRET``
+for a world that spans machines."""
 
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import os
+import secrets
+import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.backends.virtual_node.comm import CONFIG_KEY, dumps, error_key, post_command, ready_key
-from frugalnas.backends.virtual_node.worker import PARENT_ENV
+from frugalnas.core.errors import ConfigError, one_line
+from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, dumps, error_key,
+                                                  post_command, ready_key, seal, secret_from_env)
+from frugalnas.backends.virtual_node.worker import PARENT_ENV, SECRET_STDIN_FLAG
 
 _ACTIVE: "ProcessWorld | None" = None  # torch.distributed allows one default group per process
+
+
+def world_secret(nproc: int, world_size: int, env: Mapping[str, str]) -> bytes:
+    """The key that seals rank 0's messages: random for a world on this machine, the user's
+    ``FRUGALNAS_VNODE_SECRET`` (which remote ranks read too) for one that spans machines."""
+    if world_size == nproc:
+        return secrets.token_bytes(32)
+    secret = secret_from_env(env)
+    if secret is None:
+        raise ConfigError(
+            f"a virtual-node world with ranks on other machines (world_size {world_size} > "
+            f"nproc {nproc}) needs a shared secret: set {SECRET_ENV} to the same random string "
+            f"(at least 16 characters) here and for every remote worker")
+    return secret
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether every address ``addr`` resolves to is a loopback address."""
+    try:
+        infos = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback
+                               for i in infos)
+
+
+def loopback_interface() -> str | None:
+    """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((n for n in names if n in ("lo", "lo0")), None)
+
+
+def listening_socket(addr: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``addr``:``port`` (0: a free port) and listening."""
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"invalid master_addr {addr!r}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(where)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on master_addr {addr!r}, master_port {port}: "
+                          f"{exc.strerror or exc}") from None
+    return sock
+
+
+def exit_text(code: int) -> str:
+    """How a process ended, from its return code."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+@contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` (those the user has not set) for the block's duration:
+    gloo and NCCL read their network interface from the environment when a group is made."""
+    added = {k: v for k, v in values.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 class ProcessWorld:
@@ -35,6 +121,20 @@ class ProcessWorld:
         self.store: dist.TCPStore | None = None
         self.procs: list[subprocess.Popen] = []
         self.seq = 0
+        self.secret = b""
+        self.world_id = ""
+
+    @property
+    def local(self) -> bool:
+        """Whether every rank runs on this machine."""
+        return self.world_size == self.nproc
+
+    def network_env(self) -> dict[str, str]:
+        """Settings that keep a local world's collectives on the loopback interface."""
+        lo = loopback_interface()
+        if not self.local or lo is None or not is_loopback(self.master_addr):
+            return {}
+        return {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
 
     @property
     def running(self) -> bool:
@@ -49,9 +149,20 @@ class ProcessWorld:
             raise ConfigError("a torch.distributed default process group already exists in this "
                               "process; the virtual-node backend (nproc > 1) needs its own, or use "
                               "VirtualNodeEngine inside your SPMD program")
-        store = dist.TCPStore(self.master_addr, self.master_port, self.world_size, is_master=True,
-                              wait_for_workers=False, timeout=timedelta(seconds=self.timeout))
-        store.set(CONFIG_KEY, dumps(self.config))
+        secret = world_secret(self.nproc, self.world_size, os.environ)
+        listener = listening_socket(self.master_addr, self.master_port)
+        port = listener.getsockname()[1]
+        fd = listener.detach()  # the store owns (and closes) the socket from here on
+        try:
+            store = dist.TCPStore(self.master_addr, port, self.world_size, is_master=True,
+                                  wait_for_workers=False, timeout=timedelta(seconds=self.timeout),
+                                  master_listen_fd=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.secret, self.world_id = secret, secrets.token_hex(8)
+        config = dict(self.config, world=self.world_id)
+        store.set(CONFIG_KEY, seal(secret, CONFIG_KEY, dumps(config)))
         self.store, self.seq = store, 0
         _ACTIVE = self
         ProcessWorld.started += 1
@@ -59,21 +170,29 @@ class ProcessWorld:
         try:
             self._spawn(store.port)
             self._wait_ready()
-            dist.init_process_group(self.config["dist_backend"], store=store, rank=0,
-                                    world_size=self.world_size, timeout=timedelta(seconds=self.timeout))
+            with environment(self.network_env()):
+                dist.init_process_group(self.config["dist_backend"], store=store, rank=0,
+                                        world_size=self.world_size,
+                                        timeout=timedelta(seconds=self.timeout))
         except BaseException:
             self.close()
             raise
 
     def _spawn(self, port: int) -> None:
+        base = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+        base.update(self.network_env())
         for rank in range(1, self.nproc):
-            env = dict(os.environ, MASTER_ADDR=self.master_addr, MASTER_PORT=str(port),
+            env = dict(base, MASTER_ADDR=self.master_addr, MASTER_PORT=str(port),
                        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(self.world_size),
                        FRUGALNAS_VNODE_TIMEOUT=str(self.timeout), **{PARENT_ENV: str(os.getpid())})
             if self.config["threads"] is not None:
                 env["OMP_NUM_THREADS"] = str(self.config["threads"])
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "frugalnas.backends.virtual_node.worker"], env=env))
+            # the secret goes through a pipe: not in the store, nor on a command line
+            proc = subprocess.Popen([sys.executable, "-m", "frugalnas.backends.virtual_node.worker",
+                                     SECRET_STDIN_FLAG], env=env, stdin=subprocess.PIPE)
+            self.procs.append(proc)
+            proc.stdin.write(self.secret.hex().encode() + b"\n")
+            proc.stdin.close()
 
     def _wait_ready(self) -> None:
         """Wait for the local workers to reach the rendezvous, failing fast if one dies."""
@@ -96,20 +215,42 @@ class ProcessWorld:
 
     def post(self, *command: Any) -> None:
         """Send a command to every worker (they act on them in order)."""
-        post_command(self.store, self.seq, dumps(command))
+        post_command(self.store, self.secret, self.world_id, self.seq, dumps(command))
         self.seq += 1
 
-    def close(self) -> None:
-        """Stop the workers (politely, then by force) and leave the process group."""
+    def dead_ranks(self) -> list[tuple[int, int]]:
+        """Local workers that have ended, as (rank, return code)."""
+        return [(r, p.returncode) for r, p in enumerate(self.procs, 1) if p.poll() is not None]
+
+    def failure(self, exc: BaseException, wait: float = 2.0) -> str:
+        """What broke the world, given the error a collective raised in rank 0: the local
+        ranks that died (waiting up to ``wait`` s for a dying one to be reaped), otherwise the
+        error itself, which then comes from a remote rank or the network."""
+        deadline = time.monotonic() + wait
+        dead = self.dead_ranks()
+        while not dead and self.procs and time.monotonic() < deadline:
+            time.sleep(0.05)
+            dead = self.dead_ranks()
+        if dead:
+            return "; ".join(f"rank {r} {exit_text(code)}" for r, code in dead)
+        if self.world_size > self.nproc:
+            remote = (f"rank {self.nproc}" if self.world_size - self.nproc == 1
+                      else f"ranks {self.nproc}-{self.world_size - 1}")
+            return f"a remote rank ({remote}) or the network failed: {one_line(exc)}"
+        return f"a collective failed: {one_line(exc)}"
+
+    def close(self, force: bool = False) -> None:
+        """Stop the workers (politely, then by force; at once with ``force``, for a broken
+        world) and leave the process group."""
         global _ACTIVE
         if self.store is None:
             return
         try:
-            if dist.is_initialized():
+            if dist.is_initialized():  # also tells remote ranks of a broken world to rejoin
                 self.post("close")
         except Exception:
             pass
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + (0 if force else 15)
         for p in self.procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
