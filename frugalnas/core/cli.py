@@ -19,6 +19,7 @@ from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasEr
                                    PluginNotAllowedError, one_line)
 from frugalnas.core.kinds import KINDS, OPTION_GROUPS
 from frugalnas.core.plugins import PluginHost, refused_plugins
+from frugalnas.core.secrets import mask_text, mask_value, option_roles
 from frugalnas.core.worker import DEFAULT_MAX_FAILURES
 from frugalnas.core.storage_url import check_storage_url
 
@@ -162,7 +163,8 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
     check_run_settings(run)
     check_storage_url(run.get("storage"))
     build_components(host, config, estimator=check_config(host, config))
-    out: dict[str, Any] = {"run": run}
+    shown = config.stored_form(option_roles(host))  # passwords and secrets masked
+    out: dict[str, Any] = {"run": mask_value(run)}
     for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
                         ("backend", "backends"), ("dataset", "datasets")):
         name = getattr(config, group)
@@ -172,18 +174,18 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
         defaults = {k: v for k, v in comp.options().items()
                     if k not in ("space", "seed") and v is not inspect.Parameter.empty}
         out[group] = {"name": name, "plugin": comp.plugin,
-                      "options": {**defaults, **getattr(config, f"{group}_options")}}
+                      "options": {**mask_value(defaults), **shown[f"{group}_options"]}}
     out["estimator"] = {"name": config.estimator,
                         "plugin": host.estimators().get(config.estimator).plugin,
-                        "options": config.estimator_options}
+                        "options": shown["estimator_options"]}
     out["objectives"] = dict(zip(config.objectives, config.directions))
     out["constraints"] = {name: f"<= {bound:g}" for name, bound in config.constraints.items()}
     if config.pruner is not None:
         out["pruner"] = {"name": config.pruner,
                          "plugin": host.registry("pruners").get(config.pruner).plugin,
-                         "options": config.pruner_options}
+                         "options": shown["pruner_options"]}
     out["seed"] = config.seed
-    out["plugin_options"] = config.plugin_options
+    out["plugin_options"] = shown["plugin_options"]
     out["plugins"] = sorted(host.infos)
     return out
 
@@ -301,7 +303,7 @@ def _exit_status(study: Any, none_completed: bool) -> int:
     problems += [str(e) for e in study.plugin_errors]
     if not problems:
         return 0
-    print(f"frugalnas: error: {'; '.join(problems)}", file=sys.stderr)
+    print(f"frugalnas: error: {mask_text('; '.join(problems))}", file=sys.stderr)
     return 1
 
 
@@ -456,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _error(message: object) -> int:
     """Print one line ``frugalnas: error: ...`` on stderr; exit status 2 (bad input)."""
-    text = " ".join(str(message).split("\n"))
+    text = mask_text(" ".join(str(message).split("\n")))
     print(f"frugalnas: error: {text}", file=sys.stderr)
     return 2
 

@@ -8,11 +8,17 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from frugalnas.core.errors import ConfigError, check_choice
+from frugalnas.core.secrets import OptionRoles, mask_options, mask_value
 
 DIRECTIONS = ("maximize", "minimize")
+#: Fields that describe one machine, not the study: stored for reference, never compared
+#: when a study is reopened (workers of one study may use different devices, threads and
+#: virtual-node addresses).
+RUN_FIELDS = ("backend_options",)
 #: Seeds go to numpy, whose generators take 32-bit seeds.
 MAX_SEED = 2**32 - 1
 
@@ -107,21 +113,46 @@ class StudyConfig:
         check_keys("study config", data, [f.name for f in fields(cls)])
         return cls(**data)
 
-    def to_json(self) -> str:
-        """The stored form: every field but ``session_options``."""
+    def stored_form(self, roles: Mapping[str, OptionRoles] | None = None) -> dict[str, Any]:
+        """What may be stored or shown: every field but ``session_options``, each URI's
+        password and each option ``roles`` declares secret masked (``***``)."""
         data = asdict(self)
         data.pop("session_options")
-        return json.dumps(data, sort_keys=True)
+        plugin_options = mask_options(data.pop("plugin_options"), roles or {})
+        data = mask_value(data)
+        data["plugin_options"] = plugin_options
+        return data
+
+    def pinned(self, roles: Mapping[str, OptionRoles] | None = None) -> dict[str, Any]:
+        """What every process of one study must agree on: :meth:`stored_form` without the
+        settings of one machine (``backend_options``: device, threads, addresses; the plugin
+        options ``roles`` declares ``run``)."""
+        data = self.stored_form(roles)
+        for name in RUN_FIELDS:
+            data.pop(name)
+        pinned_options = {}
+        for plugin, options in data["plugin_options"].items():
+            run = (roles or {}).get(plugin, OptionRoles()).run
+            kept = {k: v for k, v in options.items() if k not in run}
+            if kept:
+                pinned_options[plugin] = kept
+        data["plugin_options"] = pinned_options
+        return data
+
+    def to_json(self, roles: Mapping[str, OptionRoles] | None = None) -> str:
+        """The stored form (:meth:`stored_form`) as JSON."""
+        return json.dumps(self.stored_form(roles), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "StudyConfig":
         return cls.from_mapping(upgrade_legacy(json.loads(text)))
 
-    def differences(self, other: "StudyConfig") -> list[str]:
-        """The fields in which ``other`` differs, as ``field: ours -> theirs`` lines."""
-        mine, theirs = asdict(self), asdict(other)
-        return [f"{k}: {mine[k]!r} -> {theirs[k]!r}" for k in mine
-                if mine[k] != theirs[k] and k != "session_options"]
+    def differences(self, other: "StudyConfig",
+                    roles: Mapping[str, OptionRoles] | None = None) -> list[str]:
+        """The pinned fields (:meth:`pinned`) in which ``other`` differs, as ``field: ours ->
+        theirs`` lines (secrets masked)."""
+        mine, theirs = self.pinned(roles), other.pinned(roles)
+        return [f"{k}: {mine[k]!r} -> {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
 
 def check_constraints(constraints: Any) -> None:

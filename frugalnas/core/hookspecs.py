@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from frugalnas.core.config import StudyConfig
     from frugalnas.core.exported import ExportedNetwork
     from frugalnas.core.plugins import PluginHost
+    from frugalnas.core.secrets import OptionRoles
     from frugalnas.core.study import Study
     from frugalnas.core.trial_report import TrialReport
 
@@ -98,6 +99,16 @@ def frugalnas_check_config(config: StudyConfig, host: PluginHost) -> None:
     """Called before a study touches its storage (and by ``--dry-run``). Raise
     :class:`~frugalnas.core.errors.ConfigError` for a setting this plugin cannot work with;
     a plugin reads its own options from ``config.plugin_options[its name]``."""
+
+
+@hookspec
+def frugalnas_option_roles() -> OptionRoles | None:
+    """Declare the roles of this plugin's options (``plugin_options[its name]``): return
+    ``OptionRoles(secret=[...], run=[...])``. A ``secret`` option (a password, a token) is
+    masked in every stored or shown configuration (the study's stored config, MLflow params
+    and artifacts, ``--dry-run``, messages): the running process alone sees its value. A
+    ``run`` option belongs to one process or machine (an address as this machine reaches
+    it): workers of one study may set it differently."""
 
 
 @hookspec

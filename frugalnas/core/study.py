@@ -28,6 +28,7 @@ from frugalnas.core.kinds import GROUPS
 from frugalnas.core.plugins import PluginHost, get_host, refused_plugins
 # Candidate, failure_reason and trial_timeout live with the runner (imported from here before).
 from frugalnas.core.runner import Candidate, TrialRunner, failure_reason, trial_timeout  # noqa: F401
+from frugalnas.core.secrets import option_roles
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
 from frugalnas.core.trial_architecture import architecture_of
@@ -543,10 +544,11 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
                                      directions=cast("list[Direction]", config.directions),
                                      load_if_exists=load_if_exists)
     stored = ostudy.user_attrs.get(CONFIG_ATTR)
+    roles = option_roles(host)
     if stored is None:
-        ostudy.set_user_attr(CONFIG_ATTR, config.to_json())
-    elif (previous := StudyConfig.from_json(stored)) != config:
-        raise ConfigConflictError(ostudy.study_name, previous.differences(config))
+        ostudy.set_user_attr(CONFIG_ATTR, config.to_json(roles))
+    elif (previous := StudyConfig.from_json(stored)).pinned(roles) != config.pinned(roles):
+        raise ConfigConflictError(ostudy.study_name, previous.differences(config, roles))
     return Study(ostudy, config, host, space_obj, estimator_obj)
 
 

@@ -4,11 +4,14 @@ names the URI and says what to do."""
 
 from __future__ import annotations
 
+import base64
+import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from frugalnas.core.errors import ConfigError
+from frugalnas.core.secrets import mask_text
 
 #: Seconds a tracking server or database may take to answer the reachability check.
 PROBE_SECONDS = 5.0
@@ -21,7 +24,14 @@ DATABASES = ("postgresql", "mysql", "mssql")
 def check_tracking_uri(uri: str, probe_seconds: float = PROBE_SECONDS) -> None:
     """Raise :class:`ConfigError` for a tracking URI MLflow cannot use: no scheme, a sqlite or
     file store in a folder that does not exist, a server or database that does not answer
-    within ``probe_seconds``."""
+    within ``probe_seconds``. The message shows the URI with its password masked."""
+    try:
+        _check_tracking_uri(uri, probe_seconds)
+    except ConfigError as exc:
+        raise ConfigError(mask_text(str(exc))) from None
+
+
+def _check_tracking_uri(uri: str, probe_seconds: float) -> None:
     if not isinstance(uri, str) or not uri.strip():
         raise ConfigError(f"invalid MLflow tracking URI {uri!r}; valid URIs look like {VALID}")
     scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
@@ -56,9 +66,13 @@ def _check_folder(uri: str, path: Path, kind: str) -> None:
 
 
 def _check_server(uri: str, seconds: float) -> None:
-    url = uri.rstrip("/") + "/health"
+    request = urllib.request.Request(uri.rstrip("/") + "/health")
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    if user:  # a server behind basic authentication may guard /health too
+        token = f"{user}:{os.environ.get('MLFLOW_TRACKING_PASSWORD', '')}".encode()
+        request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
     try:
-        with urllib.request.urlopen(url, timeout=seconds):
+        with urllib.request.urlopen(request, timeout=seconds):
             return
     except urllib.error.HTTPError:
         return  # it answered (a proxy or a server without /health): reachable
@@ -86,7 +100,21 @@ def _check_database(uri: str, seconds: float) -> None:
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"MLflow tracking database {_redact(uri)} is not reachable within "
-                          f"{seconds:g} s ({first[:300]})") from None
+                          f"{seconds:g} s ({first[:300]}){_password_hint(uri)}") from None
+
+
+def _password_hint(uri: str) -> str:
+    """A hint for a database URI with a user but no password: a study never stores one."""
+    try:
+        import sqlalchemy
+
+        url = sqlalchemy.engine.make_url(uri)
+    except Exception:
+        return ""
+    if url.username and url.password is None:
+        return ("; a study stores no password: give it in the environment (PGPASSWORD for "
+                "PostgreSQL, or ~/.pgpass) or in --tracking-uri")
+    return ""
 
 
 def _redact(uri: str) -> str:

@@ -19,10 +19,12 @@ import numpy as np
 import torch
 
 from frugalnas.core.exported import ExportedNetwork
+from frugalnas.core.storage_url import masked
 from frugalnas.core.version import __version__
 from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
 from frugalnas.tracking.mlflow.tracker import (UID_ATTR, ensure_experiment,
-                                               prepare_tracking_store, tracking_uri_of)
+                                               prepare_tracking_store, runtime_uri,
+                                               tracking_uri_of)
 
 
 def tracking_uri(study: Any) -> str:
@@ -105,7 +107,7 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     from mlflow.models import infer_signature
 
     number, register = exported.trial, exported.register
-    uri = exported.tracking_uri or tracking_uri(study)
+    uri = runtime_uri(exported.tracking_uri) if exported.tracking_uri else tracking_uri(study)
     prepare_tracking_store(uri)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = ensure_experiment(client, study.name, uri)
@@ -113,7 +115,7 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     run_id = run.info.run_id if run is not None else None
     if run is None:
         print(f"frugalnas: warning: trial {number} of study {study.name!r} has no MLflow run "
-              f"in {uri}; the model is logged to experiment {study.name!r} without a link to "
+              f"in {masked(uri)}; the model is logged to experiment {study.name!r} without a link to "
               "it", file=sys.stderr)
     model, example = exported.model.eval(), exported.example
     with torch.no_grad():
@@ -141,7 +143,7 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     current = client.get_logged_model(logged.model_id)
     if str(getattr(current.status, "name", current.status)).upper().endswith("PENDING"):
         client.finalize_logged_model(logged.model_id, "READY")
-    out = {"tracking_uri": uri, "experiment_id": experiment_id, "run_id": run_id,
+    out = {"tracking_uri": masked(uri), "experiment_id": experiment_id, "run_id": run_id,
            "model_id": logged.model_id, "model_uri": info.model_uri,
            "registered_model": None, "registered_version": None}
     if register:

@@ -59,6 +59,7 @@ from typing import Any
 from frugalnas.core.errors import ConfigError, OperationalFailure
 from frugalnas.core.keys import ARCHITECTURE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
+from frugalnas.core.secrets import OptionRoles, mask_text, option_roles, without_masked_password
 from frugalnas.core.storage_url import masked, operational_failure
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
@@ -91,8 +92,32 @@ STALL_SECONDS = 120.0
 
 
 def resolve_tracking_uri(option: str | None) -> str:
-    """The ``tracking_uri`` option, else ``MLFLOW_TRACKING_URI``, else a sqlite file here."""
-    return option or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    """The URI this process logs to: the ``tracking_uri`` option, else
+    ``MLFLOW_TRACKING_URI``, else a sqlite file here, as :func:`runtime_uri` gives it."""
+    return runtime_uri(option or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI)
+
+
+def runtime_uri(uri: str) -> str:
+    """``uri`` as MLflow is given it. A password masked in a stored configuration
+    (``USER:***@``) is left out, for the driver to read from its environment (``PGPASSWORD``,
+    ``~/.pgpass``, ``MLFLOW_TRACKING_PASSWORD``). A tracking server's credentials
+    (``http://USER:PASSWORD@HOST:PORT``) leave the URI: MLflow reads them from
+    ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``, set here for this process."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    uri = without_masked_password(uri)
+    if not uri.lower().startswith(("http://", "https://")):
+        return uri
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if user:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(user)
+    if colon and password:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = unquote(password)
+    return urlunsplit(parts._replace(netloc=hostport))
 
 
 def tracking_uri_of(config: Any) -> str:
@@ -227,7 +252,7 @@ class _Writer:
                 self.failure = operational_failure(exc, self.uri, "MLflow store",
                                                    disk_only=True)
                 if self.failure is None:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    self.errors.append(mask_text(f"{type(exc).__name__}: {exc}"))
             finally:
                 self.jobs.task_done()
 
@@ -370,7 +395,7 @@ class StudyTracker:
     def _log_config(self) -> None:
         from mlflow.entities import Param
 
-        cfg = json.loads(self.study.config.to_json())
+        cfg = json.loads(self.study.config.to_json(option_roles(self.study.host)))
         params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
                   for k, v in sorted(cfg.items())]
         self.client.log_batch(self.parent_run_id, params=params)
@@ -405,7 +430,7 @@ class StudyTracker:
                 run = trial_run(self, report)
                 self.known[number] = (state, write(self, run, existing.get(number, [])))
             except Exception as exc:  # left to the next reconciliation
-                self.writer.errors.append(f"trial {number}: {type(exc).__name__}: {exc}")
+                self.writer.errors.append(mask_text(f"trial {number}: {type(exc).__name__}: {exc}"))
                 continue
             finally:
                 self.inflight.discard(number)
@@ -652,7 +677,7 @@ class StudyTracker:
             self.writer.close()
         else:
             self.writer.errors.append(
-                f"MLflow at {self.uri} made no progress for {STALL_SECONDS:g} s; "
+                f"MLflow at {masked(self.uri)} made no progress for {STALL_SECONDS:g} s; "
                 f"{self.writer.jobs.unfinished_tasks} write(s) dropped (the next start of the "
                 "study writes them from the storage)")
 
@@ -691,10 +716,17 @@ def frugalnas_check_config(config: Any, host: Any) -> None:
                           '{"latency_ms_pixel3": "ms"}')
     uri = options.get("tracking_uri")
     if uri is not None and not isinstance(uri, str):
-        raise ConfigError(f"invalid mlflow tracking_uri {uri!r}; expected a URI such as "
+        raise ConfigError(f"invalid mlflow tracking_uri {mask_text(repr(uri))}; expected a URI such as "
                           "sqlite:///mlflow.db or http://127.0.0.1:5000")
     # Before the first trial: a bad or unreachable URI is one line now, not a hang later.
     check_tracking_uri(tracking_uri_of(config))
+
+
+@hookimpl
+def frugalnas_option_roles() -> OptionRoles:
+    # Each worker names the tracking store as its machine reaches it (localhost or an
+    # address, credentials of its own); every spelling of one store is the same study.
+    return OptionRoles(run=("tracking_uri",))
 
 
 @hookimpl
@@ -885,7 +917,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         cmd += ["--default-artifact-root", root]
     if _has_ui_app():
         cmd += ["--app-name", UI_APP]
-    print(f"MLflow UI for {uri} on {base}", flush=True)
+    print(f"MLflow UI for {masked(uri)} on {base}", flush=True)
     if experiment is not None:
         print(f"study {experiment.name!r}: {url}", flush=True)
     if getattr(args, "open", False):
