@@ -102,7 +102,8 @@ def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig
     add, block = _plugin_args(args)
     if args.config:
         config, run = load_run_file(args.config)
-        refused = refused_plugins(config.plugins, allowed=add)
+        blocked = set(block) | set(config.disable_plugins)  # never loaded, so never refused
+        refused = refused_plugins([p for p in config.plugins if p not in blocked], allowed=add)
         if refused:
             raise PluginNotAllowedError(refused, f"run file {args.config!r}")
         data = asdict(config)

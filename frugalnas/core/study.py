@@ -611,7 +611,8 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
         config.disable_plugins = sorted(set(config.disable_plugins) | set(disable_plugins))
     refused: list[str] = []
     if host is None:
-        refused = refused_plugins(config.plugins,
+        refused = refused_plugins([p for p in config.plugins
+                                   if p not in config.disable_plugins],
                                   allowed=[p for p in plugins if isinstance(p, str)])
         if refused and stored_plugins == "refuse":
             raise PluginNotAllowedError(refused, f"study {study_name!r}")

@@ -100,6 +100,15 @@ def test_a_run_file_module_loads_when_the_user_allows_it(tmp_path, plugin_dir, h
     assert _imported(tmp_path) == [MARKER_MODULE]
 
 
+@pytest.mark.slow
+def test_a_run_file_module_blocked_with_no_name_is_neither_refused_nor_imported(tmp_path,
+                                                                                 plugin_dir):
+    proc = _cli(tmp_path, plugin_dir, "run", str(_run_file(tmp_path)), "-q", "--dry-run",
+                "-p", f"no:{MARKER_MODULE}")
+    assert proc.returncode == 0, proc.stderr
+    assert _imported(tmp_path) == []
+
+
 def _stored_study(tmp_path, plugin_dir, module, **flags):
     """A study of 3 trials created by ``frugalnas run -p module``; returns its storage URL."""
     storage = f"sqlite:///{tmp_path / 'study.db'}"
