@@ -4,6 +4,7 @@ flags to ``run``/``worker`` and commands of their own (the MLflow plugin adds ``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -20,7 +21,8 @@ from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasEr
 from frugalnas.core.kinds import KINDS, OPTION_GROUPS
 from frugalnas.core.plugins import PluginHost, refused_plugins
 from frugalnas.core.secrets import mask_text, mask_value, option_roles
-from frugalnas.core.worker import DEFAULT_MAX_FAILURES
+from frugalnas.core.isolation import ISOLATION_MODES
+from frugalnas.core.worker import DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT
 from frugalnas.core.storage_url import check_storage_url
 
 
@@ -79,6 +81,11 @@ def _study_args(parser: argparse.ArgumentParser, host: PluginHost) -> None:
                              "plugin's name as GROUP")
     parser.add_argument("--virtual-nodes", type=int, help="shorthand for -o backend.virtual_nodes=N")
     parser.add_argument("--nproc", type=int, help="shorthand for -o backend.nproc=N")
+    parser.add_argument("--isolate", choices=ISOLATION_MODES, default="auto",
+                        help="where each trial is evaluated: 'process' (a child process: a "
+                             "candidate that aborts, segfaults or is killed for memory fails "
+                             "its trial only), 'none' (this process), 'auto' (default: "
+                             "'process' for estimators that train, else 'none')")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the plan, run nothing")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     _common(parser)
@@ -202,15 +209,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, run = resolve_run(args, args.host)
     host = host_for(config)
     resolved = plan(config, run, host)
+    heartbeat = _run_heartbeat(args, run.get("storage"))
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
     import optuna
 
     _optuna_logging()
+    if args.isolate == "process":
+        _check_process_isolation(config, host)
+    holder: dict[str, Any] = {}
+    storage: Any = run.get("storage")
+    if heartbeat is not None:
+        from frugalnas.core.worker import make_storage
+
+        def on_stale(ostudy: Any, frozen: Any) -> None:
+            # A trial of a dead run, failed when a later run starts: the plugins are told.
+            if "study" in holder:
+                with contextlib.suppress(Exception):
+                    holder["study"].report_stale_trial(frozen)
+
+        storage = make_storage(storage, heartbeat=heartbeat, grace=args.grace, on_stale=on_stale)
     cfg = asdict(config)
     try:
-        study = create_study(storage=run.get("storage"), study_name=run.get("study_name"),
+        study = create_study(storage=storage, study_name=run.get("study_name"),
                              load_if_exists=run.get("load_if_exists", bool(run.get("storage"))),
                              host=host, **{k: v for k, v in cfg.items() if k != "directions"},
                              directions=config.directions)
@@ -218,6 +240,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"study {run.get('study_name')!r} already exists in the storage and "
                           "load_if_exists is false; set load_if_exists = true to continue it, "
                           "or choose another --study-name") from None
+    holder["study"] = study
     n_trials = run.get("n_trials", 10)
     planned = study.trials_to_run(n_trials)
     if planned is not None and planned < n_trials:
@@ -225,7 +248,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{planned} more trial(s); n_trials = {n_trials} is only an upper bound",
               file=sys.stderr, flush=True)
     done = len(study.completed_trials())
-    study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1))
+    study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1),
+                   isolate=args.isolate)
     completed = len(study.completed_trials()) - done
     print(f"study {study.name!r}: {completed} trial(s) completed this run, "
           f"{len(study.trials)} in total")
@@ -237,6 +261,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(str(exc) if config.constraints else "no completed trial")
     _print_locations(study, run.get("storage"))
     return _exit_status(study, completed == 0)
+
+
+def _run_heartbeat(args: argparse.Namespace, storage: str | None) -> int | None:
+    """The heartbeat of ``run``: ``--heartbeat`` (0: none), by default
+    :data:`DEFAULT_RUN_HEARTBEAT` seconds on a database storage; none in memory or on a
+    journal file, which has no heartbeats."""
+    from frugalnas.core.worker import check_worker_settings
+
+    database = isinstance(storage, str) and storage.startswith(("sqlite:///", "postgresql",
+                                                                "mysql")) \
+        and ":memory:" not in storage
+    heartbeat: int | None = args.heartbeat
+    if heartbeat is None:
+        heartbeat = DEFAULT_RUN_HEARTBEAT if database else None
+    elif heartbeat == 0:
+        heartbeat = None
+    elif not database:
+        raise ConfigError(f"--heartbeat {heartbeat} needs a database storage (--storage "
+                          "sqlite:///PATH, postgresql://..., mysql://...); a journal file or an "
+                          "in-memory study has no heartbeats")
+    check_worker_settings(heartbeat, args.grace, 0)
+    return heartbeat
+
+
+def _check_process_isolation(config: StudyConfig, host: PluginHost) -> None:
+    """``--isolate process`` where a child process cannot evaluate: one line, before anything
+    is written."""
+    from frugalnas.core.isolation import check_process_isolation
+    from frugalnas.core.study import build_components, check_config
+
+    _, sampler = build_components(host, config, estimator=check_config(host, config))
+    check_process_isolation(sampler, host, config)
 
 
 def _print_locations(study: Any, storage: str | None) -> None:
@@ -347,9 +403,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
+    if args.isolate == "process":
+        _check_process_isolation(config, host)
     study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
                        heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
-                       timeout=run.get("timeout"), host=host, max_failures=args.max_failures)
+                       timeout=run.get("timeout"), host=host, max_failures=args.max_failures,
+                       isolate=args.isolate)
     states = [t.state.name for t in study.trials]
     print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
           f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
@@ -407,6 +466,12 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run (or continue) a study")
     _study_args(run, host)
+    run.add_argument("--heartbeat", type=int,
+                     help=f"seconds between heartbeats on a database storage (default "
+                          f"{DEFAULT_RUN_HEARTBEAT}; 0: none): a later run fails the trials of "
+                          "a run that died")
+    run.add_argument("--grace", type=int, help="seconds without heartbeat before a trial is "
+                                               "stale (default 2x heartbeat)")
     run.set_defaults(func=cmd_run)
     worker = sub.add_parser("worker", help="join a shared study as one of many worker processes")
     _study_args(worker, host)

@@ -30,3 +30,7 @@ VIOLATION_ATTR = "violation"
 #: ``{str(step): [value of each objective, in the study's objective order]}``, written after
 #: every step (multi-objective pruning reads it, the MLflow plugin can log it).
 INTERMEDIATE_ATTR = "intermediate_values"
+#: Trial user attribute of a trial whose evaluation process died (run isolated: aborted,
+#: segfaulted, killed for memory): how it died (``"SIGABRT"``, ``"exit 3"``). A candidate
+#: with two such trials is not evaluated again.
+CRASH_ATTR = "candidate_crash"

@@ -33,6 +33,8 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import (ConfigError, OperationalFailure, PluginHookError, TrialFailure,
                                    one_line)
 from frugalnas.core.estimator import EstimateResult
+from frugalnas.core.isolation import (CRASHED_REASON, MAX_CRASHES, CandidateFailure,
+                                      IsolatedEvaluator, crash_count, resolve_isolation)
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
 from frugalnas.core.trial_constraints import recorded_feasible
@@ -93,6 +95,16 @@ class TrialRunner:
         self.study = study
         self._started = False
         self._errors_lock = threading.Lock()
+        #: Where trials are evaluated: ``"none"`` (in this process) or ``"process"`` (a
+        #: child process per concurrent trial, :mod:`frugalnas.core.isolation`).
+        self.isolation = "none"
+        self._isolated: IsolatedEvaluator | None = None
+
+    def isolate(self, mode: str) -> str:
+        """Set where trials are evaluated (``auto``, ``none`` or ``process``, see
+        :func:`~frugalnas.core.isolation.resolve_isolation`); returns the resolved mode."""
+        self.isolation = resolve_isolation(mode, self.study)
+        return self.isolation
 
     # -- the session ---------------------------------------------------------------------
     @property
@@ -115,6 +127,9 @@ class TrialRunner:
             try:
                 self.notify("frugalnas_study_finished", study=self.study)
             finally:
+                isolated, self._isolated = self._isolated, None
+                if isolated is not None:
+                    isolated.close()
                 backend = self.study._backend  # only when the study created one
                 if backend is not None:
                     backend.release()
@@ -146,8 +161,9 @@ class TrialRunner:
         study = self.study
         arch = self.propose(trial)
         try:
+            self.refuse_crashed(arch)
             with trial_timeout(study.config.trial_timeout):
-                result = study.evaluate(arch, trial)
+                result = self.evaluate(arch, trial)
             values = study.objective_values(result)
         except optuna.TrialPruned as exc:
             study._intermediate.pop(trial.number, None)
@@ -163,6 +179,22 @@ class TrialRunner:
         self.record(trial, result)
         self.finished(trial, arch, TrialState.COMPLETE, values, result)
         return values if len(values) > 1 else values[0]
+
+    def evaluate(self, arch: Architecture, trial: optuna.Trial) -> EstimateResult:
+        """``study.evaluate`` in this process, or in a child process when isolated."""
+        if self.isolation != "process":
+            return self.study.evaluate(arch, trial)
+        if self._isolated is None:
+            self._isolated = IsolatedEvaluator(self.study)
+        return self._isolated.evaluate(arch, trial, self.study.config.trial_timeout)
+
+    def refuse_crashed(self, arch: Architecture) -> None:
+        """Raise :class:`CandidateFailure` for a candidate whose evaluation process died
+        :data:`MAX_CRASHES` times: it is not evaluated again."""
+        crashes = crash_count(self.study, arch)
+        if crashes >= MAX_CRASHES:
+            raise CandidateFailure(f"{CRASHED_REASON}: its evaluation process died in "
+                                   f"{crashes} trials; it is not evaluated again")
 
     def ask(self) -> Candidate:
         """A new trial and its architecture (opens the session if needed)."""
@@ -298,6 +330,8 @@ def failure_reason(exc: BaseException) -> str:
     """A one-line reason for a failed trial; out-of-memory errors say so plainly."""
     import torch
 
+    if isinstance(exc, CandidateFailure):
+        return str(exc).splitlines()[0][:2000]
     if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -23,6 +23,7 @@ from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasEr
                                    PluginHookError, PluginNotAllowedError, TrialFailure,
                                    UnknownComponentError, check_choice, one_line)
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.core.isolation import ISOLATION_MODES
 from frugalnas.core.keys import CONFIG_ATTR, INTERMEDIATE_ATTR
 from frugalnas.core.kinds import GROUPS
 from frugalnas.core.plugins import PluginHost, get_host, refused_plugins
@@ -224,9 +225,14 @@ class Study:
 
     def optimize(self, n_trials: int | None = None, timeout: float | None = None, n_jobs: int = 1,
                  catch: Iterable[type[Exception]] = (Exception,),
-                 callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] | None = None) -> None:
+                 callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] | None = None,
+                 isolate: str = "none") -> None:
         """Run trials until ``n_trials`` or ``timeout`` seconds. A failing candidate becomes a
-        FAIL trial (with its reason) and the study goes on; exceptions outside ``catch`` stop it."""
+        FAIL trial (with its reason) and the study goes on; exceptions outside ``catch`` stop it.
+        ``isolate`` says where each trial is evaluated: ``"none"`` (this process),
+        ``"process"`` (a child process, so that a candidate that aborts, segfaults or is killed
+        for memory fails its trial only) or ``"auto"`` (a child process for estimators that
+        train; see :mod:`frugalnas.core.isolation`)."""
         if n_trials is not None and (not isinstance(n_trials, int) or n_trials < 0):
             raise ConfigError(f"invalid n_trials {n_trials!r}; expected an integer >= 0")
         if timeout is not None and timeout <= 0:
@@ -234,8 +240,10 @@ class Study:
         if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0 or n_jobs < -1:
             raise ConfigError(f"invalid n_jobs {n_jobs!r}; expected an integer >= 1 (or -1: "
                               "one per CPU)")
+        check_choice("isolate", isolate, ISOLATION_MODES)
         self.planned_trials = self.trials_to_run(n_trials)
         runner = self.runner
+        runner.isolate(isolate)
         runner.start()
         try:
             if runner.search_is_over():

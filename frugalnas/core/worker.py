@@ -41,7 +41,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core import optuna_compat
 from frugalnas.core.config import StudyConfig
-from frugalnas.core.errors import ConfigError, FrugalnasError, check_range
+from frugalnas.core.errors import ConfigError, FrugalnasError, check_choice, check_range
+from frugalnas.core.isolation import ISOLATION_MODES
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
 from frugalnas.core.storage_url import storage_error
@@ -59,6 +60,9 @@ TAKEN_STATES = COUNTED_STATES
 MAX_DUPLICATES_IN_A_ROW = 20
 #: A worker stops after this many of its own trials failed in a row (``max_failures``).
 DEFAULT_MAX_FAILURES = 10
+#: Seconds between the heartbeats of ``frugalnas run`` on a database storage (workers choose
+#: theirs with ``--heartbeat``).
+DEFAULT_RUN_HEARTBEAT = 10
 #: How the fail reason of a refused repeat starts (they have their own limit, above).
 DUPLICATE_REASON = "duplicate architecture"
 #: How optuna refuses to finish a trial that is already finished (by another worker's stale
@@ -506,12 +510,13 @@ def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
                timeout: float | None = None, host: PluginHost | None = None,
-               repeats: bool = False, max_failures: int = DEFAULT_MAX_FAILURES) -> Study:
+               repeats: bool = False, max_failures: int = DEFAULT_MAX_FAILURES,
+               isolate: str = "none") -> Study:
     """Join (or create) the study and run trials until it has ``n_trials``; returns the Study.
     ``repeats=True`` lets the strategy evaluate an architecture another trial has. The worker
     gives up (:class:`WorkerGaveUp`) after ``max_failures`` of its own trials failed in a row
     (failed trials do not count towards ``n_trials``, so it would otherwise never end); 0
-    never gives up."""
+    never gives up. ``isolate`` says where trials are evaluated, as for ``Study.optimize``."""
     from dataclasses import asdict
 
     from frugalnas.core.study import create_study
@@ -519,6 +524,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"invalid n_trials {n_trials!r} for a worker; expected an integer >= 1")
     check_worker_settings(heartbeat, grace, retries, max_failures)
+    check_choice("isolate", isolate, ISOLATION_MODES)
     holder: dict[str, Any] = {}
     with quiet_experimental():
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=retries) \
@@ -549,6 +555,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     quota.study_id = inner.get_study_id_from_name(study.name)
     holder["study"] = study
     study.planned_trials = n_trials
+    study.runner.isolate(isolate)
     # One plugin session (MLflow tracker, progress bar) for the whole worker, so that stale
     # trials failed while this worker waits below are still reported to MLflow.
     study.runner.start()
