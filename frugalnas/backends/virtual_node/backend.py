@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from frugalnas.core.backend import Backend, LossFn
-from frugalnas.core.errors import ConfigError, TrialFailure, check_choice, check_range
+from frugalnas.core.errors import (ConfigError, TrialFailure, check_choice, check_range,
+                                   one_line)
 from frugalnas.core.plugins import PluginHost, hookimpl
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
@@ -166,7 +167,12 @@ class VirtualNodeBackend(Backend):
                                        timeout=self.timeout)
             if self.device.type == "cuda":
                 torch.cuda.set_device(self.device.index or 0)
-            self._world.start()
+            try:
+                self._world.start()
+            except ConfigError:
+                raise
+            except Exception as exc:  # a rank did not come (back): this trial cannot train
+                raise TrialFailure(f"virtual-node world could not start: {one_line(exc)}") from exc
             self.engine = self._make_engine(distributed=True)
             self._sent = None
         if self._sent is None or self._sent() is not model:

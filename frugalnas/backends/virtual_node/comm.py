@@ -138,6 +138,15 @@ def wait_command(store: dist.Store, secret: bytes, world: str, seq: int,
         delay = min(delay * 2, 0.05)
 
 
+def reset_group_names() -> None:
+    """Let the next default group be named as in a fresh process. torch names it after a
+    process-wide counter that only ``destroy_process_group`` resets; after an
+    ``init_process_group`` that failed (a rank did not come), the next world's ranks would
+    otherwise wait for each other under different keys."""
+    if not dist.is_initialized():
+        dist.distributed_c10d._world.group_count = 0
+
+
 def state_tensors(model: nn.Module) -> list[torch.Tensor]:
     """Parameters and buffers, in a fixed order."""
     return [p.data for p in model.parameters()] + list(model.buffers())

@@ -28,8 +28,8 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.errors import ConfigError, TrialFailure, one_line
 from frugalnas.core.plugins import PluginHost
 from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, all_ok, broadcast_state,
-                                                  error_key, loads, ready_key, secret_from_env,
-                                                  unseal, wait_command)
+                                                  error_key, loads, ready_key, reset_group_names,
+                                                  secret_from_env, unseal, wait_command)
 from frugalnas.backends.virtual_node.engine import VirtualNodeEngine
 
 PARENT_ENV = "FRUGALNAS_VNODE_PARENT"
@@ -198,6 +198,7 @@ def serve_worlds(env: dict[str, str], secret: bytes, retry: float = 2.0) -> int:
                   "for the next one", file=sys.stderr, flush=True)
             if dist.is_initialized():
                 dist.destroy_process_group()
+            reset_group_names()
         del store
 
 

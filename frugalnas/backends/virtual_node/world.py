@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 from frugalnas.core.errors import ConfigError, one_line
 from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, dumps, error_key,
-                                                  post_command, ready_key, seal, secret_from_env)
+                                                  post_command, ready_key, reset_group_names, seal,
+                                                  secret_from_env)
 from frugalnas.backends.virtual_node.worker import PARENT_ENV, SECRET_STDIN_FLAG
 
 _ACTIVE: "ProcessWorld | None" = None  # torch.distributed allows one default group per process
@@ -130,11 +131,12 @@ class ProcessWorld:
         return self.world_size == self.nproc
 
     def network_env(self) -> dict[str, str]:
-        """Settings that keep a local world's collectives on the loopback interface."""
+        """Settings that keep a local gloo world's listeners on the loopback interface (NCCL
+        opens its own sockets when it first communicates; see docs/virtual_node.md)."""
         lo = loopback_interface()
         if not self.local or lo is None or not is_loopback(self.master_addr):
             return {}
-        return {"GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+        return {"GLOO_SOCKET_IFNAME": lo}
 
     @property
     def running(self) -> bool:
@@ -207,7 +209,8 @@ class ProcessWorld:
                 if reasons:  # the worker could not create its inner backend
                     raise ConfigError("virtual-node worker(s) could not start: "
                                       + "; ".join(reasons))
-                raise RuntimeError(f"virtual-node worker(s) exited during start-up: {dead}")
+                raise RuntimeError("virtual-node worker(s) exited during start-up: " + ", ".join(
+                    f"rank {r} {exit_text(code)}" for r, code in dead))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"virtual-node workers {sorted(pending)} did not start within "
                                    f"{self.timeout:.0f} s")
@@ -260,6 +263,7 @@ class ProcessWorld:
         self.procs = []
         if dist.is_initialized():
             dist.destroy_process_group()
+        reset_group_names()
         self.store = None
         if _ACTIVE is self:
             _ACTIVE = None
