@@ -163,14 +163,21 @@ def test_a_world_whose_remote_rank_does_not_come_fails_the_trial(monkeypatch):
 @pytest.mark.slow
 def test_a_remote_rank_serves_one_world_after_another(monkeypatch, tmp_path):
     """A worker started by hand (rank 1 of a world of 2 whose main process has nproc=1) does
-    not exit when a world is released: it joins the next one (each optimize of a study)."""
+    not exit when a world is released: it joins the next one (each optimize of a study).
+    Killed, it fails the running step with a line saying a remote rank or the network
+    failed; started again, it joins the world the next step builds."""
     secret = "a-shared-secret-for-this-test"
     monkeypatch.setenv(SECRET_ENV, secret)
     port = free_port()
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="1",
                WORLD_SIZE="2", FRUGALNAS_VNODE_TIMEOUT="60")
-    remote = subprocess.Popen([sys.executable, "-m", "frugalnas.backends.virtual_node.worker"],
-                              env=env, stderr=(tmp_path / "remote.err").open("w"))
+    err = (tmp_path / "remote.err").open("w")
+
+    def start_remote() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "frugalnas.backends.virtual_node.worker"],
+                                env=env, stderr=err)
+
+    remote = start_remote()
     try:
         backend = VirtualNodeBackend(virtual_nodes=2, nproc=1, world_size=2, device="cpu",
                                      master_port=port, timeout=60)
@@ -181,6 +188,19 @@ def test_a_remote_rank_serves_one_world_after_another(monkeypatch, tmp_path):
             assert step(backend, model, opt, 0) == step(reference, ref_model, ref_opt, 0)
             backend.release()
             assert remote.poll() is None                 # it waits for the next world
+        # the remote rank killed: the main process learns it at the next step's collective
+        model, opt = fresh(backend)
+        ref_model, ref_opt = fresh(reference)
+        expected = [step(reference, ref_model, ref_opt, s) for s in (0, 2)]
+        got = [step(backend, model, opt, 0)]
+        remote.send_signal(signal.SIGKILL)
+        remote.wait()
+        with pytest.raises(TrialFailure, match=r"^virtual-node world broken: a remote rank "
+                                               r"\(rank 1\) or the network failed: "):
+            step(backend, model, opt, 1)
+        remote = start_remote()                          # started again by its owner
+        got.append(step(backend, model, opt, 2))         # a new world, with it
+        assert got == expected
         backend.close()
     finally:
         remote.send_signal(signal.SIGTERM)
@@ -189,4 +209,5 @@ def test_a_remote_rank_serves_one_world_after_another(monkeypatch, tmp_path):
         except subprocess.TimeoutExpired:
             remote.kill()
             remote.wait()
+        err.close()
     assert "Traceback" not in (tmp_path / "remote.err").read_text()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import ipaddress
 import os
+import re
 import secrets
 import signal
 import socket
@@ -236,11 +237,12 @@ class ProcessWorld:
             dead = self.dead_ranks()
         if dead:
             return "; ".join(f"rank {r} {exit_text(code)}" for r, code in dead)
+        error = re.sub(r"\[/[^\]]*\] ", "", one_line(exc))  # gloo's source file and line
         if self.world_size > self.nproc:
             remote = (f"rank {self.nproc}" if self.world_size - self.nproc == 1
                       else f"ranks {self.nproc}-{self.world_size - 1}")
-            return f"a remote rank ({remote}) or the network failed: {one_line(exc)}"
-        return f"a collective failed: {one_line(exc)}"
+            return f"a remote rank ({remote}) or the network failed: {error}"
+        return f"a collective failed: {error}"
 
     def close(self, force: bool = False) -> None:
         """Stop the workers (politely, then by force; at once with ``force``, for a broken
