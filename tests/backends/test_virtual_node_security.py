@@ -177,3 +177,22 @@ def test_a_remote_worker_without_the_secret_stops_with_one_line():
     assert proc.returncode == 2
     assert proc.stderr == (f"frugalnas: error: {SECRET_ENV} is not set: set it to the secret "
                            "the main process was started with\n")
+
+
+@pytest.mark.slow
+def test_frugalnas_run_refuses_a_world_across_machines_without_a_secret(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
+    work = tmp_path / "work"
+    work.mkdir()
+    for extra in (["--dry-run"], ["--storage", f"sqlite:///{work / 'study.db'}"]):
+        proc = subprocess.run(
+            ["frugalnas", "run", "--space", "nb201", "--estimator", "train", "--dataset",
+             "digits", "--backend", "virtual-node", "-o", "backend.world_size=2",
+             "--n-trials", "1", *extra],
+            cwd=work, env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (
+            "frugalnas: error: a virtual-node world with ranks on other machines (world_size 2 "
+            f"> nproc 1) needs a shared secret: set {SECRET_ENV} to the same random string (at "
+            "least 16 characters) here and for every remote worker\n")
+    assert list(work.iterdir()) == []

@@ -294,7 +294,8 @@ def frugalnas_backends() -> dict[str, Any]:
 @hookimpl
 def frugalnas_check_config(config: Any, host: Any) -> None:
     """Before a study starts: the inner backend exists, takes its ``inner_options``, and can be
-    created by the worker processes (its plugin travels by name)."""
+    created by the worker processes (its plugin travels by name); a world across machines has
+    its shared secret."""
     if config.backend != VirtualNodeBackend.name:
         return
     options = config.backend_options
@@ -309,3 +310,5 @@ def frugalnas_check_config(config: Any, host: Any) -> None:
     world = options.get("world_size") or nproc
     if inner != "single-device" and isinstance(world, int) and world > 1:
         check_inner_travels(host, inner, world - 1)
+    if isinstance(nproc, int) and isinstance(world, int) and world > nproc:
+        world_secret(nproc, world, os.environ)
