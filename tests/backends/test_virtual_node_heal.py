@@ -124,7 +124,7 @@ def test_a_study_goes_on_when_rank_1_is_killed_during_a_trial():
     def killer() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            world = study.backend._world if study._backend is not None else None
+            world = study.backend._world  # the study makes its backend once, under a lock
             if world is not None and world.running and dist.is_initialized():
                 time.sleep(0.5)   # the world has started: well inside the first trial's training
                 world.procs[0].send_signal(signal.SIGKILL)
