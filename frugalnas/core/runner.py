@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from frugalnas.core import optuna_compat
 from frugalnas.core import strategy as strategy_protocol
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import (ConfigError, OperationalFailure, PluginHookError, TrialFailure,
@@ -37,6 +38,7 @@ from frugalnas.core.isolation import (CRASHED_REASON, MAX_CRASHES, CandidateFail
                                       IsolatedEvaluator, crash_count, resolve_isolation)
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
+from frugalnas.core.storage_url import operational_failure
 from frugalnas.core.trial_constraints import recorded_feasible
 from frugalnas.core.trial_report import TrialReport, per_step_vectors
 
@@ -48,6 +50,25 @@ STALE_REASON = "stale trial: its worker stopped sending heartbeats (killed or hu
 
 #: A stop rule: given the trial that just finished, the reason to end the search now, or None.
 StopCheck = Callable[[FrozenTrial], "str | None"]
+
+
+class _StorageLost(BaseException):
+    """A full disk under the storage met inside a trial: carried past optuna's catch of
+    trial errors (it is no failure of the candidate) to :func:`storage_failures_stop`."""
+
+    def __init__(self, failure: OperationalFailure):
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+@contextlib.contextmanager
+def storage_failures_stop() -> Iterator[None]:
+    """Around optuna's ``optimize``: a full disk under the storage met inside a trial stops
+    the search as the :class:`OperationalFailure` it is (one line on the command line)."""
+    try:
+        yield
+    except _StorageLost as lost:
+        raise lost.failure from lost.__cause__
 
 
 class Candidate:
@@ -159,7 +180,11 @@ class TrialRunner:
         for optuna to record, a pruned trial raises ``optuna.TrialPruned``. The plugins get a
         :class:`TrialReport` in every case."""
         study = self.study
-        arch = self.propose(trial)
+        try:
+            arch = self.propose(trial)
+        except Exception as exc:
+            self.check_storage(exc)
+            raise
         try:
             self.refuse_crashed(arch)
             with trial_timeout(study.config.trial_timeout):
@@ -171,6 +196,7 @@ class TrialRunner:
             raise
         except Exception as exc:
             study._intermediate.pop(trial.number, None)
+            self.check_storage(exc)
             reason = failure_reason(exc)
             trial.set_user_attr(FAIL_REASON_ATTR, reason)
             self.finished(trial, arch, TrialState.FAIL, error=reason)
@@ -179,6 +205,21 @@ class TrialRunner:
         self.record(trial, result)
         self.finished(trial, arch, TrialState.COMPLETE, values, result)
         return values if len(values) > 1 else values[0]
+
+    def check_storage(self, exc: Exception) -> None:
+        """Raise :class:`_StorageLost` when ``exc`` is the storage's disk filling up (a
+        write of optuna's storage failed), not a failure of the candidate."""
+        chain: list[BaseException] = []
+        current: BaseException | None = exc
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = current.__cause__ or current.__context__
+        if not any(isinstance(e, optuna.exceptions.StorageInternalError) for e in chain):
+            return
+        failure = operational_failure(exc, optuna_compat.storage_url(self.study.optuna_study),
+                                      disk_only=True)
+        if failure is not None:
+            raise _StorageLost(failure) from exc
 
     def evaluate(self, arch: Architecture, trial: optuna.Trial) -> EstimateResult:
         """``study.evaluate`` in this process, or in a child process when isolated."""

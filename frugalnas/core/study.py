@@ -29,6 +29,7 @@ from frugalnas.core.kinds import GROUPS
 from frugalnas.core.plugins import PluginHost, get_host, refused_plugins
 # Candidate, failure_reason and trial_timeout live with the runner (imported from here before).
 from frugalnas.core.runner import Candidate, TrialRunner, failure_reason, trial_timeout  # noqa: F401
+from frugalnas.core.runner import storage_failures_stop
 from frugalnas.core.secrets import option_roles
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.storage_url import check_storage_url, open_storage, storage_error
@@ -254,9 +255,11 @@ class Study:
             all_callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] = \
                 [stop] if stop.needed else []
             all_callbacks += list(callbacks or [])
-            self.optuna_study.optimize(runner.run, n_trials=n_trials, timeout=timeout,
-                                       n_jobs=n_jobs, catch=tuple(catch),
-                                       callbacks=all_callbacks or None, gc_after_trial=False)
+            with storage_failures_stop():
+                self.optuna_study.optimize(runner.run, n_trials=n_trials, timeout=timeout,
+                                           n_jobs=n_jobs, catch=tuple(catch),
+                                           callbacks=all_callbacks or None,
+                                           gc_after_trial=False)
         finally:
             self.finish()
 

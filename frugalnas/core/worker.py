@@ -45,6 +45,7 @@ from frugalnas.core.errors import ConfigError, FrugalnasError, check_choice, che
 from frugalnas.core.isolation import ISOLATION_MODES
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
+from frugalnas.core.runner import storage_failures_stop
 from frugalnas.core.storage_url import storage_error
 from frugalnas.core.trial_architecture import architecture_from
 
@@ -445,6 +446,17 @@ for _name in sorted({n for base in (BaseStorage, BaseHeartbeat) for n, v in vars
 QuotaStorage.__abstractmethods__ = frozenset()
 
 
+class _HeartbeatStorage(optuna.storages.RDBStorage):
+    """An RDB storage whose heartbeat writes never raise (optuna records them in a thread of
+    its own, where an exception would print a traceback): a heartbeat that cannot be written
+    (a full disk, a dropped connection) is a missed one, which the grace allows; the trial's
+    own writes meet the same failure and report it in one line."""
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        with contextlib.suppress(Exception):
+            super().record_heartbeat(trial_id)
+
+
 def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = None,
                  on_stale: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> BaseStorage:
     """An optuna storage for ``url`` with heartbeats when ``heartbeat`` seconds are given."""
@@ -467,7 +479,8 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
     try:
         # Workers starting together on a new database would race to create its tables.
         with storage_lock(url, "trials"), quiet_experimental():
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+            factory = _HeartbeatStorage if heartbeat else optuna.storages.RDBStorage
+            return factory(url, engine_kwargs=engine_kwargs, **kwargs)
     except FrugalnasError:
         raise
     except Exception as exc:  # unreachable server, refused login: one line, password masked
@@ -560,7 +573,7 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     # trials failed while this worker waits below are still reported to MLflow.
     study.runner.start()
     try:
-        with _terminate_as_interrupt():
+        with _terminate_as_interrupt(), storage_failures_stop():
             _work(study, quota, timeout, heartbeat, max_failures)
     finally:
         study.runner.finish()
