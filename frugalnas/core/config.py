@@ -119,9 +119,9 @@ class StudyConfig:
         data = asdict(self)
         data.pop("session_options")
         plugin_options = mask_options(data.pop("plugin_options"), roles or {})
-        data = mask_value(data)
-        data["plugin_options"] = plugin_options
-        return data
+        masked: dict[str, Any] = mask_value(data)
+        masked["plugin_options"] = plugin_options
+        return masked
 
     def pinned(self, roles: Mapping[str, OptionRoles] | None = None) -> dict[str, Any]:
         """What every process of one study must agree on: :meth:`stored_form` without the

@@ -18,9 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frugalnas.core.errors import PluginError
+
+if TYPE_CHECKING:
+    from frugalnas.core.plugins import PluginHost
 
 MASK = "***"
 
@@ -85,9 +88,9 @@ def without_masked_password(uri: str) -> str:
     return _URI_PASSWORD.sub(lambda m: f"{m['head']}@" if m["password"] == MASK else m[0], uri)
 
 
-def option_roles(host: Any) -> dict[str, OptionRoles]:
+def option_roles(host: PluginHost) -> dict[str, OptionRoles]:
     """The roles every plugin of ``host`` declares for its options, by plugin name."""
-    answers = host.answers("frugalnas_option_roles")
+    answers: dict[str, OptionRoles] = host.answers("frugalnas_option_roles")
     for plugin, answer in answers.items():
         if not isinstance(answer, OptionRoles):
             raise PluginError(f"plugin {plugin!r} returned {answer!r} from "
