@@ -78,3 +78,26 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def sqlite_mlflow_server(tmp_path):
+    """An ``mlflow server`` on 127.0.0.1 with a sqlite store and an artifact folder under
+    ``tmp_path / "server"``, without authentication (it ignores credentials a client
+    sends). Yields the server (``.port``, ``.uri``)."""
+    from ops_support.chaos import env_with_tests
+    from ops_support.servers import MlflowServer, free_port, mlflow_server_command
+
+    folder = tmp_path / "server"
+    folder.mkdir()
+    port = free_port()
+    command = mlflow_server_command(f"sqlite:///{folder / 'runs.db'}", folder / "artifacts", port)
+    server = MlflowServer(command, port, folder / "server.log",
+                          env=env_with_tests(Path(__file__).resolve().parent))
+    try:
+        server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+    yield server
+    server.stop()

@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 import frugalnas
 from frugalnas.testing import fresh_mlflow_uri
+from ops_support.chaos import env_with_tests
 from ops_support.faults import read_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,12 +31,6 @@ PLUGIN = "ops_support.faults"
 
 
 # -- helpers -------------------------------------------------------------------------------
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["FRUGALNAS_PROGRESS"] = "0"
-    env["PYTHONWARNINGS"] = "ignore"
-    return env
 
 
 def _worker(tmp_path: Path, n_trials: int, *extra: str, seconds: float = 0.2,
@@ -50,7 +45,7 @@ def _worker(tmp_path: Path, n_trials: int, *extra: str, seconds: float = 0.2,
            "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}",
            "--n-trials", str(n_trials), *extra]
     out = open(tmp_path / f"{name}.out", "w")
-    return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env_with_tests(TESTS), stdout=out, stderr=subprocess.STDOUT)
 
 
 def _prepare(tmp_path: Path) -> None:

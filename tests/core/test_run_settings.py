@@ -15,37 +15,11 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
+from ops_support.chaos import env_with_tests
 from ops_support.faults import read_log
 
 TESTS = Path(__file__).resolve().parents[1]
 PLUGIN = "ops_support.faults"
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["FRUGALNAS_PROGRESS"] = "0"
-    env["PYTHONWARNINGS"] = "ignore"
-    return env
-
-
-@pytest.fixture
-def tracking_server(tmp_path):
-    """An ``mlflow server`` on 127.0.0.1 (sqlite store, artifacts in a folder)."""
-    from ops_support.servers import MlflowServer, free_port, mlflow_server_command
-
-    folder = tmp_path / "server"
-    folder.mkdir()
-    port = free_port()
-    command = mlflow_server_command(f"sqlite:///{folder / 'runs.db'}", folder / "artifacts", port)
-    server = MlflowServer(command, port, folder / "server.log", env=_env())
-    try:
-        server.wait_ready()
-    except Exception:
-        server.stop()
-        raise
-    yield server
-    server.stop()
 
 
 def _worker(tmp_path: Path, name: str, n_trials: int, *machine: str) -> subprocess.Popen:
@@ -57,14 +31,14 @@ def _worker(tmp_path: Path, name: str, n_trials: int, *machine: str) -> subproce
            "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--study-name", "shared",
            "--n-trials", str(n_trials), *machine]
     out = open(tmp_path / f"{name}.out", "w")
-    return subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env_with_tests(TESTS), stdout=out, stderr=subprocess.STDOUT)
 
 
 @pytest.mark.slow
 def test_workers_with_their_own_device_threads_address_and_tracking_uri_share_one_study(
-        tmp_path, tracking_server):
+        tmp_path, sqlite_mlflow_server):
     (tmp_path / "control").mkdir()
-    port = tracking_server.port
+    port = sqlite_mlflow_server.port
     n = 8
     first = _worker(tmp_path, "first", n, "-o", "backend.device=cpu", "-o", "backend.threads=1",
                     "-o", "backend.master_addr='127.0.0.1'",
@@ -85,7 +59,7 @@ def test_workers_with_their_own_device_threads_address_and_tracking_uri_share_on
     owners = {pid for event, _, pid in read_log(tmp_path / "trials.log") if event == "start"}
     assert owners == {first.pid, second.pid}, "both workers must have run trials of the study"
 
-    client = MlflowClient(tracking_uri=tracking_server.uri)
+    client = MlflowClient(tracking_uri=sqlite_mlflow_server.uri)
     experiment = client.get_experiment_by_name("shared")
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     assert sum(r.data.tags.get("frugalnas.role") == "study" for r in runs) == 1

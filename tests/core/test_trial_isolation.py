@@ -20,6 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 import frugalnas
+from ops_support.chaos import env_with_tests
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.isolation import CRASHED_REASON, resolve_isolation
 from frugalnas.core.keys import CRASH_ATTR
@@ -31,12 +32,6 @@ PLUGIN = "ops_support.crashing"
 FIRST = "nb201:|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["FRUGALNAS_PROGRESS"] = "0"
-    env["PYTHONWARNINGS"] = "ignore"
-    return env
 
 
 def _command(tmp_path: Path, command: str, n_trials: int, *extra: str) -> list[str]:
@@ -118,7 +113,7 @@ def test_cli_refuses_process_isolation_with_a_shared_state_strategy(tmp_path):
         [sys.executable, "-m", "frugalnas.core.cli", "run", "-q", "--space", "nb201",
          "--strategy", "si-evolution", "--estimator", "inherited", "--dataset", "digits",
          "--storage", f"sqlite:///{db}", "--no-tracking", "--n-trials", "1",
-         "--isolate", "process"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+         "--isolate", "process"], cwd=tmp_path, env=env_with_tests(TESTS), capture_output=True, text=True,
         timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -188,7 +183,7 @@ def test_run_with_isolation_survives_an_aborting_candidate(tmp_path):
     (tmp_path / "control").mkdir()
     proc = subprocess.run(_command(tmp_path, "run", 6, "-o", "estimator.allocate_mib=300",
                                    "--isolate", "process"),
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env_with_tests(TESTS), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     trials = {t.number: t for t in _trials(tmp_path)}
@@ -213,7 +208,7 @@ def test_killed_run_leaves_a_trial_the_next_run_reclaims(tmp_path):
     (control / "hang").write_text("")
     first = subprocess.Popen(_command(tmp_path, "run", 3, "--isolate", "process",
                                       "--heartbeat", "1", "--grace", "2"),
-                             cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL,
+                             cwd=tmp_path, env=env_with_tests(TESTS), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
         _wait_for(lambda: any(e == "hang" for e, _, _ in _log(tmp_path)), 120,
@@ -231,7 +226,7 @@ def test_killed_run_leaves_a_trial_the_next_run_reclaims(tmp_path):
     time.sleep(2.5)  # past the grace: the dead run's trial is stale
     again = subprocess.run(_command(tmp_path, "run", 3, "--isolate", "process",
                                     "--heartbeat", "1", "--grace", "2"),
-                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+                           cwd=tmp_path, env=env_with_tests(TESTS), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     trials = _trials(tmp_path)
     assert trials[0].state == TrialState.FAIL  # reclaimed from the dead run
@@ -247,7 +242,7 @@ def test_two_workers_with_retries_survive_an_aborting_candidate(tmp_path):
     n = 6
     procs = [subprocess.Popen(_command(tmp_path, "worker", n, "--heartbeat", "1", "--retries",
                                        "1", "--isolate", "process"),
-                              cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                              cwd=tmp_path, env=env_with_tests(TESTS), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     outputs = []

@@ -124,23 +124,10 @@ def pg_server():
 
 
 @pytest.fixture
-def plain_mlflow_server(tmp_path):
-    """An ``mlflow server`` on 127.0.0.1 (sqlite store, artifacts in a folder) without
-    authentication: it ignores the credentials a client sends."""
-    from ops_support.servers import MlflowServer, free_port, mlflow_server_command
-
-    folder = tmp_path / "server"
-    folder.mkdir()
-    port = free_port()
-    command = mlflow_server_command(f"sqlite:///{folder / 'runs.db'}", folder / "artifacts", port)
-    server = MlflowServer(command, port, folder / "server.log", env=_env())
-    try:
-        server.wait_ready()
-    except Exception:
-        server.stop()
-        raise
-    yield server, folder
-    server.stop()
+def plain_mlflow_server(tmp_path, sqlite_mlflow_server):
+    """The suite's sqlite ``mlflow server``, which ignores the credentials a client sends,
+    with its folder."""
+    return sqlite_mlflow_server, tmp_path / "server"
 
 
 # -- the stored form of a configuration ----------------------------------------------------
