@@ -38,7 +38,7 @@ from frugalnas.core.isolation import (CRASHED_REASON, MAX_CRASHES, CandidateFail
                                       IsolatedEvaluator, crash_count, resolve_isolation)
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
-from frugalnas.core.storage_url import operational_failure
+from frugalnas.core.storage_url import cause_chain, operational_failure
 from frugalnas.core.trial_constraints import recorded_feasible
 from frugalnas.core.trial_report import TrialReport, per_step_vectors
 
@@ -209,12 +209,8 @@ class TrialRunner:
     def check_storage(self, exc: Exception) -> None:
         """Raise :class:`_StorageLost` when ``exc`` is the storage's disk filling up (a
         write of optuna's storage failed), not a failure of the candidate."""
-        chain: list[BaseException] = []
-        current: BaseException | None = exc
-        while current is not None and current not in chain:
-            chain.append(current)
-            current = current.__cause__ or current.__context__
-        if not any(isinstance(e, optuna.exceptions.StorageInternalError) for e in chain):
+        if not any(isinstance(e, optuna.exceptions.StorageInternalError)
+                   for e in cause_chain(exc)):
             return
         failure = operational_failure(exc, optuna_compat.storage_url(self.study.optuna_study),
                                       disk_only=True)

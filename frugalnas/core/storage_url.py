@@ -188,6 +188,17 @@ DISK_FULL_TEXTS = ("database or disk is full", "no space left on device", "disk 
                    "could not extend file")
 
 
+def cause_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, innermost last
+    (``__cause__``, else ``__context__``), each once."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
 def operational_failure(exc: BaseException, url: Any = None, what: str = "storage", *,
                         disk_only: bool = False) -> OperationalFailure | None:
     """A one-line error for a failure of the machine rather than of a trial, met while a
@@ -197,11 +208,8 @@ def operational_failure(exc: BaseException, url: Any = None, what: str = "storag
     store, ``what`` its kind ("storage": the optuna storage; "MLflow store"), password
     masked. ``disk_only`` finds only a full disk (a database error may be transient, a lock
     held by another process). ``None`` when nothing in the chain is such a failure."""
-    seen: set[int] = set()
     found: BaseException | None = None
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in cause_chain(exc):
         text = str(current).lower()
         if any(t in text for t in DISK_FULL_TEXTS) or (
                 isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT)):
@@ -211,7 +219,6 @@ def operational_failure(exc: BaseException, url: Any = None, what: str = "storag
         if found is None and not disk_only and module.startswith(("sqlalchemy", "psycopg", "sqlite3", "pymysql")) \
                 and "operationalerror" in type(current).__name__.lower():
             found = current
-        current = current.__cause__ or current.__context__
     if found is None:
         return None
     orig = getattr(found, "orig", None) or found
