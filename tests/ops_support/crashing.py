@@ -15,6 +15,7 @@ import optuna
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.plugins import hookimpl
 from frugalnas.spaces.nb201.table import NB201TableEstimator
+from ops_support.faults import note_event
 
 HOW = ("abort", "segv", "kill")
 
@@ -38,16 +39,11 @@ class CrashOn(Estimator):
         self.allocate_mib, self.log, self.control_dir = int(allocate_mib), log, control_dir
         self.table = NB201TableEstimator()
 
-    def _note(self, event: str, number: int) -> None:
-        if self.log:
-            with open(self.log, "a") as fh:
-                fh.write(f"{event} {number} {os.getpid()}\n")
-
     def evaluate(self, arch: Any, context: TrialContext) -> EstimateResult:
         number = context.trial_number if context.trial_number is not None else -1
-        self._note("start", number)
+        note_event(self.log, "start", number)
         if self.control_dir and Path(self.control_dir, "hang").exists():
-            self._note("hang", number)
+            note_event(self.log, "hang", number)
             time.sleep(600)
         time.sleep(self.seconds)
         if str(arch) == self.crash_on:
@@ -61,7 +57,7 @@ class CrashOn(Estimator):
         context.report(0, {"value": result.value})
         context.log_metrics({"crash_test_seen": float(number)}, number)
         result.metrics["evaluator_pid"] = float(os.getpid())
-        self._note("end", number)
+        note_event(self.log, "end", number)
         return result
 
 

@@ -21,6 +21,14 @@ from frugalnas.spaces.nb201.table import NB201TableEstimator
 MODES = ("ok", "raise", "nan", "oom", "hang")
 
 
+
+def note_event(log: str | None, event: str, number: int) -> None:
+    """Append ``EVENT NUMBER PID`` to the estimator's ``log`` file (when it has one), which
+    the tests read back with :func:`read_log`."""
+    if log:
+        with open(log, "a") as fh:
+            fh.write(f"{event} {number} {os.getpid()}\n")
+
 class SleepyTable(Estimator):
     """NB201 table lookup after ``seconds`` of sleep. Writes "start/end/hang TRIAL PID" lines
     to ``log``; a process whose pid is a file name in ``control_dir`` hangs in its next trial
@@ -33,20 +41,15 @@ class SleepyTable(Estimator):
         self.seconds, self.log, self.control_dir = float(seconds), log, control_dir
         self.table = NB201TableEstimator()
 
-    def _note(self, event: str, number: int) -> None:
-        if self.log:
-            with open(self.log, "a") as fh:
-                fh.write(f"{event} {number} {os.getpid()}\n")
-
     def evaluate(self, arch: Any, context: TrialContext) -> EstimateResult:
         number = context.trial_number if context.trial_number is not None else -1
-        self._note("start", number)
+        note_event(self.log, "start", number)
         if self.control_dir and (Path(self.control_dir) / str(os.getpid())).exists():
-            self._note("hang", number)
+            note_event(self.log, "hang", number)
             time.sleep(600)
         time.sleep(self.seconds)
         result = self.table.evaluate(arch, context)
-        self._note("end", number)
+        note_event(self.log, "end", number)
         return result
 
 
