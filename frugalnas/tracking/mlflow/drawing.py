@@ -7,7 +7,7 @@ import io
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -34,14 +34,13 @@ def draw_cell(title: str, edges: Sequence[tuple[str, str, str]], decisions: dict
     img = Image.new("P", (width, height), WHITE)
     img.putpalette([255, 255, 255, 0, 0, 0, 31, 119, 180, 255, 127, 14])
     draw = ImageDraw.Draw(img)
-    font = _font()
-    draw.text((8, 6), title[:110], fill=BLACK, font=font)
+    _text(img, (8, 6), title[:110], BLACK)
     if len(title) > 110:
-        draw.text((8, 20), title[110:220], fill=BLACK, font=font)
+        _text(img, (8, 20), title[110:220], BLACK)
     if not edges:
         y = 40
         for key, value in decisions.items():
-            draw.text((12, y), f"{key} = {value}", fill=BLACK, font=font)
+            _text(img, (12, y), f"{key} = {value}", BLACK)
             y += 14
             if y > height - 14:
                 break
@@ -65,13 +64,42 @@ def draw_cell(title: str, edges: Sequence[tuple[str, str, str]], decisions: dict
             draw.line([(bx, by), (bx + 10 * math.cos(ang + da), by + 10 * math.sin(ang + da))],
                       fill=BLUE, width=2)
         tx, ty = (x0 + x1) / 2, mid - bend
-        box = draw.textbbox((tx, ty), label, font=font, anchor="mm")
+        box = _text_box((tx, ty), label, "mm")
         draw.rectangle(box, fill=WHITE)
-        draw.text((tx, ty), label, fill=BLACK, font=font, anchor="mm")
+        _text(img, (tx, ty), label, BLACK, "mm")
     for n, x in xs.items():
         draw.ellipse((x - 14, mid - 14, x + 14, mid + 14), fill=ORANGE)
-        draw.text((x, mid), n, fill=BLACK, font=font, anchor="mm")
+        _text(img, (x, mid), n, BLACK, "mm")
     return _png_image(img)
+
+
+@lru_cache(maxsize=1024)
+def _glyphs(text: str, anchor: str) -> tuple[Any, tuple[int, int, int, int]]:
+    """``text`` rendered once as a two-level mask, with its box relative to the anchor
+    point: a cell's labels repeat from trial to trial, so each is drawn only once."""
+    from PIL import Image, ImageDraw
+
+    font = _font()
+    # measured and drawn as Pillow draws text on the palette image: no antialiasing
+    left, top, right, bottom = (int(v) for v in ImageDraw.Draw(Image.new("P", (1, 1))).textbbox(
+        (0, 0), text, font=font, anchor=anchor))
+    mask = Image.new("L", (max(1, right - left), max(1, bottom - top)), 0)
+    pen = ImageDraw.Draw(mask)
+    pen.fontmode = "1"
+    pen.text((-left, -top), text, fill=255, font=font, anchor=anchor)
+    return mask, (left, top, right, bottom)
+
+
+def _text_box(xy: tuple[float, float], text: str, anchor: str = "la") -> tuple[int, int, int, int]:
+    _, (left, top, right, bottom) = _glyphs(text, anchor)
+    x, y = int(xy[0]), int(xy[1])
+    return (x + left, y + top, x + right, y + bottom)
+
+
+def _text(img: Any, xy: tuple[float, float], text: str, fill: int, anchor: str = "la") -> None:
+    mask, _ = _glyphs(text, anchor)
+    box = _text_box(xy, text, anchor)
+    img.paste(fill, box[:2], mask)
 
 
 @lru_cache(maxsize=1)
@@ -122,19 +150,28 @@ def objective_label(name: str, alias: str | None = None,
 
 
 def draw_best_so_far(numbers: Sequence[int], values: Sequence[float], maximize: bool,
-                     title: str, ylabel: str = "objective") -> bytes:
+                     title: str, ylabel: str = "objective",
+                     curve: Sequence[tuple[int, float]] | None = None) -> bytes:
     """Each trial's value and the best so far, against the trial number; ``ylabel`` names
-    the objective (:func:`objective_label`)."""
+    the objective (:func:`objective_label`). ``curve``: the best-so-far curve's change points
+    (trial number, best value), when ``numbers``/``values`` are a sample of the trials;
+    without it the curve is computed from them."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
-    best, curve = None, []
-    for v in values:
-        best = v if best is None else (max(best, v) if maximize else min(best, v))
-        curve.append(best)
+    if curve is None:
+        best, steps = None, []
+        for v in values:
+            best = v if best is None else (max(best, v) if maximize else min(best, v))
+            steps.append(best)
+        xs, ys = list(numbers), steps
+    else:
+        xs, ys = [n for n, _ in curve], [v for _, v in curve]
+        if xs and numbers and max(numbers) > xs[-1]:  # hold the best to the last trial
+            xs, ys = xs + [max(numbers)], ys + [ys[-1]]
     ax.scatter(numbers, values, s=8, alpha=0.5, label="trial value")
-    ax.step(numbers, curve, where="post", color="tab:red", label="best so far")
+    ax.step(xs, ys, where="post", color="tab:red", label="best so far")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

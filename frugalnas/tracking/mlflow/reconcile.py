@@ -217,6 +217,106 @@ def write(tracker: Any, run: TrialRun, existing: list[Any], *, fill_only: bool =
     return run_id
 
 
+#: Most runs one call of :func:`create_runs` writes in one database transaction.
+CREATE_BATCH = 100
+
+
+def sql_store(client: Any) -> Any | None:
+    """The SQL store behind ``client`` (sqlite, PostgreSQL, MySQL), where :func:`create_runs`
+    writes a batch of runs in one transaction; ``None`` for any other store (a tracking
+    server), whose runs are created one by one through the client."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = client._tracking_client.store
+    except (ImportError, AttributeError):  # an MLflow without them: the client's calls
+        return None
+    return store if isinstance(store, SqlAlchemyStore) else None
+
+
+def create_runs(tracker: Any, runs: Sequence[TrialRun]) -> list[str]:
+    """Create the runs of trials that have none yet, complete and in their final state;
+    returns their ids in order. On a SQL store, each :data:`CREATE_BATCH` of runs is one
+    transaction (artifacts first: a process killed in between leaves no run, and the next
+    reconciliation writes it again); elsewhere each run is created, filled with one
+    ``log_batch`` and terminated (:func:`write`)."""
+    store = sql_store(tracker.client) if runs else None
+    if store is None:
+        ids = []
+        for run in runs:
+            ids.append(write(tracker, run, []))
+            tracker.writer.progressed()
+        return ids
+    ids = []
+    for k in range(0, len(runs), CREATE_BATCH):
+        ids += _insert_runs(tracker, store, runs[k:k + CREATE_BATCH])
+        tracker.writer.progressed(len(runs[k:k + CREATE_BATCH]))
+    return ids
+
+
+def _insert_runs(tracker: Any, store: Any, runs: Sequence[TrialRun]) -> list[str]:
+    """Insert ``runs`` (complete, in their final state) into a SQL store in one transaction,
+    as MLflow's ``create_run``, ``log_batch`` and ``set_terminated`` would write them."""
+    import uuid
+
+    from mlflow.entities import LifecycleStage, Metric, Param, RunTag, SourceType
+    from mlflow.store.tracking.dbmodels.models import (SqlLatestMetric, SqlMetric, SqlParam,
+                                                       SqlRun, SqlTag)
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NAME
+    from mlflow.utils.uri import append_to_uri_path
+    from mlflow.utils.validation import _validate_batch_log_data
+
+    location = store.get_experiment(tracker.experiment_id).artifact_location
+    now = int(time.time() * 1000)
+    rows: dict[Any, list[dict[str, Any]]] = {SqlRun: [], SqlTag: [], SqlParam: [],
+                                             SqlMetric: [], SqlLatestMetric: []}
+    ids = []
+    for run in runs:
+        run_id = uuid.uuid4().hex
+        name = f"trial {run.number}"
+        tags = {**run.tags, MLFLOW_RUN_NAME: name}
+        metrics = [Metric(k, float(v), now, 0) for k, v in run.metrics.items()]
+        metrics += [Metric(k, float(v), now, step) for k, series in run.steps.items()
+                    for step, v in series]
+        _validate_batch_log_data(metrics, [Param(k, v) for k, v in run.params.items()],
+                                 [RunTag(k, v) for k, v in tags.items()])
+        artifact_uri = append_to_uri_path(location, run_id, "artifacts")
+        tracker.remember_artifact_uri(run_id, artifact_uri)
+        for art, content in run.artifacts.items():
+            tracker.write_artifact(run_id, art, content)
+        rows[SqlRun].append(dict(
+            name=name, artifact_uri=artifact_uri, run_uuid=run_id,
+            experiment_id=int(tracker.experiment_id),
+            source_type=SourceType.to_string(SourceType.UNKNOWN), source_name="",
+            entry_point_name="", user_id="unknown", status=run.status,
+            start_time=run.start_ms or now, end_time=run.end_ms or now, deleted_time=None,
+            source_version="", lifecycle_stage=LifecycleStage.ACTIVE))
+        rows[SqlTag] += [dict(key=k, value=v, run_uuid=run_id) for k, v in tags.items()]
+        rows[SqlParam] += [dict(key=k, value=v, run_uuid=run_id) for k, v in run.params.items()]
+        latest: dict[str, Metric] = {}
+        for m in dict.fromkeys(metrics):
+            rows[SqlMetric].append(dict(key=m.key, timestamp=m.timestamp, step=m.step,
+                                        run_uuid=run_id, **_sanitized(store, m.value)))
+            have = latest.get(m.key)
+            if have is None or (m.step, m.timestamp, m.value) >= (have.step, have.timestamp,
+                                                                  have.value):
+                latest[m.key] = m
+        rows[SqlLatestMetric] += [dict(key=m.key, timestamp=m.timestamp, step=m.step,
+                                       run_uuid=run_id, **_sanitized(store, m.value))
+                                  for m in latest.values()]
+        ids.append(run_id)
+    with store.ManagedSessionMaker() as session:
+        for model, values in rows.items():  # runs first: the others refer to them
+            if values:
+                session.execute(model.__table__.insert(), values)
+    return ids
+
+
+def _sanitized(store: Any, value: float) -> dict[str, Any]:
+    is_nan, stored = store.sanitize_metric_value(float(value))
+    return {"value": stored, "is_nan": is_nan}
+
+
 def trial_runs(tracker: Any, number: int | None = None, since_ms: int | None = None) -> list[Any]:
     """The study's trial runs (of trial ``number`` only, when given; started at or after
     ``since_ms``, when given)."""
@@ -233,35 +333,6 @@ def trial_runs(tracker: Any, number: int | None = None, since_ms: int | None = N
         token = page.token
         if not token:
             return out
-
-
-#: How much earlier than its trial's start (as this process saw it) a run for the trial may
-#: start: a reconciliation dates a run by optuna's ``datetime_start`` (set a little before).
-START_SLACK_MS = 10 * 60 * 1000
-
-
-def existing_trial_runs(tracker: Any, trials: list[tuple[int, int | None]]) -> dict[int, list[Any]]:
-    """The runs that exist for the trials ``(number, start in ms or None)`` a process is about
-    to write, by number: one search for the whole batch, limited to runs started since the
-    earliest of them (a search of every trial run when a start is unknown)."""
-    if not trials:
-        return {}
-    wanted = {number for number, _ in trials}
-    starts = [s for _, s in trials]
-    if len(trials) == 1 and starts[0] is None:
-        found = trial_runs(tracker, trials[0][0])
-    else:
-        since = None if None in starts else min(s for s in starts if s is not None) - START_SLACK_MS
-        found = trial_runs(tracker, since_ms=since)
-    out: dict[int, list[Any]] = {}
-    for r in found:
-        try:
-            number = int(r.data.tags[TAG_TRIAL])
-        except (KeyError, ValueError):
-            continue
-        if number in wanted:
-            out.setdefault(number, []).append(r)
-    return out
 
 
 def needs_repair(run: Any, expected: TrialRun) -> bool:
@@ -282,15 +353,18 @@ def unchecked_trials(trials: list[FrozenTrial],
 
 def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
               trials: list[FrozenTrial] | None = None,
-              known: dict[int, tuple[str, str]] | None = None) -> dict[str, int]:
+              known: dict[int, tuple[str, str]] | None = None,
+              unsettled: dict[int, list[Any]] | None = None) -> dict[str, int]:
     """Make the study's trial runs agree with its storage; returns what it changed:
     ``created`` runs, ``repaired`` runs (closed, state fixed), ``removed`` duplicates.
 
     One search for the study's trial runs and one read of its trials (``trials``, when the
     caller has read them); on a study whose runs are all there and right, nothing is
-    written. Trials in ``skip`` (those this process has run and is about to write itself) are
-    left alone. ``known`` (trial number -> (state, run id)) receives every trial whose run is
-    right afterwards."""
+    written; missing runs are created in batches (:func:`create_runs`). Trials in ``skip``
+    (those this process has run and is about to write itself) are left alone. ``known``
+    (trial number -> (state, run id)) receives every trial whose run is right afterwards, and
+    ``unsettled`` the runs found for the trials left alone (skipped or not finished), so that
+    their writer completes those runs without searching for them."""
     from frugalnas.core import optuna_compat
 
     if trials is None:
@@ -302,8 +376,11 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
         except (KeyError, ValueError):
             continue
     changes = {"created": 0, "repaired": 0, "removed": 0}
+    missing: list[FrozenTrial] = []
     for frozen in trials:
         if frozen.state not in FINISHED_STATES or frozen.number in skip:
+            if unsettled is not None and frozen.number in by_number:
+                unsettled[frozen.number] = by_number[frozen.number]
             continue
         runs = by_number.get(frozen.number, [])
         if len(runs) == 1:
@@ -315,13 +392,10 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
                 if known is not None:
                     known[frozen.number] = (expected_state, runs[0].info.run_id)
                 continue  # the common case, decided without building the run
-        expected = trial_run(tracker, report_of(tracker, frozen))
         if not runs:
-            run_id = write(tracker, expected, [])
-            if known is not None:
-                known[frozen.number] = (expected.state, run_id)
-            changes["created"] += 1
+            missing.append(frozen)
             continue
+        expected = trial_run(tracker, report_of(tracker, frozen))
         if len(runs) > 1:
             changes["removed"] += len(runs) - 1
         keep = _keep(runs)
@@ -333,9 +407,16 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
                 expected.status = keep.info.status if keep.info.status != "RUNNING" \
                     else expected.status
             run_id = write(tracker, expected, runs, fill_only=True)
+            tracker.writer.progressed()
             changes["repaired"] += 1
         else:
             run_id = keep.info.run_id
         if known is not None:
             known[frozen.number] = (expected.state, run_id)
+    for k in range(0, len(missing), CREATE_BATCH):
+        batch = [trial_run(tracker, report_of(tracker, t)) for t in missing[k:k + CREATE_BATCH]]
+        for run, run_id in zip(batch, create_runs(tracker, batch)):
+            if known is not None:
+                known[run.number] = (run.state, run_id)
+        changes["created"] += len(batch)
     return changes

@@ -6,7 +6,15 @@ the estimator's metrics and cost as metrics, strategy/estimator/backend/state as
 artifacts (``architecture.json`` and ``cell.png``). A trial's run is written when the trial
 ends, with the trial's start time. All MLflow calls run on one background writer thread per
 study, so logging does not sit on the trial's critical path; the writer is drained when the
-study finishes and at interpreter exit. Block it with ``-p no:mlflow`` (``--no-tracking``,
+study finishes and at interpreter exit. The writer searches MLflow for the study's runs once,
+when it connects, and then keeps its own account of the runs it wrote and found (one more
+search only when another process's reconciliation wrote runs meanwhile, or for a trial another
+process started); finished trials are written in batches, on a SQL store each batch of new
+runs in one transaction (:func:`~frugalnas.tracking.mlflow.reconcile.create_runs`). The
+study's end writes what is still queued, then reconciles and closes the parent run
+(FINISHED; FAILED or KILLED when the study ended on an exception or an interrupt); it waits
+as long as the writer makes progress, and a study whose runs could not all be written ends
+with one line saying how many (:class:`OperationalFailure`). Block it with ``-p no:mlflow`` (``--no-tracking``,
 ``disable_plugins=["mlflow"]``).
 
 The optuna storage is the record of truth and MLflow follows it: when a study (or a worker)
@@ -21,7 +29,9 @@ The parent run also carries the review of the study (:meth:`StudyTracker._write_
 feasibility, size, cost and a link to its run), the best-so-far plot or, with two
 objectives, the Pareto plot, axes named with units; it is rewritten at the end of each
 session, after a reconciliation that changed something and, while trials finish, at most
-every :data:`REVIEW_SECONDS`. A study with several objectives logs ``hypervolume`` on the
+every :data:`REVIEW_SECONDS`. It is kept incrementally and bounded
+(:mod:`frugalnas.tracking.mlflow.review`: the best 100 trials, the exact best-so-far curve, a
+sample of at most 1,000 plotted trials), so rewriting it costs the same at any study size. A study with several objectives logs ``hypervolume`` on the
 parent run after every trial (step = trial number), against a reference point that is fixed
 once (:func:`default_reference`) and logged as the parent parameter
 ``hypervolume_reference``.
@@ -57,7 +67,6 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError, OperationalFailure
-from frugalnas.core.keys import ARCHITECTURE_ATTR, METRICS_ATTR
 from frugalnas.core.plugins import hookimpl
 from frugalnas.core.secrets import OptionRoles, mask_text, option_roles, without_masked_password
 from frugalnas.core.storage_url import masked, operational_failure
@@ -65,14 +74,16 @@ from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
 from frugalnas.core.trial_report import TrialReport
 from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
-                                                 TAG_STUDY_ID, TAG_TRIAL, existing_trial_runs,
-                                                 reconcile, trial_run, unchecked_trials, write)
+                                                 TAG_STUDY_ID, TAG_TRIAL, create_runs,
+                                                 reconcile, trial_run, trial_runs,
+                                                 unchecked_trials, write)
+from frugalnas.tracking.mlflow.review import StudyReview, entry_of_report, entry_of_trial
 
 PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri", "hypervolume_reference", "ui_url", "units")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
-#: Most trials one writer job writes (one search for existing runs per job).
+#: Most trials one writer job writes (on a SQL store: in one transaction).
 MAX_BATCH = 100
 #: While trials finish, the leaderboard and plots are rewritten at most this often.
 REVIEW_SECONDS = 30.0
@@ -86,9 +97,13 @@ HV_MARGIN = 0.1
 #: Study user attribute: the id that tags this study's MLflow runs (``frugalnas.study_id``), so
 #: that two studies with one name (in-memory studies run twice) never share runs.
 UID_ATTR = "frugalnas_mlflow_study_id"
-#: A study's end waits for its MLflow writes while they make progress; after this many
-#: seconds without one (a tracking server gone away) it stops waiting.
+#: A study's end waits for its MLflow writes while they make progress (a run written, a job
+#: done); after this many seconds without any (a tracking server gone away) it stops waiting.
 STALL_SECONDS = 120.0
+#: Study user attribute: how many reconciliations created runs (any process). A writer that
+#: sees it change searches MLflow once for the runs of the trials it is about to write, since
+#: another process may have written them from the storage.
+RECONCILED_ATTR = "frugalnas_mlflow_reconciliations"
 
 
 def resolve_tracking_uri(option: str | None) -> str:
@@ -237,6 +252,8 @@ class _Writer:
         self.jobs: queue.Queue = queue.Queue()
         self.errors: list[str] = []
         self.failure: OperationalFailure | None = None
+        #: Runs written and jobs done so far: what :meth:`drain` watches for progress.
+        self.progress = 0
         self.thread = threading.Thread(target=self._loop, name=WRITER_THREAD, daemon=True)
         self.thread.start()
 
@@ -254,22 +271,26 @@ class _Writer:
                 if self.failure is None:
                     self.errors.append(mask_text(f"{type(exc).__name__}: {exc}"))
             finally:
+                self.progress += 1
                 self.jobs.task_done()
+
+    def progressed(self, n: int = 1) -> None:
+        """Count ``n`` runs written (within a job that writes many)."""
+        self.progress += n
 
     def submit(self, fn: Any) -> None:
         self.jobs.put(fn)
 
     def drain(self, stall: float | None = None) -> bool:
-        """Wait until every submitted job ran; give up (False) when none finished for
-        ``stall`` seconds (a tracking server gone away: MLflow retries each call for
-        minutes)."""
+        """Wait until every submitted job ran; give up (False) when no run was written and no
+        job finished for ``stall`` seconds (a tracking server gone away: MLflow retries each
+        call for minutes). A long job that keeps writing runs is waited for."""
         stall = STALL_SECONDS if stall is None else stall
-        left, since = self.jobs.unfinished_tasks, time.monotonic()
+        seen, since = self.progress, time.monotonic()
         while self.jobs.unfinished_tasks:
             time.sleep(0.02)
-            now_left = self.jobs.unfinished_tasks
-            if now_left != left:
-                left, since = now_left, time.monotonic()
+            if self.progress != seen:
+                seen, since = self.progress, time.monotonic()
             elif time.monotonic() - since > stall:
                 return False
         return True
@@ -312,6 +333,18 @@ class StudyTracker:
         # Trial number -> (state, run id) of the runs this process wrote or found right: the
         # reconciliation at the end searches MLflow only when the storage has others.
         self.known: dict[int, tuple[str, str]] = {}
+        # Runs found when the writer connected (or caught up) for trials it had not settled
+        # then: the writer completes them rather than creating a second run.
+        self.found: dict[int, list[Any]] = {}
+        # Trials this process started: a finished trial it did not start (a dead worker's,
+        # failed here as stale) may have a half-written run, looked up by its number.
+        self.mine: set[int] = set()
+        self.reconciliations_seen: Any = None
+        #: Searches of MLflow for runs, and runs written (the writer's bookkeeping).
+        self.counters = {"searches": 0, "created": 0, "completed": 0}
+        self.review = StudyReview(study.config.objectives, list(study.directions))
+        self.status = "FINISHED"
+        self.lost = ""
         self.artifact_dirs: dict[str, Path] = {}
         self.trial_values: list[tuple[int, float]] = []
         self.experiment_id = ""
@@ -368,6 +401,7 @@ class StudyTracker:
             self._log_config()
         if any(self._reconcile(at_start=True).values()):
             self._write_review()
+        self.reconciliations_seen = ostudy.user_attrs.get(RECONCILED_ATTR)
 
     def _reconcile(self, at_start: bool = False) -> dict[str, int]:
         """Reconcile MLflow with the storage. At the start, the trials this process is about
@@ -376,15 +410,25 @@ class StudyTracker:
         from frugalnas.core import optuna_compat
 
         trials = optuna_compat.fresh_trials(self.study.optuna_study)
+        self._review_trials(trials)
         skip: set[int] = set()
         if at_start:
             with self.pending_lock:
                 skip = set(self.inflight) | {report.number for report in self.pending}
         elif not unchecked_trials(trials, self.known):
             return {"created": 0, "repaired": 0, "removed": 0}
-        changes = reconcile(self, skip=skip, trials=trials, known=self.known)
+        self.counters["searches"] += 1
+        found: dict[int, list[Any]] = {}
+        changes = reconcile(self, skip=skip, trials=trials, known=self.known, unsettled=found)
+        if at_start:
+            self.found = found
         for k, v in changes.items():
             self.reconciled[k] += v
+        if changes["created"]:  # a writer of another process may hold some of these trials
+            ostudy = self.study.optuna_study
+            ostudy.set_user_attr(RECONCILED_ATTR,
+                                 int(ostudy.user_attrs.get(RECONCILED_ATTR) or 0) + 1)
+            self.reconciliations_seen = ostudy.user_attrs.get(RECONCILED_ATTR)
         if any(changes.values()):
             print(f"frugalnas: MLflow experiment {self.study.name!r} reconciled with the "
                   f"storage: {changes['created']} run(s) created, {changes['repaired']} "
@@ -409,123 +453,196 @@ class StudyTracker:
                 "space": cfg.space}
 
     def _flush_trials(self) -> None:
-        """Write every finished trial queued so far: one search for runs that already exist
-        for them (another process's reconciliation may have written one), then each run
-        complete with params, metrics, tags and artifacts (create, one ``log_batch``,
-        terminate), or the existing run completed instead."""
+        """Write the finished trials queued so far, at most :data:`MAX_BATCH` in this job (the
+        rest in a job of its own)."""
         with self.pending_lock:
             batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
             more = bool(self.pending)
             self.flush_scheduled = more
-        if more:  # the rest in a job of its own: a study's end sees the writer progress
+        if more:
             self.writer.submit(self._locked(self._flush_trials))
-        if not batch:
-            return
-        existing = existing_trial_runs(self, [
-            (r.number, int(r.started.timestamp() * 1000) if r.started else None) for r in batch])
-        done: list[tuple[int, list[float]]] = []
-        for report in batch:
-            number, state, values = report.number, report.state.name, report.values
-            try:
-                run = trial_run(self, report)
-                self.known[number] = (state, write(self, run, existing.get(number, [])))
-            except Exception as exc:  # left to the next reconciliation
-                self.writer.errors.append(mask_text(f"trial {number}: {type(exc).__name__}: {exc}"))
-                continue
-            finally:
-                self.inflight.discard(number)
-            if values and state == "COMPLETE":
-                if len(values) == 1:
-                    self.trial_values.append((number, float(values[0])))
-                else:
-                    done.append((number, [float(v) for v in values]))
-        self._log_hypervolume(done)
+        if batch:
+            self._write_trials(batch)
         if time.monotonic() - self.review_at >= REVIEW_SECONDS:
             self._write_review()
 
+    def _write_pending(self) -> None:
+        """Write every finished trial still queued (the study's end: before its review)."""
+        while True:
+            with self.pending_lock:
+                batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+            if not batch:
+                return
+            self._write_trials(batch)
+
+    def _catch_up(self) -> None:
+        """Whether another process's reconciliation wrote runs since this writer last looked
+        (a study user attribute, one read): if so, one search of the study's trial runs
+        tells which of this process's trials have one already."""
+        seen = self.study.optuna_study.user_attrs.get(RECONCILED_ATTR)
+        if seen == self.reconciliations_seen:
+            return
+        self.reconciliations_seen = seen
+        self.counters["searches"] += 1
+        for r in trial_runs(self):
+            try:
+                number = int(r.data.tags[TAG_TRIAL])
+            except (KeyError, ValueError):
+                continue
+            if number not in self.known:
+                self.found.setdefault(number, [])
+                if all(r.info.run_id != f.info.run_id for f in self.found[number]):
+                    self.found[number].append(r)
+
+    def _write_trials(self, batch: list[TrialReport]) -> None:
+        """Write finished trials, each run complete with params, metrics, tags and artifacts:
+        the runs no process has written are created together (:func:`create_runs`: on a SQL
+        store one transaction); a run found for a trial (half written by a dead worker, or
+        written by another process's reconciliation) is completed instead. Which runs exist
+        is this writer's bookkeeping: no search, unless another process reconciled since."""
+        self._catch_up()
+        new: list[tuple[TrialReport, Any]] = []
+        done: list[tuple[int, list[float]]] = []
+        try:
+            for report in batch:
+                number = report.number
+                existing = self.found.pop(number, None)
+                if existing is None and (number not in self.mine or number in self.known):
+                    self.counters["searches"] += 1  # a trial another process started
+                    existing = trial_runs(self, number)
+                run = trial_run(self, report)
+                if existing:
+                    self.known[number] = (run.state, write(self, run, existing))
+                    self.counters["completed"] += 1
+                    self.writer.progressed()
+                else:
+                    new.append((report, run))
+            ids = create_runs(self, [run for _, run in new])
+            for (report, run), run_id in zip(new, ids):
+                self.known[report.number] = (run.state, run_id)
+            self.counters["created"] += len(ids)
+        except Exception as exc:
+            if operational_failure(exc, self.uri, disk_only=True) is not None:
+                raise  # the store failed: the writer stops, the next start writes the rest
+            # left to the next reconciliation
+            self.writer.errors.append(mask_text(
+                f"trials {batch[0].number}-{batch[-1].number}: {type(exc).__name__}: {exc}"))
+            return
+        finally:
+            for report in batch:
+                self.inflight.discard(report.number)
+        for report in batch:
+            values = report.values
+            if not values or report.state.name != "COMPLETE":
+                continue
+            if self.review.wants(report.number, values):
+                self.review.add(entry_of_report(report))
+            else:
+                self.review.mark(report.number)
+            if len(values) == 1:
+                self.trial_values.append((report.number, float(values[0])))
+            else:
+                done.append((report.number, [float(v) for v in values]))
+        self._log_hypervolume(done)
+
+    def _review_trials(self, trials: list[Any]) -> None:
+        """Take the completed trials of the storage into the review (each trial once)."""
+        from optuna.trial import TrialState
+
+        for t in trials:
+            if t.state == TrialState.COMPLETE and t.values is not None \
+                    and t.number not in self.review.seen:
+                if self.review.wants(t.number, t.values):
+                    self.review.add(entry_of_trial(t))
+                else:
+                    self.review.mark(t.number)
+
     # -- the review of the study on its parent run -----------------------------------------
-    def _value_alias(self, name: str, done: list[Any]) -> str | None:
+    def _value_alias(self, name: str) -> str | None:
         """For the objective ``value``: the estimator metric it equals on the first completed
         trials (``valid_accuracy_cifar10`` for the NB201 table), so that axes say what it is."""
-        if name != "value" or not done:
+        sample = self.review.first
+        if name != "value" or not sample:
             return None
-        sample = done[:3]
-        first = sample[0].user_attrs.get(METRICS_ATTR) or {}
         index = self.study.config.objectives.index(name)
-        for key in first:
+        for key in sample[0].metrics:
             if key != "value" and all(
-                    isinstance((t.user_attrs.get(METRICS_ATTR) or {}).get(key), (int, float))
-                    and abs(float(t.user_attrs[METRICS_ATTR][key]) - float(t.values[index])) < 1e-9
-                    for t in sample):
+                    key in e.metrics and abs(e.metrics[key] - e.values[index]) < 1e-9
+                    for e in sample):
                 return key
         return None
 
-    def objective_labels(self, done: list[Any]) -> list[str]:
+    def objective_labels(self) -> list[str]:
         """Axis labels of the study's objectives, with units."""
-        return [objective_label(n, self._value_alias(n, done), self.units)
+        return [objective_label(n, self._value_alias(n), self.units)
                 for n in self.study.config.objectives]
 
-    def run_links(self) -> dict[int, str]:
-        """Trial number -> URL of its run in the MLflow UI at ``ui_url``."""
-        return {n: f"{self.ui_url}/#/experiments/{self.experiment_id}/runs/{run_id}"
-                for n, (_, run_id) in self.known.items() if run_id}
+    def run_links(self, numbers: list[int]) -> dict[int, str]:
+        """Trial number -> URL of its run in the MLflow UI at ``ui_url``, for ``numbers``."""
+        return {n: f"{self.ui_url}/#/experiments/{self.experiment_id}/runs/{self.known[n][1]}"
+                for n in numbers if n in self.known and self.known[n][1]}
 
     def _write_review(self) -> None:
-        """The review of the study on its parent run, from the storage: ``leaderboard.html``,
-        the best-so-far plot (one objective: also ``best_value``, ``best_architecture``) or
-        the Pareto plot and ``pareto_front.json`` (two objectives)."""
-        from optuna.trial import TrialState
-
+        """The review of the study on its parent run, from :attr:`review` (kept as runs are
+        written: bounded, see :mod:`frugalnas.tracking.mlflow.review`): ``leaderboard.html``
+        (the best :data:`~frugalnas.tracking.mlflow.review.TOP`), the best-so-far plot (one
+        objective: also ``best_value``, ``best_architecture``) or the Pareto plot and
+        ``pareto_front.json`` (two objectives)."""
         from mlflow.entities import Metric, RunTag
 
-        from frugalnas.leaderboard import leaderboard_html, leaderboard_rows, recorded_sizes
+        from frugalnas.leaderboard import leaderboard_html, recorded_sizes
+        from frugalnas.tracking.mlflow.review import TOP
 
         self.review_at = time.monotonic()
-        ostudy = self.study.optuna_study
-        done = [t for t in ostudy.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.values is not None]
-        if not done:
+        review = self.review
+        if not review.count:
             self.client.log_metric(self.parent_run_id, "n_complete_trials", 0.0)
             return
         dirs = list(self.study.directions)
         names = list(self.study.config.objectives)
-        labels = self.objective_labels(done)
+        labels = self.objective_labels()
         now = int(time.time() * 1000)
-        metrics = [Metric("n_complete_trials", float(len(done)), now, 0)]
+        metrics = [Metric("n_complete_trials", float(review.count), now, 0)]
         tags: list[RunTag] = []
+        points = review.points()
+        shown = (f"{len(points)} of {review.count} trials shown" if len(points) < review.count
+                 else f"{review.count} trials")
         if len(dirs) == 1:
-            png = draw_best_so_far([t.number for t in done], [t.values[0] for t in done],
-                                   dirs[0] == "maximize", f"study {self.study.name}",
-                                   ylabel=labels[0])
+            best = review.best()
+            png = draw_best_so_far([n for n, _ in points], [v[0] for _, v in points],
+                                   dirs[0] == "maximize", f"study {self.study.name} ({shown})",
+                                   ylabel=labels[0], curve=review.curve())
             self.write_artifact(self.parent_run_id, "best_so_far.png", png)
-            best = ostudy.best_trial
-            arch = str(best.user_attrs.get(ARCHITECTURE_ATTR, ""))
-            metrics.append(Metric("best_value", float(best.value), now, 0))
-            tags += [RunTag("best_trial", str(best.number)),
-                     RunTag("best_architecture", arch if len(arch) <= MAX_PARAM_LENGTH
-                            else arch[:MAX_PARAM_LENGTH] + " ... (best_architecture.txt)")]
-            self.write_artifact(self.parent_run_id, "best_architecture.txt", arch)
+            if best is not None:
+                arch = best.architecture
+                metrics.append(Metric("best_value", float(best.values[0]), now, 0))
+                tags += [RunTag("best_trial", str(best.number)),
+                         RunTag("best_architecture", arch if len(arch) <= MAX_PARAM_LENGTH
+                                else arch[:MAX_PARAM_LENGTH] + " ... (best_architecture.txt)")]
+                self.write_artifact(self.parent_run_id, "best_architecture.txt", arch)
         elif len(dirs) == 2:
-            front = ostudy.best_trials
-            png = draw_pareto([t.values for t in done], [t.values for t in front], labels,
+            front = review.front
+            png = draw_pareto([v for _, v in points], [e.values for e in front], labels,
                               f"study {self.study.name}: Pareto front "
-                              f"({len(front)} of {len(done)} trials)", dirs)
+                              f"({len(front)} of {review.count} trials; {shown})", dirs)
             self.write_artifact(self.parent_run_id, "pareto_front.png", png)
-            front_json = [{"number": t.number, "values": dict(zip(names, t.values)),
-                           "architecture": t.user_attrs.get(ARCHITECTURE_ATTR)}
-                          for t in sorted(front, key=lambda t: t.number)]
+            front_json = [{"number": e.number, "values": dict(zip(names, e.values)),
+                           "architecture": e.architecture}
+                          for e in sorted(front, key=lambda e: e.number)]
             self.write_artifact(self.parent_run_id, "pareto_front.json",
                                 json.dumps(front_json, indent=2))
             metrics.append(Metric("pareto_front_size", float(len(front)), now, 0))
-        rows = recorded_sizes(leaderboard_rows(self.study, sizes=False))
-        notes = [f"Written by frugalnas's MLflow plugin from the optuna storage ({len(done)} "
-                 "completed trial(s) at the time). params: the candidate's parameters as the "
-                 "estimator recorded them; `frugalnas report --storage URL --study-name NAME` "
-                 "also counts forward FLOPs.",
+        rows = recorded_sizes(review.rows())
+        notes = [f"Written by frugalnas's MLflow plugin ({review.count} completed trial(s) at "
+                 f"the time; this page lists the best {min(TOP, review.count)}). params: the "
+                 "candidate's parameters as the estimator recorded them; `frugalnas report "
+                 "--storage URL --study-name NAME` lists every trial and also counts forward "
+                 "FLOPs.",
                  f"Trial links open the MLflow UI at {self.ui_url} (plugin option "
                  "mlflow.ui_url); MLflow's artifact viewer does not follow links, so open this "
                  "file on its own (download it) to use them."]
-        html = leaderboard_html(rows, dict(zip(names, dirs)), self.run_links(),
+        html = leaderboard_html(rows, dict(zip(names, dirs)),
+                                self.run_links([int(r["trial"]) for r in rows]),
                                 title=f"study {self.study.name}: leaderboard", notes=notes)
         self.write_artifact(self.parent_run_id, "leaderboard.html", html)
         self.client.log_batch(self.parent_run_id, metrics=metrics, tags=tags)
@@ -608,13 +725,16 @@ class StudyTracker:
             self.client.log_artifact(run_id, str(path), artifact_path=None if parent == "." else parent)
 
     def remember_artifact_dir(self, run: Any) -> None:
-        uri = run.info.artifact_uri or ""
+        self.remember_artifact_uri(run.info.run_id, run.info.artifact_uri or "")
+
+    def remember_artifact_uri(self, run_id: str, uri: str) -> None:
+        """Where run ``run_id`` keeps its artifacts, when that is a local folder."""
         if uri.startswith("file://"):
             from urllib.parse import unquote, urlparse
 
-            self.artifact_dirs[run.info.run_id] = Path(unquote(urlparse(uri).path))
+            self.artifact_dirs[run_id] = Path(unquote(urlparse(uri).path))
         elif uri and "://" not in uri and ":" not in uri.split("/")[0]:
-            self.artifact_dirs[run.info.run_id] = Path(uri)
+            self.artifact_dirs[run_id] = Path(uri)
 
     def _log_study_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -625,39 +745,42 @@ class StudyTracker:
 
     def _log_trial_values(self) -> None:
         """This session's trial values, and the best so far at each of them over every
-        completed trial in the storage (so several workers agree), as step metrics on the
-        parent run, batched here rather than one call per trial."""
+        completed trial the review has taken (the storage's, read at the study's end: so
+        several workers agree), as step metrics on the parent run, batched here rather than
+        one call per trial."""
+        import bisect
+
         from mlflow.entities import Metric
-        from optuna.trial import TrialState
 
         if not self.trial_values:
             return
-        maximize = self.study.directions[0] == "maximize"
-        done = sorted((t.number, t.value) for t in self.study.optuna_study.get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE,)))
-        now, metrics, best, i = int(time.time() * 1000), [], None, 0
+        curve = self.review.curve()
+        steps = [n for n, _ in curve]
+        now, metrics = int(time.time() * 1000), []
         for number, value in sorted(self.trial_values):
-            while i < len(done) and done[i][0] <= number:
-                v = done[i][1]
-                best = v if best is None else (max(best, v) if maximize else min(best, v))
-                i += 1
             metrics.append(Metric("trial_value", value, now, number))
-            if best is not None:
-                metrics.append(Metric("best_so_far", best, now, number))
+            i = bisect.bisect_right(steps, number)
+            if i:
+                metrics.append(Metric("best_so_far", curve[i - 1][1], now, number))
         for k in range(0, len(metrics), 900):
             self.client.log_batch(self.parent_run_id, metrics=metrics[k:k + 900])
         self.trial_values.clear()
 
     def _close(self) -> None:
+        self._write_pending()  # the queued trials first: then nothing is left to reconcile
+        self.writer.progressed()
         self._reconcile()
+        self.writer.progressed()
         self._log_trial_values()
         self._log_hypervolume([], final=True)
+        self.writer.progressed()
         self._write_review()  # with n_complete_trials
-        self.client.set_terminated(self.parent_run_id, status="FINISHED")
+        self.client.set_terminated(self.parent_run_id, status=self.status)
 
     # -- called from hooks ---------------------------------------------------------------
     def trial_started(self, number: int) -> None:
         self.inflight.add(number)
+        self.mine.add(number)
 
     def trial_finished(self, report: TrialReport) -> None:
         """Queue the write of a finished trial."""
@@ -671,15 +794,23 @@ class StudyTracker:
     def study_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.writer.submit(self._locked(lambda: self._log_study_metrics(dict(metrics), step)))
 
-    def close(self) -> None:
+    def close(self, status: str = "FINISHED") -> None:
+        """End the study's tracking: the queued trials are written, then the reconciliation
+        and the review, and the parent run ends in ``status`` (FINISHED, FAILED, KILLED).
+        Waits as long as the writer makes progress; after :data:`STALL_SECONDS` without any
+        it stops waiting and :attr:`lost` says what was not written."""
+        self.status = status
         self.writer.submit(self._locked(self._close))
         if self.writer.drain():
             self.writer.close()
         else:
-            self.writer.errors.append(
-                f"MLflow at {masked(self.uri)} made no progress for {STALL_SECONDS:g} s; "
-                f"{self.writer.jobs.unfinished_tasks} write(s) dropped (the next start of the "
-                "study writes them from the storage)")
+            with self.pending_lock:
+                unwritten = len(self.inflight | {r.number for r in self.pending})
+            self.lost = (f"MLflow at {masked(self.uri)} made no progress for "
+                         f"{STALL_SECONDS:g} s; {unwritten} trial run(s) and the study's "
+                         "review not written (the next start of the study writes them from "
+                         "the storage)")
+            self.writer.errors.append(self.lost)
 
 
 # Trackers still open, so that interpreter exit drains their writes (a study used through
@@ -1042,16 +1173,25 @@ def frugalnas_study_finished(study: Any) -> None:
         state = study.plugin_state.get(PLUGIN, {})
         tracker = state.pop("tracker", None)
     if tracker is not None:
-        tracker.close()
+        # the session ends while an exception leaves the study (a storage failure, an
+        # interrupt): the parent run says so
+        ending = sys.exc_info()[0]
+        status = ("FINISHED" if ending is None else
+                  "KILLED" if issubclass(ending, KeyboardInterrupt) else "FAILED")
+        tracker.close(status)
         _OPEN.discard(tracker)
         state.update(errors=list(tracker.writer.errors), parent_run_id=tracker.parent_run_id,
                      experiment_id=tracker.experiment_id, study_id=tracker.uid,
-                     reconciled=dict(tracker.reconciled))
+                     reconciled=dict(tracker.reconciled), counters=dict(tracker.counters))
         if tracker.writer.failure is not None:
             raise tracker.writer.failure
-        if tracker.writer.errors:
-            print("frugalnas: MLflow logging errors: " + "; ".join(tracker.writer.errors[:3]),
-                  file=sys.stderr)
+        if tracker.lost:
+            raise OperationalFailure(tracker.lost)
+        if tracker.writer.errors:  # some writes failed: the runs are missing until the next start
+            raise OperationalFailure(
+                f"MLflow at {masked(tracker.uri)}: {len(tracker.writer.errors)} write(s) "
+                f"failed, their runs are missing until the next start of the study writes "
+                f"them from the storage: {'; '.join(tracker.writer.errors[:2])}")
 
 
 @atexit.register
