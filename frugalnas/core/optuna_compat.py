@@ -5,14 +5,15 @@ user's study."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import optuna
-from optuna.storages import BaseStorage
+from optuna.storages import BaseStorage, InMemoryStorage, RDBStorage
 from optuna.trial import FrozenTrial
 
 __all__ = ["SUPPORTED_OPTUNA", "BaseHeartbeat", "storage_of", "trial_id", "set_trial_system_attr",
-           "fresh_trials", "storage_url", "heartbeat_interval"]
+           "fresh_trials", "TrialFeed", "storage_url", "heartbeat_interval"]
 
 #: The optuna versions frugalnas is tested with (lower bound inclusive, upper exclusive).
 SUPPORTED_OPTUNA = ("4.0", "6.0")
@@ -21,6 +22,10 @@ try:  # optuna >= 4: heartbeats live in a private module; there is no public ali
     from optuna.storages._heartbeat import BaseHeartbeat
 except ImportError:  # pragma: no cover - outside the supported range
     BaseHeartbeat = None  # type: ignore[assignment,misc]
+try:  # optuna wraps every RDBStorage in this read cache (``optuna.storages.get_storage``).
+    from optuna.storages._cached_storage import _CachedStorage
+except ImportError:  # pragma: no cover - outside the supported range
+    _CachedStorage = None  # type: ignore[assignment,misc]
 
 
 def storage_of(study: optuna.Study) -> BaseStorage:
@@ -44,6 +49,71 @@ def fresh_trials(study: optuna.Study) -> list[FrozenTrial]:
     """Every trial of ``study`` read from its storage now, bypassing the per-process cache,
     so trials written by other workers since the last read are included."""
     return study._get_trials(deepcopy=False, use_cache=False)
+
+
+class TrialFeed:
+    """Reads one study's trials incrementally: each :meth:`read` returns the trials created
+    since the previous one and those the caller asks for again (such as the ones it read
+    unfinished), fresh from the storage (trials written by other workers included).
+
+    The cost follows the number of trials returned, not the study's length, for the in-memory
+    storage and for RDB storages (optuna's cache in front of an RDB, or a bare RDBStorage such
+    as the one a worker wraps, read from the database only the trials created or unfinished
+    since the last read); other storages (journal, gRPC) read every trial and keep those asked
+    for. One feed serves one study; it is not thread-safe (its owner holds a lock)."""
+
+    def __init__(self) -> None:
+        #: Every trial numbered below this has been returned by a :meth:`read`.
+        self.next_number = 0
+        self._last_id = -1  # a bare RDB's largest trial id returned (ids grow with numbers)
+        self._ids: dict[int, int] = {}  # a bare RDB's ids of the unfinished trials returned
+
+    def read(self, study: optuna.Study, again: Collection[int] = ()) -> list[FrozenTrial]:
+        """The trials numbered :attr:`next_number` or above, and those numbered in ``again``
+        (below it), in number order; :attr:`next_number` moves past the last one."""
+        trials = self._fetch(study, sorted(n for n in again if n < self.next_number))
+        if trials and trials[-1].number >= self.next_number:
+            self.next_number = trials[-1].number + 1
+        return trials
+
+    def _fetch(self, study: optuna.Study, wanted: list[int]) -> list[FrozenTrial]:
+        storage = storage_of(study)
+        # frugalnas's worker storage (core/worker.py) keeps the storage it wraps as ``inner``.
+        storage = getattr(storage, "inner", storage)
+        study_id, start = study._study_id, self.next_number
+        if isinstance(storage, InMemoryStorage):
+            with storage._lock:
+                listed = storage._studies[study_id].trials  # trial number == position
+                return [listed[n] for n in wanted if n < len(listed)] + listed[start:]
+        if _CachedStorage is not None and isinstance(storage, _CachedStorage):
+            storage._read_trials_from_remote_storage(study_id)
+            with storage._lock:
+                cached = storage._studies[study_id].trials  # trial number -> trial
+                # An RDB numbers a study's trials 0, 1, 2, ... in creation order.
+                if all(n in cached for n in range(start, len(cached))):
+                    return ([cached[n] for n in wanted if n in cached]
+                            + [cached[n] for n in range(start, len(cached))])
+        elif isinstance(storage, RDBStorage):
+            if all(n in self._ids for n in wanted):
+                read = storage._get_trials(study_id, None, {self._ids[n] for n in wanted},
+                                           self._last_id)
+                read.sort(key=lambda t: t.number)
+                if all(t.number >= start or t.number in wanted for t in read):
+                    return self._note_ids(read)
+            keep = set(wanted)
+            return self._note_ids([t for t in storage.get_all_trials(study_id, deepcopy=False)
+                                   if t.number >= start or t.number in keep])
+        keep = set(wanted)
+        return [t for t in fresh_trials(study) if t.number >= start or t.number in keep]
+
+    def _note_ids(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        for t in trials:
+            self._last_id = max(self._last_id, t._trial_id)
+            if t.state.is_finished():
+                self._ids.pop(t.number, None)
+            else:
+                self._ids[t.number] = t._trial_id
+        return trials
 
 
 def storage_url(study: optuna.Study) -> str | None:

@@ -9,10 +9,13 @@ workers sharing a storage share one population (the pattern of optuna's NSGA-II 
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import inspect
 import math
 import random
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,34 +39,96 @@ from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
 from frugalnas.surrogates.encodings import OneHotEncoding
 
-__all__ = ["ArchSampler", "History", "crowding", "fitness", "nondominated_ranks", "read_history",
+__all__ = ["ArchSampler", "History", "SeenKeys", "crowding", "fitness", "nondominated_ranks", "read_history",
            "strategy_factory"]
+
+
+class SeenKeys(Set[str]):
+    """Architecture keys, as a set that is cheap to extend for one proposal: ``keys`` of its
+    own over a ``base`` it reads but never copies or changes (the keys of a study's finished
+    trials, shared by every proposal). ``add`` adds to its own keys; ``seen | other`` is a new
+    :class:`SeenKeys` over this one (a view: later additions to this one show through)."""
+
+    __slots__ = ("_own", "_base")
+
+    def __init__(self, keys: Iterable[str] = (), base: Set[str] | None = None):
+        self._own = set(keys)
+        self._base: Set[str] = frozenset() if base is None else base
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._own or key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._base
+        yield from (k for k in self._own if k not in self._base)
+
+    def __len__(self) -> int:
+        return len(self._base) + sum(1 for k in self._own if k not in self._base)
+
+    def __or__(self, other: Iterable[Any]) -> SeenKeys:
+        return SeenKeys(other, base=self)
+
+    def add(self, key: str) -> None:
+        if key not in self._base:
+            self._own.add(key)
 
 
 @dataclass
 class History:
-    """Completed architectures (trial-number order) with their values, and every proposed key."""
+    """Completed architectures (trial-number order) with their values, and every proposed key.
+
+    The history :func:`read_history` returns shares its lists with the sampler's record of the
+    study, which grows in place: a strategy reads them and never changes them."""
 
     archs: list[Architecture] = field(default_factory=list)
     values: list[list[float]] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
+    #: Every key proposed before (finished, running or waiting trials; a plain set given here
+    #: becomes a :class:`SeenKeys`).
+    seen: SeenKeys = field(default_factory=SeenKeys)
     #: Each completed trial's total relative constraint violation (0.0: feasible, or a study
     #: without constraints); user attribute :data:`~frugalnas.core.keys.VIOLATION_ATTR`.
     violations: list[float] = field(default_factory=list)
     #: Each completed trial's ``value - bound`` per constraint (constraint-name order; empty
     #: tuples without constraints), user attribute :data:`~frugalnas.core.keys.CONSTRAINTS_ATTR`.
     constraint_diffs: list[tuple[float, ...]] = field(default_factory=list)
+    #: The keys of the finished trials: the part of :attr:`seen` that stays seen for every
+    #: later proposal (the rest belongs to unfinished trials and to this proposal).
+    settled: Set[str] = field(default_factory=frozenset)
+    #: The numbers of the completed trials in the order this process read them (it only
+    #: grows): a strategy that keeps state across proposals reads the numbers past its last
+    #: position instead of the whole history.
+    log: list[int] = field(default_factory=list)
+    #: How many completed trials violate a constraint (``None``: count :attr:`violations`).
+    violating: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seen, SeenKeys):
+            self.seen = SeenKeys(self.seen)
 
     def __len__(self) -> int:
         return len(self.archs)
+
+    def any_violation(self) -> bool:
+        """Whether some completed trial violated a constraint."""
+        if self.violating is not None:
+            return self.violating > 0
+        return any(v > 0 for v in self.violations)
+
+    def row(self, number: int) -> int:
+        """The position of the completed trial numbered ``number`` in the lists."""
+        at = bisect.bisect_left(self.numbers, number)
+        if at == len(self.numbers) or self.numbers[at] != number:
+            raise KeyError(number)
+        return at
 
 
 def _arch_of(trial: FrozenTrial, space: SearchSpace,
              parsed: dict[str, Architecture | None]) -> Architecture | None:
     """The rule of :func:`~frugalnas.core.trial_architecture.architecture_from`, cached per
-    recorded string (a history is read on every proposal) and ``None``, never an error, for
-    an unreadable one: a trial of another space or a partial one is not ours to reuse."""
+    recorded string (an unfinished trial is read on every proposal until it finishes) and
+    ``None``, never an error, for an unreadable one: a trial of another space or a partial one
+    is not ours to reuse."""
     text = trial.user_attrs.get(ARCHITECTURE_ATTR)
     if text and text in parsed:
         return parsed[text]
@@ -78,15 +143,18 @@ def _arch_of(trial: FrozenTrial, space: SearchSpace,
 
 @dataclass
 class FinishedPrefix:
-    """The finished trials of one study a sampler has read: their history and numbers.
-    Finished trials never change, so each call of :func:`read_history` reads only new ones."""
+    """What a sampler has read of one study: the history of its finished trials (grown in
+    place: finished trials never change), the feed that reads the trials created since the
+    last call, and the numbers of the trials read unfinished, read again until they finish.
+    So each call of :func:`read_history` reads only what is new or still open."""
 
-    history: History = field(default_factory=History)
-    numbers: set[int] = field(default_factory=set)
+    history: History = field(default_factory=lambda: History(violating=0))
+    feed: optuna_compat.TrialFeed = field(default_factory=optuna_compat.TrialFeed)
+    open: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _add_finished(prefix: FinishedPrefix, t: FrozenTrial, arch: Architecture | None) -> None:
-    prefix.numbers.add(t.number)
     if arch is None:
         return
     h = prefix.history
@@ -101,33 +169,37 @@ def _add_finished(prefix: FinishedPrefix, t: FrozenTrial, arch: Architecture | N
         at -= 1
     for column, value in zip((h.archs, h.values, h.numbers, h.violations, h.constraint_diffs), row):
         column.insert(at, value)
+    h.log.append(t.number)
+    h.violating = (h.violating or 0) + (row[3] > 0)
 
 
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
                  parsed: dict[str, Architecture | None] | None = None,
                  finished: dict[str, FinishedPrefix] | None = None) -> History:
     """The study's history as seen by the trial numbered ``exclude``. ``parsed`` caches
-    architecture strings already parsed and ``finished`` the finished trials already read, per
-    study (a sampler keeps both across calls, so each call reads only what is new)."""
+    the architecture strings of unfinished trials and ``finished`` what was read of each
+    study (a sampler keeps both across calls): each call reads only the trials created since
+    the last one and those still unfinished then, whatever the study's length, and the
+    history it returns shares its lists with ``finished`` (nothing is copied)."""
     parsed = {} if parsed is None else parsed
     finished = {} if finished is None else finished
     prefix = finished.setdefault(study.study_name, FinishedPrefix())
-    unfinished = []
-    for t in optuna_compat.fresh_trials(study):
-        if t.number in prefix.numbers or t.number == exclude:
-            continue
-        if t.state.is_finished():
-            _add_finished(prefix, t, _arch_of(t, space, parsed))
-        else:
-            unfinished.append(t)
-    done = prefix.history
-    hist = History(list(done.archs), list(done.values), list(done.numbers), set(done.seen),
-                   list(done.violations), list(done.constraint_diffs))
-    for t in unfinished:  # running or waiting: proposed, so not to be proposed again
-        arch = _arch_of(t, space, parsed)
-        if arch is not None:
-            hist.seen.add(arch.key)
-    return hist
+    pending: set[str] = set()
+    with prefix.lock:
+        for t in prefix.feed.read(study, prefix.open):
+            if t.state.is_finished() and t.number != exclude:
+                prefix.open.discard(t.number)
+                _add_finished(prefix, t, _arch_of(t, space, parsed))
+                parsed.pop(t.user_attrs.get(ARCHITECTURE_ATTR), None)
+                continue
+            prefix.open.add(t.number)
+            if t.number != exclude:  # running or waiting: proposed, so not to be proposed again
+                arch = _arch_of(t, space, parsed)
+                if arch is not None:
+                    pending.add(arch.key)
+        done = prefix.history
+        return dataclasses.replace(done, seen=SeenKeys(pending, base=done.seen),
+                                   settled=done.seen)
 
 
 def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirection],
@@ -217,6 +289,8 @@ class ArchSampler(Strategy):
         self.host = host
         self._parsed: dict[str, Architecture | None] = {}
         self._finished: dict[str, FinishedPrefix] = {}
+        # A history's lists grow in place: one proposal at a time reads them (n_jobs > 1).
+        self._proposing = threading.RLock()
         self.report: Callable[[dict[str, float], int], None] | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._warm: list[Architecture] | None = None
@@ -239,19 +313,20 @@ class ArchSampler(Strategy):
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
         it would choose them; none already evaluated or running (while the space has room)."""
         check_range("k", k, 1)
-        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
-                            finished=self._finished)
-        rng = self._rng(trial)
-        out: list[Architecture] = []
-        for _ in range(k):
-            arch = self._next(study, trial, hist, rng)
-            if arch.key in hist.seen:  # the strategy repeated itself: any unseen one
-                arch = self.fresh_random(hist, rng)
-            if arch.key in hist.seen:  # the space is exhausted
-                break
-            hist.seen.add(arch.key)
-            out.append(arch)
-        return out
+        with self._proposing:
+            hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
+                                finished=self._finished)
+            rng = self._rng(trial)
+            out: list[Architecture] = []
+            for _ in range(k):
+                arch = self._next(study, trial, hist, rng)
+                if arch.key in hist.seen:  # the strategy repeated itself: any unseen one
+                    arch = self.fresh_random(hist, rng)
+                if arch.key in hist.seen:  # the space is exhausted
+                    break
+                hist.seen.add(arch.key)
+                out.append(arch)
+            return out
 
     def _rng(self, trial: FrozenTrial) -> random.Random:
         return random.Random(f"{type(self).__name__}:{self.seed}:{trial.number}")
@@ -271,9 +346,10 @@ class ArchSampler(Strategy):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
             return {}
-        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
-                            finished=self._finished)
-        arch = self._next(study, trial, hist, self._rng(trial))
+        with self._proposing:
+            hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
+                                finished=self._finished)
+            arch = self._next(study, trial, hist, self._rng(trial))
         return {k: v for k, v in arch.decisions.items() if k in search_space}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
@@ -340,7 +416,7 @@ class ArchSampler(Strategy):
     def constrained(self, hist: History) -> bool:
         """Whether the constraint model applies: the option is on and some evaluated trial
         violated a constraint (before that, every candidate looks feasible)."""
-        return self.constraint_model and any(v > 0 for v in hist.violations)
+        return self.constraint_model and hist.any_violation()
 
     def constraint_prediction(self, hist: History, candidates: Sequence[Architecture]
                               ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -360,9 +436,10 @@ class ArchSampler(Strategy):
         """For a wrapper choosing among :meth:`propose`'s candidates (the pre-screen): the
         indices of those it may choose from given the study's history at ``trial``, by
         :meth:`predicted_feasible`; all of them when :meth:`constrained` is false."""
-        hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
-                            finished=self._finished)
-        pred = self.constraint_prediction(hist, candidates)
+        with self._proposing:
+            hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
+                                finished=self._finished)
+            pred = self.constraint_prediction(hist, candidates)
         return list(range(len(candidates))) if pred is None else self.predicted_feasible(pred[0])
 
     def predicted_feasible(self, prob: np.ndarray) -> list[int]:

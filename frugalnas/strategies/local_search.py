@@ -3,7 +3,9 @@ of the art for NAS benchmarks", 2020)."""
 
 from __future__ import annotations
 
+import heapq
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -12,6 +14,17 @@ from optuna.trial import FrozenTrial
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.space import SearchSpace
 from frugalnas.strategies.base import ArchSampler, History
+
+
+@dataclass
+class _Frontier:
+    """The completed trials of one study that may still have unseen neighbours, best first
+    (a heap of ``(-fitness, trial number, architecture)``), and how much of the history's
+    :attr:`~frugalnas.strategies.base.History.log` it has taken in."""
+
+    heap: list[tuple[float, int, Architecture]] = field(default_factory=list)
+    read: int = 0
+    best: tuple[float, int, Architecture] | None = None
 
 
 class LocalSearchSampler(ArchSampler):
@@ -31,9 +44,12 @@ class LocalSearchSampler(ArchSampler):
                          constraint_model=constraint_model,
                          feasibility_threshold=feasibility_threshold, screen_size=screen_size,
                          violation_penalty=violation_penalty, host=host)
+        self._frontiers: dict[str, _Frontier] = {}
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
+        if self._plain_order(study, hist):
+            return self._frontier_choice(study, hist, rng)
         fit = self.fitness(study, hist.values, hist.violations)
         order = sorted(range(len(hist)), key=lambda i: (-fit[i], hist.numbers[i]))
         for i in order:
@@ -45,3 +61,42 @@ class LocalSearchSampler(ArchSampler):
                 return self.prefer_feasible(study, hist, fresh)
         # Spaces with numeric decisions have neighbours only along categorical ones.
         return self.fresh_mutation(hist.archs[order[0]], hist, rng)
+
+    def _plain_order(self, study: optuna.Study, hist: History) -> bool:
+        """Whether a trial's rank follows from its own value alone (one objective, nothing
+        known of constraints, no violation so far): then :meth:`_frontier_choice` chooses as
+        the full scan would, at a cost that does not grow with the study."""
+        return len(study.directions) == 1 and not hist.any_violation()
+
+    def _frontier_choice(self, study: optuna.Study, hist: History,
+                         rng: random.Random) -> Architecture:
+        """The full scan's choice, incrementally: the study's frontier takes in the trials
+        completed since the last call and drops, for good, an architecture whose neighbours
+        all belong to finished trials; one whose unseen neighbours are only held by unfinished
+        trials or by this proposal is skipped this time only."""
+        front = self._frontiers.setdefault(study.study_name, _Frontier())
+        sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        for number in hist.log[front.read:]:
+            i = hist.row(number)
+            entry = (-sign * float(hist.values[i][0]), number, hist.archs[i])
+            heapq.heappush(front.heap, entry)
+            if front.best is None or entry[:2] < front.best[:2]:
+                front.best = entry
+        front.read = len(hist.log)
+        skipped = []
+        try:
+            while front.heap:
+                arch = front.heap[0][2]
+                around = self.space.neighbours(arch)
+                fresh = [n for n in around if n.key not in hist.seen]
+                if fresh:
+                    return rng.choice(fresh)
+                entry = heapq.heappop(front.heap)
+                if not all(n.key in hist.settled for n in around):
+                    skipped.append(entry)
+        finally:
+            for entry in skipped:
+                heapq.heappush(front.heap, entry)
+        # Spaces with numeric decisions have neighbours only along categorical ones.
+        assert front.best is not None
+        return self.fresh_mutation(front.best[2], hist, rng)
