@@ -140,6 +140,12 @@ class SearchSpace(ABC):
         raise ConfigError(f"search space {self.name!r} does not support weight sharing (it has "
                           "no shared_builder); built-in spaces that do: nb201, dag")
 
+    def active_decisions(self, arch: Architecture) -> dict[str, BaseDistribution]:
+        """The decisions ``arch`` holds, in order: every decision of :meth:`distributions`
+        (the default), or, in a space with conditional decisions (a define-by-run space), only
+        those its network uses; the others are neither stored nor mutated."""
+        return self.distributions()
+
     # -- optional capabilities: each default declines ------------------------------------
     def has_shared_weights(self) -> bool:
         """Whether the space overrides :meth:`shared_builder` (supports weight sharing)."""

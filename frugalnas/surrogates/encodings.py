@@ -48,8 +48,13 @@ class OneHotEncoding(Encoding):
 
     def encode_one(self, arch: Architecture) -> np.ndarray:
         out: list[float] = []
+        decisions = arch.decisions
         for key, dist in self.space.distributions().items():
-            value = arch[key]
+            if key not in decisions:  # an inactive conditional decision: all zeros
+                out.extend([0.0] * (len(dist.choices) if isinstance(
+                    dist, CategoricalDistribution) else 1))
+                continue
+            value = decisions[key]
             if isinstance(dist, CategoricalDistribution):
                 out.extend(1.0 if value == c else 0.0 for c in dist.choices)
             elif isinstance(dist, (IntDistribution, FloatDistribution)):
