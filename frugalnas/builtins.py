@@ -21,4 +21,5 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "progress": "frugalnas.progress",
     "export": "frugalnas.export",
     "multiobjective": "frugalnas.multiobjective",
+    "launchers": "frugalnas.launchers",
 }

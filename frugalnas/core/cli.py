@@ -210,6 +210,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     host = host_for(config)
     resolved = plan(config, run, host)
     heartbeat = _run_heartbeat(args, run.get("storage"))
+    from frugalnas.core.launcher import prepare_launch
+
+    launch = prepare_launch(host, config, run, heartbeat=heartbeat, grace=args.grace,
+                            isolate=args.isolate)
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
@@ -248,8 +252,11 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{planned} more trial(s); n_trials = {n_trials} is only an upper bound",
               file=sys.stderr, flush=True)
     done = len(study.completed_trials())
-    study.optimize(n_trials=n_trials, timeout=run.get("timeout"), n_jobs=run.get("n_jobs", 1),
-                   isolate=args.isolate)
+    if launch is not None:  # the trials run on the launcher's workers, not in this process
+        launch.run(study.name, done + n_trials)
+    else:
+        study.optimize(n_trials=n_trials, timeout=run.get("timeout"),
+                       n_jobs=run.get("n_jobs", 1), isolate=args.isolate)
     completed = len(study.completed_trials()) - done
     print(f"study {study.name!r}: {completed} trial(s) completed this run, "
           f"{len(study.trials)} in total")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from frugalnas.core.architecture import Architecture
     from frugalnas.core.config import StudyConfig
     from frugalnas.core.exported import ExportedNetwork
+    from frugalnas.core.launcher import Launcher
     from frugalnas.core.plugins import PluginHost
     from frugalnas.core.secrets import OptionRoles
     from frugalnas.core.study import Study
@@ -93,6 +94,13 @@ def frugalnas_pruners() -> dict[str, Factory]:
     study calls with each intermediate objective vector."""
 
 
+@hookspec
+def frugalnas_launchers() -> dict[str, Factory]:
+    """Return ``{name: factory}``; ``factory(**options)`` returns a
+    :class:`frugalnas.core.launcher.Launcher`, which runs a study's trials on many worker
+    processes (local processes, a Dask cluster, a batch system) that share its storage."""
+
+
 # -- configuration and commands ----------------------------------------------------------
 @hookspec
 def frugalnas_check_config(config: StudyConfig, host: PluginHost) -> None:
@@ -121,6 +129,14 @@ def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -
     """Turn the flags added in :func:`frugalnas_run_arguments` into study settings: update
     ``settings`` (``StudyConfig`` fields as a dict, e.g. ``plugin_options`` or
     ``disable_plugins``) in place."""
+
+
+@hookspec
+def frugalnas_launcher(config: StudyConfig, host: PluginHost) -> Launcher | None:
+    """Return the launcher (a component of ``host``'s ``launchers`` registry) that runs this
+    ``frugalnas run``'s trials on worker processes, as this plugin's own run options ask
+    (such as ``--cluster``), or ``None`` (the trials run in the ``run`` process). At most one
+    plugin may answer. ``run`` calls the launcher's ``check`` before anything is written."""
 
 
 @hookspec

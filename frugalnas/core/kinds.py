@@ -39,6 +39,7 @@ ALL_KINDS: tuple[Kind, ...] = (
     Kind("backends", "backend", "backend"),
     Kind("datasets", "dataset", "dataset"),
     Kind("pruners", "pruner", "pruner"),
+    Kind("launchers", "launcher"),
 )
 
 _BY_NAME: dict[str, Kind] = {k.name: k for k in ALL_KINDS}
