@@ -242,6 +242,15 @@ class Estimator(ABC):
         architectures of ``space``. Studies call it before the first trial; the default
         accepts every space."""
 
+    def known_metrics(self, arch: Architecture, space: SearchSpace) -> Mapping[str, float]:
+        """The metrics of ``arch`` this estimator can give *without* evaluating it (a latency
+        or size table, a cheap predictor), by the names an evaluation reports them under (a
+        metric or a ``Cost`` field such as ``params``). Each value must equal what
+        :meth:`evaluate` reports for the same architecture. A constrained study hands these to
+        its strategy (``StrategyServices.known_constraints``), which can then propose only
+        architectures that meet the constraints. The default knows nothing."""
+        return {}
+
     @abstractmethod
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         """Score ``arch``; higher is better unless the study says otherwise. ``context`` is

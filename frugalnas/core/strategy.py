@@ -36,7 +36,8 @@ look for other attributes. A plain optuna sampler has none of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -58,11 +59,18 @@ class StrategyServices:
 
     ``log_metrics(metrics, step)`` reports study-level metrics (surrogate quality, training
     curves) to the study's plugins; ``load_dataset()`` is the study's dataset (``None`` when
-    the study has none); ``backend()`` is the study's training backend."""
+    the study has none); ``backend()`` is the study's training backend.
+
+    ``known_constraints(arch)``: in a study with constraints, each constraint's
+    ``value - bound`` for ``arch`` (<= 0: met), in constraint-name order (sorted, the order of
+    a trial's recorded constraints), when the study's estimator knows every constrained metric
+    before evaluating (:meth:`~frugalnas.core.estimator.Estimator.known_metrics`); ``None``
+    when it does not. The field is ``None`` in a study without constraints."""
 
     log_metrics: Callable[[dict[str, float], int], None]
     load_dataset: Callable[[], Dataset] | None
     backend: Callable[[], Backend]
+    known_constraints: Callable[[Architecture], tuple[float, ...] | None] | None = None
 
 
 class Strategy(optuna.samplers.BaseSampler):
@@ -137,12 +145,33 @@ def shared_states(sampler: optuna.samplers.BaseSampler) -> dict[type, Any]:
     return found
 
 
+def known_constraint_margins(known: Mapping[str, float], constraints: Mapping[str, float]
+                             ) -> tuple[float, ...] | None:
+    """``value - bound`` of each constraint (sorted by name) from the ``known`` metrics of an
+    architecture; ``None`` unless every constrained metric is known and finite."""
+    margins = []
+    for name in sorted(constraints):
+        value = known.get(name)
+        if value is None or not math.isfinite(float(value)):
+            return None
+        margins.append(float(value) - float(constraints[name]))
+    return tuple(margins)
+
+
 def services_of(study: Study) -> StrategyServices:
     """The services a frugalnas :class:`~frugalnas.core.study.Study` lends its strategy."""
+    constraints = dict(study.config.constraints)
+
+    def known_constraints(arch: Architecture) -> tuple[float, ...] | None:
+        # The estimator is created on first use, as for a trial.
+        return known_constraint_margins(study.estimator.known_metrics(arch, study.space),
+                                        constraints)
+
     return StrategyServices(
         log_metrics=study.log_metrics,
         load_dataset=study.load_dataset if study.config.dataset is not None else None,
-        backend=lambda: study.backend)
+        backend=lambda: study.backend,
+        known_constraints=known_constraints if constraints else None)
 
 
 def bind(sampler: optuna.samplers.BaseSampler, study: Study) -> None:

@@ -245,6 +245,9 @@ def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirecti
 
 
 _S = TypeVar("_S", bound="ArchSampler")
+#: Random feasible draws among which the initial design takes the one nearest the boundary
+#: (known constraints, active boundary).
+INITIAL_SCREEN = 10
 
 
 class ArchSampler(Strategy):
@@ -282,6 +285,9 @@ class ArchSampler(Strategy):
         self._onehot = OneHotEncoding(space)
         self._onehot_rows: dict[str, np.ndarray] = {}
         self._cmodel: tuple[tuple[int, ...], ConstraintModel] | None = None
+        self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
+        self._known_margins: dict[str, tuple[float, ...] | None] = {}
+        self._knows: bool | None = None
         self.space, self.seed, self.n_init = space, int(seed), int(n_init)
         self.warm_start_proxy = warm_start_proxy
         self.warm_start_pool = int(warm_start_pool)
@@ -306,8 +312,10 @@ class ArchSampler(Strategy):
 
     # -- frugalnas's strategy protocol ---------------------------------------------------
     def bind(self, services: StrategyServices) -> None:
-        """Report study-level metrics (surrogate quality, ...) to the study."""
+        """Report study-level metrics (surrogate quality, ...) to the study; use the
+        constraint values the study's estimator knows before evaluating, if any."""
         self.report = services.log_metrics
+        self._known, self._known_margins, self._knows = services.known_constraints, {}, None
 
     def propose(self, study: optuna.Study, trial: FrozenTrial, k: int) -> list[Architecture]:
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
@@ -334,7 +342,7 @@ class ArchSampler(Strategy):
     def _next(self, study: optuna.Study, trial: FrozenTrial, hist: History,
               rng: random.Random) -> Architecture:
         if len(hist) < self.n_init:
-            return self.initial(hist, rng)
+            return self.initial(hist, rng, study)
         return self.choose(study, trial, hist, rng)
 
     # -- optuna's sampler API ------------------------------------------------------------
@@ -363,13 +371,25 @@ class ArchSampler(Strategy):
         prefer ones not in ``hist.seen``."""
         raise NotImplementedError
 
-    def initial(self, hist: History, rng: random.Random) -> Architecture:
-        """An unseen architecture of the initial design (random, or proxy-ranked)."""
+    def initial(self, hist: History, rng: random.Random,
+                study: optuna.Study | None = None) -> Architecture:
+        """An unseen architecture of the initial design (random, or proxy-ranked); with known
+        constraints one that meets them, and once the boundary is active
+        (:meth:`boundary_is_active`, given ``study``) the one nearest the boundary of
+        ``INITIAL_SCREEN`` random feasible draws."""
         if self.warm_start_proxy is not None:
             for arch in self.warm_pool():
-                if arch.key not in hist.seen:
+                if arch.key not in hist.seen and self.known_feasible(arch) is not False:
                     return arch
-        return self.fresh_random(hist, rng)
+        arch = self.fresh_random(hist, rng)
+        if (study is None or not self.constraints_known() or self.screen_size == 1
+                or not self.boundary_is_active(study, hist)):
+            return arch
+        draws = {arch.key: arch}
+        for _ in range(INITIAL_SCREEN - 1):
+            other = self.fresh_random(History(seen=hist.seen | set(draws)), rng)
+            draws.setdefault(other.key, other)
+        return self.prefer_feasible(study, hist, list(draws.values()))
 
     def warm_pool(self) -> list[Architecture]:
         """``warm_start_pool`` random architectures (fixed by the seed), best proxy score first."""
@@ -390,29 +410,99 @@ class ArchSampler(Strategy):
         return self._warm
 
     def fresh_random(self, hist: History, rng: random.Random, tries: int = 1000) -> Architecture:
-        """A random architecture not proposed before (any one if the space is exhausted)."""
+        """A random architecture not proposed before (any one if the space is exhausted);
+        with known constraints, one known to meet them while ``tries`` draws find one."""
         arch = self.space.sample(rng)
+        unseen: Architecture | None = None
         for _ in range(tries):
             if arch.key not in hist.seen:
-                return arch
+                if self.known_feasible(arch) is not False:
+                    return arch
+                unseen = unseen or arch
             arch = self.space.sample(rng)
-        return arch
+        return unseen or arch
 
     def fresh_mutation(self, parent: Architecture, hist: History, rng: random.Random,
                        avoid: set[str] = frozenset(), tries: int = 30) -> Architecture:
         """A mutation of ``parent`` never proposed before: random mutations first, then any
-        unseen neighbour, then a random unseen architecture."""
+        unseen neighbour, then a random unseen architecture. With known constraints (the
+        study's estimator knows the constrained metrics, :meth:`known_feasible`) it repairs:
+        it mutates until a child meets them (``tries`` mutations, then the unseen neighbours
+        that meet them); when none does, the unseen child that violates them least."""
         blocked = hist.seen | set(avoid)
+        infeasible: list[Architecture] = []
         for _ in range(tries):
             child = self.space.mutate(parent, rng)
             if child.key not in blocked:
-                return child
+                if self.known_feasible(child) is not False:
+                    return child
+                infeasible.append(child)
         fresh = [n for n in self.space.neighbours(parent) if n.key not in blocked]
+        if infeasible or (fresh and self.constraints_known()):
+            ok = [n for n in fresh if self.known_feasible(n) is not False]
+            if ok:
+                return rng.choice(ok)
+            fallback = infeasible + fresh
+            return min(fallback, key=lambda a: self.known_excess(hist, a))
         if fresh:
             return rng.choice(fresh)
         return self.fresh_random(History(seen=blocked), rng)
 
     # -- constraints ---------------------------------------------------------------------
+    def known_margins(self, arch: Architecture) -> tuple[float, ...] | None:
+        """``value - bound`` of each of the study's constraints for ``arch`` (constraint-name
+        order), known without evaluating it (``StrategyServices.known_constraints``);
+        ``None`` when the study's estimator does not know them, or outside a study."""
+        if self._known is None:
+            return None
+        if arch.key not in self._known_margins:
+            self._known_margins[arch.key] = self._known(arch)
+        return self._known_margins[arch.key]
+
+    def known_feasible(self, arch: Architecture) -> bool | None:
+        """Whether ``arch`` is known to meet every constraint (``None``: not known)."""
+        margins = self.known_margins(arch)
+        return None if margins is None else all(d <= 0 for d in margins)
+
+    def constraints_known(self) -> bool:
+        """Whether the study's estimator knows the constrained metrics before evaluating (asked
+        once per binding, of one fixed architecture of the space)."""
+        if self._knows is None:
+            self._knows = (self._known is not None
+                           and self.known_margins(self.space.sample(random.Random(0))) is not None)
+        return self._knows
+
+    def known_margin_rows(self, candidates: Sequence[Architecture]) -> np.ndarray | None:
+        """The known margins of every candidate, one row each; ``None`` unless all are
+        known."""
+        rows = [self.known_margins(a) for a in candidates]
+        if not rows or any(r is None for r in rows):
+            return None
+        return np.asarray(rows, dtype=float)
+
+    def known_excess(self, hist: History, arch: Architecture) -> float:
+        """How far ``arch`` is known to lie outside the feasible region: its positive margins
+        in units of each constraint's spread over the history (``inf``: not known)."""
+        margins = self.known_margins(arch)
+        if margins is None:
+            return math.inf
+        scale = self._margin_scale(hist, len(margins))
+        return float(sum(max(0.0, d) / s for d, s in zip(margins, scale)))
+
+    def _margin_scale(self, hist: History, width: int) -> np.ndarray:
+        """Each constraint's spread (std of ``value - bound``) over the evaluated trials that
+        recorded it; 1 where there are fewer than two such trials."""
+        rows = [d for d in hist.constraint_diffs if len(d) == width]
+        if len(rows) < 2:
+            return np.ones(width)
+        spread = np.asarray(rows, dtype=float).std(0)
+        return np.where(spread > 0, spread, 1.0)
+
+    def screens(self, hist: History) -> bool:
+        """Whether candidates are screened for feasibility: the study's estimator knows the
+        constrained metrics, or the constraint model applies (:meth:`constrained`)."""
+        return self.constraints_known() or self.constrained(hist)
+
     def constrained(self, hist: History) -> bool:
         """Whether the constraint model applies: the option is on and some evaluated trial
         violated a constraint (before that, every candidate looks feasible)."""
@@ -423,7 +513,13 @@ class ArchSampler(Strategy):
         """For each candidate: the predicted probability that it meets every constraint, and
         its predicted largest margin in units of each constraint's spread
         (``max((value - bound) / std)``: < 0 inside the feasible region, about 0 at the
-        boundary). ``None`` when :meth:`constrained` is false."""
+        boundary). Known constraint values (:meth:`known_margins`) give both exactly
+        (probability 0 or 1); otherwise the constraint model predicts them, and the answer is
+        ``None`` when :meth:`constrained` is false."""
+        known = self.known_margin_rows(candidates)
+        if known is not None:
+            scale = self._margin_scale(hist, known.shape[1])
+            return (known <= 0).all(1).astype(float), (known / scale).max(1)
         if not self.constrained(hist) or not candidates:
             return None
         model, scale = self._constraint_model(hist)
@@ -435,7 +531,8 @@ class ArchSampler(Strategy):
                             candidates: Sequence[Architecture]) -> list[int]:
         """For a wrapper choosing among :meth:`propose`'s candidates (the pre-screen): the
         indices of those it may choose from given the study's history at ``trial``, by
-        :meth:`predicted_feasible`; all of them when :meth:`constrained` is false."""
+        :meth:`predicted_feasible` (exact with known constraints); all of them when nothing
+        is known and :meth:`constrained` is false."""
         with self._proposing:
             hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
                                 finished=self._finished)
@@ -505,7 +602,7 @@ class ArchSampler(Strategy):
         """A fresh mutation of ``parent`` (:meth:`fresh_mutation`); with a constraint model,
         ``screen_size`` distinct ones and the one :meth:`prefer_feasible` picks."""
         child = self.fresh_mutation(parent, hist, rng, avoid)
-        if not self.constrained(hist) or self.screen_size == 1:
+        if not self.screens(hist) or self.screen_size == 1:
             return child
         children = {child.key: child}
         for _ in range(self.screen_size - 1):
@@ -516,8 +613,11 @@ class ArchSampler(Strategy):
     def fitness(self, study: optuna.Study, values: Sequence[Sequence[float]],
                 violations: Sequence[float] | None = None) -> np.ndarray:
         """Higher is better; infeasible trials (``violations`` > 0) penalised by
-        ``violation_penalty`` (:func:`fitness`)."""
-        return fitness(values, study.directions, violations, self.violation_penalty)
+        ``violation_penalty`` (:func:`fitness`). With known constraints, feasibility first
+        (Deb's rule, an infinite penalty): a repairing strategy needs no infeasible parent to
+        reach the boundary."""
+        penalty = math.inf if self.constraints_known() else self.violation_penalty
+        return fitness(values, study.directions, violations, penalty)
 
     def emit(self, study: optuna.Study, trial: FrozenTrial, metrics: dict[str, float],
              step: int) -> None:

@@ -52,13 +52,16 @@ class LocalSearchSampler(ArchSampler):
             return self._frontier_choice(study, hist, rng)
         fit = self.fitness(study, hist.values, hist.violations)
         order = sorted(range(len(hist)), key=lambda i: (-fit[i], hist.numbers[i]))
-        for i in order:
-            fresh = [n for n in self.space.neighbours(hist.archs[i]) if n.key not in hist.seen]
-            if fresh:
-                if not self.constrained(hist):
-                    return rng.choice(fresh)
-                rng.shuffle(fresh)
-                return self.prefer_feasible(study, hist, fresh)
+        # With known constraints, first over the neighbours known to meet them only.
+        for only_feasible in ((True, False) if self.constraints_known() else (False,)):
+            for i in order:
+                fresh = [n for n in self.space.neighbours(hist.archs[i]) if n.key not in hist.seen
+                         and not (only_feasible and self.known_feasible(n) is False)]
+                if fresh:
+                    if not self.screens(hist):
+                        return rng.choice(fresh)
+                    rng.shuffle(fresh)
+                    return self.prefer_feasible(study, hist, fresh)
         # Spaces with numeric decisions have neighbours only along categorical ones.
         return self.fresh_mutation(hist.archs[order[0]], hist, rng)
 
@@ -66,7 +69,8 @@ class LocalSearchSampler(ArchSampler):
         """Whether a trial's rank follows from its own value alone (one objective, nothing
         known of constraints, no violation so far): then :meth:`_frontier_choice` chooses as
         the full scan would, at a cost that does not grow with the study."""
-        return len(study.directions) == 1 and not hist.any_violation()
+        return (len(study.directions) == 1 and not self.constraints_known()
+                and not hist.any_violation())
 
     def _frontier_choice(self, study: optuna.Study, hist: History,
                          rng: random.Random) -> Architecture:

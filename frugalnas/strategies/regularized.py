@@ -38,10 +38,15 @@ class RegularizedEvolutionSampler(ArchSampler):
         self.population_size, self.sample_size = int(population_size), int(sample_size)
 
     def population(self, study: optuna.Study, hist: History) -> tuple[list[Architecture], list[float]]:
-        archs = hist.archs[-self.population_size:]
-        fit = self.fitness(study, hist.values[-self.population_size:],
-                           hist.violations[-self.population_size:])
-        return archs, list(fit)
+        """The last ``population_size`` completed trials and their fitness; with known
+        constraints, the last ``population_size`` feasible ones (while there are any)."""
+        rows = list(range(len(hist)))
+        if self.constraints_known():
+            rows = [i for i in rows if hist.violations[i] <= 0] or rows
+        rows = rows[-self.population_size:]
+        fit = self.fitness(study, [hist.values[i] for i in rows],
+                           [hist.violations[i] for i in rows])
+        return [hist.archs[i] for i in rows], list(fit)
 
     def tournament(self, archs: list[Architecture], fit: list[float], rng: random.Random) -> Architecture:
         idx = rng.sample(range(len(archs)), min(self.sample_size, len(archs)))

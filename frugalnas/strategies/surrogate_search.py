@@ -85,7 +85,9 @@ class SurrogateMixin:
         strategy's constraint model (ridge regression of each constraint's margin,
         :meth:`ArchSampler.constraint_prediction`);
         with ``constraint_model=False`` from a second surrogate of the study's kind fitted on
-        the largest scaled margin."""
+        the largest scaled margin. When the study's estimator knows the constrained metrics
+        (:meth:`ArchSampler.known_margins`), the candidates known to meet them go first by
+        acquisition and the others follow by their known violation; nothing is predicted."""
         constrained = any(v > 0 for v in hist.violations)
         y = self.fitness(study, hist.values)
         key = (trial.number, len(hist))
@@ -105,6 +107,11 @@ class SurrogateMixin:
         feasible = np.asarray(hist.violations) <= 0
         best = float(np.max(y[feasible])) if feasible.any() else float(np.min(y))
         acq = acquisition(self.acquisition, mean, std, best=best, kappa=self.kappa, rng=draws)
+        known = self.known_margin_rows(candidates)
+        if known is not None:  # exact: the candidates known to be feasible first
+            ok = (known <= 0).all(1)
+            excess = np.maximum(known / self._margin_scale(hist, known.shape[1]), 0.0).sum(1)
+            return np.where(ok, acq, float(np.min(acq)) - 1.0 - excess)
         if not constrained:
             return acq
         if margin_model is not None:

@@ -7,10 +7,10 @@ import dataclasses
 import math
 import numbers
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from frugalnas.testing._suite import Suite, close, describe
+from frugalnas.testing._suite import SkipCheck, Suite, close, describe
 
 
 #: Measured costs that cannot be 0 (an evaluation takes time; a network has parameters);
@@ -25,8 +25,9 @@ def _real(value: Any) -> bool:
 class EstimatorChecks(Suite):
     """The estimator contract: honest declarations (``provides``, ``measures``,
     ``needs_dataset``, ``objective_names()``), an :class:`EstimateResult` with a finite value,
-    every declared metric and every measured cost, no dataset use when it declares none, and
-    the same score for the same architecture and seed.
+    every declared metric and every measured cost, no dataset use when it declares none,
+    the same score for the same architecture and seed, and metrics it declares known before
+    evaluation (``known_metrics``) equal to the evaluated ones.
 
     Without ``study`` the estimator scores an architecture of ``space`` in a bare
     :class:`TrialContext` (``backend``, ``dataset``, ``seed``, no study or trial). With
@@ -36,7 +37,7 @@ class EstimatorChecks(Suite):
 
     kind = "estimators"
     checks = ("check_declarations", "check_evaluate", "check_needs_dataset",
-              "check_reproducible")
+              "check_reproducible", "check_known_metrics")
 
     def __init__(self, estimator: Any, space: Any = None, *, name: str | None = None,
                  dataset: Any = None, backend: Any = None, seed: int = 0,
@@ -198,6 +199,47 @@ class EstimatorChecks(Suite):
             if a is not None and b is not None and not close(float(a), float(b)):
                 self.fail(f"two fresh estimators gave metric {name!r} = {a!r} and {b!r} for "
                           f"{arch} with the same seed")
+
+
+    def check_known_metrics(self) -> None:
+        """What ``known_metrics`` gives before evaluation is what the evaluation reports (a
+        strategy proposes by it; skipped for an estimator that knows nothing beforehand)."""
+        from frugalnas.core.estimator import TrialContext
+
+        est = self._subject_estimator()
+        if self.study_factory is not None:
+            study = self.study_factory()
+            candidate = study.ask()
+            arch, space = candidate.architecture, study.space
+            known = est.known_metrics(arch, space)
+            context = study.context(candidate.trial)
+        else:
+            arch, space = self.space.sample(random.Random(self.seed)), self.space
+            known = est.known_metrics(arch, space)
+            data = self.dataset
+            context = TrialContext(space=space, backend=self.backend, seed=self.seed,
+                                   dataset_loader=lambda: data)
+        if not isinstance(known, Mapping):
+            self.fail(f"known_metrics({arch}) returned {known!r}; expected a mapping of "
+                      "metric names to numbers")
+        if not known:
+            raise SkipCheck(f"{type(est).__name__} knows no metric before evaluating")
+        for key, value in known.items():
+            if not isinstance(key, str) or not _real(value) or not math.isfinite(value):
+                self.fail(f"known_metrics({arch}) gave {key!r}={value!r}; expected metric "
+                          "names mapped to finite numbers")
+        result = est.evaluate(arch, context)
+        for key, value in known.items():
+            try:
+                evaluated = result.objective(key)
+            except KeyError:
+                self.fail(f"known_metrics({arch}) gives {key!r}, which evaluate() does not "
+                          f"report (metrics: {sorted(result.metrics)}); a constraint on it "
+                          "would be met before evaluation and fail after")
+            if not close(float(value), float(evaluated)):
+                self.fail(f"known_metrics({arch}) gives {key}={value!r}, but evaluate() "
+                          f"reports {evaluated!r}; a strategy trusting it would propose "
+                          "architectures that break the study's constraints")
 
 
 def check_estimator(estimator: Any, space: Any = None, *, dataset: Any = None,

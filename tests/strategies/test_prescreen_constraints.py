@@ -14,6 +14,8 @@ SMALL = {"N": 1, "C": 8}
 def constrained_prescreen(constraint_model: bool, bound: float) -> frugalnas.Study:
     study = frugalnas.create_study(
         space_options=SMALL, estimator="nb201-table", dataset=None, seed=3,
+        # params known only once evaluated: the inner strategy's model predicts feasibility
+        estimator_options={"known_hardware": False},
         constraints={"params": bound}, disable_plugins=["mlflow", "progress"],
         strategy="prescreen",
         strategy_options={"inner": "regularized-evolution", "proxy": "params", "k": 8,

@@ -64,10 +64,12 @@ class NB201Data:
     def metrics(self, index: int) -> dict[str, float]:
         """Every metric of one cell, named as the estimator names them."""
         out = {"valid_accuracy_cifar10": float(self.valid_accuracy_cifar10[index])}
-        out.update({f"test_accuracy_{name}": float(self.test_accuracy[index, i])
-                    for i, name in enumerate(TABLE_DATASETS)})
-        out.update({f"latency_ms_{d}": float(self.latency_ms[index, i])
-                    for i, d in enumerate(self.latency_devices)})
+        # One conversion per row (tolist), not one per value: the table estimator's trial
+        # costs about as much as optuna's own bookkeeping.
+        out.update(zip([f"test_accuracy_{name}" for name in TABLE_DATASETS],
+                       self.test_accuracy[index].tolist()))
+        out.update(zip([f"latency_ms_{d}" for d in self.latency_devices],
+                       self.latency_ms[index].tolist()))
         return out
 
 
@@ -96,7 +98,10 @@ def nb201_table() -> np.ndarray:
 class NB201TableEstimator(Estimator):
     """Looks an NB201 cell up in the benchmark table: ``value`` is the accuracy selected on
     (CIFAR-10 validation by default), every accuracy and the 27 device latencies are metrics,
-    and the cost carries the benchmark network's params and forward FLOPs."""
+    and the cost carries the benchmark network's params and forward FLOPs. The latencies, params
+    and FLOPs are known before any evaluation (:meth:`known_metrics`), so a constrained study's
+    strategy can propose only cells that meet the constraints; ``known_hardware=False``
+    withholds them until the evaluation."""
 
     name = "nb201-table"
     needs_dataset = False
@@ -104,7 +109,7 @@ class NB201TableEstimator(Estimator):
     measures = ("seconds", "epochs", "params", "flops")
 
     def __init__(self, dataset: str = "cifar10", select_on: str = "valid",
-                 simulated_epochs: float = 200.0):
+                 simulated_epochs: float = 200.0, known_hardware: bool = True):
         check_choice("nb201-table dataset", dataset, TABLE_DATASETS)
         check_choice("nb201-table select_on", select_on, SELECT_ON)
         if select_on == "valid" and dataset not in VALID_DATASETS:
@@ -112,7 +117,11 @@ class NB201TableEstimator(Estimator):
                 f"nb201-table has no validation accuracy for dataset {dataset!r} (only for "
                 f"{', '.join(VALID_DATASETS)}); pass select_on='test' to select on its test "
                 "accuracy (the search then selects on the test set), or use dataset='cifar10'")
+        if not isinstance(known_hardware, bool):
+            raise ConfigError(f"invalid nb201-table known_hardware {known_hardware!r}; valid: "
+                              "True, False")
         self.dataset, self.select_on = dataset, select_on
+        self.known_hardware = known_hardware
         self.simulated_epochs = simulated_epochs
         self.value_metric = f"{select_on}_accuracy_{dataset}"
 
@@ -123,6 +132,24 @@ class NB201TableEstimator(Estimator):
                 f"score architectures of search space {space.name!r}; use space='nb201', or an "
                 "estimator that works on any space (train, low-fidelity, a proxy such as "
                 "synflow)")
+
+    def known_metrics(self, arch: Architecture, space: SearchSpace) -> dict[str, float]:
+        """The table's hardware columns of ``arch``, known before any evaluation: the 27
+        device latencies (``latency_ms_<device>``) and the benchmark network's ``params`` and
+        ``flops`` for the estimator's dataset (the values :meth:`evaluate` reports). With
+        ``known_hardware=False`` nothing (they are known only once evaluated, as a measured
+        latency would be)."""
+        if not self.known_hardware:
+            return {}
+        table_space = space if isinstance(space, NB201Space) else NB201Space()
+        data = nb201_data()
+        index = table_space.index(arch)
+        col = TABLE_DATASETS.index(self.dataset)
+        known = {f"latency_ms_{d}": float(data.latency_ms[index, i])
+                 for i, d in enumerate(data.latency_devices)}
+        known["params"] = float(int(data.params[index, col]))
+        known["flops"] = float(data.flops[index, col])
+        return known
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         start = time.perf_counter()

@@ -246,10 +246,12 @@ def create_runs(tracker: Any, runs: Sequence[TrialRun]) -> list[str]:
         for run in runs:
             ids.append(write(tracker, run, []))
             tracker.writer.progressed()
+        tracker.counters["create_batches"] += len(runs)
         return ids
     ids = []
     for k in range(0, len(runs), CREATE_BATCH):
         ids += _insert_runs(tracker, store, runs[k:k + CREATE_BATCH])
+        tracker.counters["create_batches"] += 1
         tracker.writer.progressed(len(runs[k:k + CREATE_BATCH]))
     return ids
 

@@ -340,8 +340,9 @@ class StudyTracker:
         # failed here as stale) may have a half-written run, looked up by its number.
         self.mine: set[int] = set()
         self.reconciliations_seen: Any = None
-        #: Searches of MLflow for runs, and runs written (the writer's bookkeeping).
-        self.counters = {"searches": 0, "created": 0, "completed": 0}
+        #: Searches of MLflow for runs, runs the writer created or completed, and the
+        #: transactions (or single runs, off a SQL store) that created runs.
+        self.counters = {"searches": 0, "created": 0, "completed": 0, "create_batches": 0}
         self.review = StudyReview(study.config.objectives, list(study.directions))
         self.status = "FINISHED"
         self.lost = ""

@@ -1,0 +1,214 @@
+"""Constraints an estimator knows before evaluating (``Estimator.known_metrics``): the study
+hands them to its strategy (``StrategyServices.known_constraints``), and frugalnas's
+strategies then propose only architectures that meet them; without the capability they fall
+back on the learned constraint model."""
+
+import math
+import random
+
+import numpy as np
+import optuna
+import pytest
+
+import frugalnas
+from frugalnas.core.strategy import known_constraint_margins, services_of
+from frugalnas.spaces.nb201.space import NB201Space
+from frugalnas.spaces.nb201.table import NB201TableEstimator, nb201_data
+from frugalnas.testing import ConformanceError, check_estimator
+
+OFF = {"disable_plugins": ["mlflow", "progress"]}
+PIXEL3 = {"latency_ms_pixel3": 10.0}
+# pixel3 <= 10 ms and at most 300,000 parameters: about a third of the cells
+TWO = {"latency_ms_pixel3": 10.0, "params": 300_000.0}
+CHEAP = {"surrogate-evolution": {"quality_every": 0, "n_candidates": 8,
+                                 "surrogate_options": {"n_models": 2, "n_estimators": 20}},
+         "bananas": {"quality_every": 0, "n_candidates": 20,
+                     "surrogate_options": {"n_models": 2, "epochs": 20}}}
+
+
+def table_study(strategy: str, constraints: dict, seed: int = 0, **kwargs) -> frugalnas.Study:
+    return frugalnas.create_study(strategy=strategy, estimator="nb201-table", dataset=None,
+                                  seed=seed, constraints=constraints,
+                                  strategy_options=CHEAP.get(strategy, {}), **OFF, **kwargs)
+
+
+def feasible_cells(constraints: dict) -> np.ndarray:
+    data = nb201_data()
+    ok = np.ones(len(data.valid_accuracy_cifar10), dtype=bool)
+    for name, bound in constraints.items():
+        column = data.params[:, 0] if name == "params" else \
+            data.latency(name.removeprefix("latency_ms_"))
+        ok &= column <= bound
+    return ok
+
+
+def test_the_table_knows_its_hardware_columns_as_evaluate_reports_them():
+    space, estimator = NB201Space(), NB201TableEstimator()
+    context = frugalnas.TrialContext(space=space, backend=None, seed=0)
+    for seed in range(5):
+        arch = space.sample(random.Random(seed))
+        known = estimator.known_metrics(arch, space)
+        result = estimator.evaluate(arch, context)
+        assert {"latency_ms_pixel3", "latency_ms_raspi4", "params", "flops"} <= set(known)
+        assert "valid_accuracy_cifar10" not in known  # the objective is never known beforehand
+        for name, value in known.items():
+            assert value == pytest.approx(result.objective(name))
+
+
+def test_margins_follow_the_constraint_names_and_need_every_metric():
+    assert known_constraint_margins({"b": 3.0, "a": 1.0}, {"b": 2.0, "a": 5.0}) == (-4.0, 1.0)
+    assert known_constraint_margins({"a": 1.0}, {"a": 5.0, "b": 2.0}) is None
+    assert known_constraint_margins({"a": math.nan}, {"a": 5.0}) is None
+
+
+def test_the_study_lends_the_known_constraints_to_its_strategy():
+    study = table_study("random", PIXEL3)
+    space = study.space
+    arch = space.sample(random.Random(1))
+    oracle = services_of(study).known_constraints
+    latency = nb201_data().latency("pixel3")[space.index(arch)]
+    assert oracle(arch) == pytest.approx((latency - 10.0,))
+    unconstrained = frugalnas.create_study(estimator="nb201-table", dataset=None, **OFF)
+    assert services_of(unconstrained).known_constraints is None
+
+
+@pytest.mark.parametrize("strategy", ["random", "regularized-evolution", "local-search"])
+def test_strategies_propose_only_known_feasible_cells(strategy):
+    study = table_study(strategy, PIXEL3)
+    study.optimize(40)
+    assert all(t.user_attrs["feasible"] for t in study.trials)
+    # the same strategies without constraints do evaluate cells over the bound
+    free = frugalnas.create_study(strategy=strategy, estimator="nb201-table", dataset=None,
+                                  seed=0, **OFF)
+    free.optimize(40)
+    ok = feasible_cells(PIXEL3)
+    assert not all(ok[free.space.index(t.architecture)] for t in free.trials)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["surrogate-evolution", "bananas"])
+def test_surrogate_strategies_screen_only_known_feasible_candidates(strategy):
+    study = table_study(strategy, PIXEL3)
+    study.optimize(25)
+    assert all(t.user_attrs["feasible"] for t in study.trials)
+
+
+@pytest.mark.parametrize("strategy", ["regularized-evolution", "local-search"])
+def test_two_constraints_at_once(strategy):
+    study = table_study(strategy, TWO, seed=2)
+    study.optimize(40)
+    ok = feasible_cells(TWO)
+    assert all(ok[study.space.index(t.architecture)] for t in study.trials)
+    assert all(t.user_attrs["feasible"] for t in study.trials)
+
+
+def test_proposals_and_the_prescreen_view_are_feasible():
+    study = table_study("regularized-evolution", PIXEL3, seed=4)
+    study.optimize(25)
+    ostudy, sampler = study.optuna_study, study.strategy
+    trial = ostudy.ask()
+    frozen = ostudy.get_trials(deepcopy=False)[-1]
+    archs = sampler.propose(ostudy, frozen, 6)
+    ok = feasible_cells(PIXEL3)
+    assert len(archs) == 6 and all(ok[study.space.index(a)] for a in archs)
+    # a wrapper's feasibility question is answered exactly
+    mixed = [study.space.from_index(int(i)) for i in
+             (np.flatnonzero(ok)[0], np.flatnonzero(~ok)[0], np.flatnonzero(ok)[1])]
+    assert sampler.feasible_candidates(ostudy, frozen, mixed) == [0, 2]
+    ostudy.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def test_optuna_tpe_keeps_its_own_constraint_handling():
+    study = table_study("tpe", PIXEL3, seed=1)
+    study.optimize(30)
+    assert study.best_trial.user_attrs["feasible"]
+    # TPE reads the recorded constraints, not the known ones: it still tries infeasible cells
+    assert not all(t.user_attrs["feasible"] for t in study.trials)
+
+
+class LatencyBlind(frugalnas.Estimator):
+    """The table's look-up without the capability: latency only after evaluating."""
+
+    name = "latency-blind"
+    needs_dataset = False
+    provides = ("latency_ms_pixel3",)
+
+    def evaluate(self, arch, context):
+        index = NB201Space().index(arch)
+        data = nb201_data()
+        return frugalnas.EstimateResult(
+            value=float(data.valid_accuracy_cifar10[index]),
+            metrics={"latency_ms_pixel3": float(data.latency("pixel3")[index])},
+            cost=frugalnas.Cost(seconds=0.001))
+
+
+def conv_count(arch) -> float:
+    return float(sum("conv" in str(op) for op in arch.decisions.values()))
+
+
+class ConvCounter(frugalnas.Estimator):
+    """A third-party estimator that knows one metric, its cell's number of convolutions,
+    before evaluating."""
+
+    name = "conv-counter"
+    needs_dataset = False
+    provides = ("convs",)
+
+    def known_metrics(self, arch, space):
+        return {"convs": conv_count(arch)}
+
+    def evaluate(self, arch, context):
+        index = NB201Space().index(arch)
+        return frugalnas.EstimateResult(
+            value=float(nb201_data().valid_accuracy_cifar10[index]),
+            metrics={"convs": conv_count(arch)}, cost=frugalnas.Cost(seconds=0.001))
+
+
+class ThirdParty:
+    __name__ = "third-party-estimators"
+
+    @frugalnas.hookimpl
+    def frugalnas_estimators(self):
+        return {"latency-blind": LatencyBlind, "conv-counter": ConvCounter}
+
+
+@pytest.mark.parametrize("strategy", ["regularized-evolution", "local-search"])
+def test_without_the_capability_the_learned_model_still_runs(strategy):
+    study = frugalnas.create_study(strategy=strategy, estimator="latency-blind", dataset=None,
+                                   seed=0, constraints=PIXEL3, plugins=[ThirdParty()], **OFF)
+    assert services_of(study).known_constraints(study.space.sample(random.Random(0))) is None
+    study.optimize(40)
+    feasible = [t.user_attrs["feasible"] for t in study.trials]
+    assert len(feasible) == 40 and not all(feasible) and any(feasible[20:])
+    assert study.best_trial.user_attrs["feasible"]
+
+
+@pytest.mark.parametrize("strategy", ["random", "regularized-evolution", "local-search"])
+def test_a_third_party_estimator_declares_known_metrics_through_the_same_port(strategy):
+    study = frugalnas.create_study(strategy=strategy, estimator="conv-counter", dataset=None,
+                                   seed=0, constraints={"convs": 1.0}, plugins=[ThirdParty()],
+                                   **OFF)
+    study.optimize(30)
+    assert all(t.user_attrs["feasible"] for t in study.trials)
+    assert all(conv_count(t.architecture) <= 1 for t in study.trials)
+
+
+def test_the_conformance_check_compares_known_and_evaluated_metrics():
+    space = NB201Space(N=1, C=4)
+    assert "check_known_metrics" in check_estimator(NB201TableEstimator(), space,
+                                                    checks=["check_known_metrics"])
+    assert check_estimator(LatencyBlind(), space, checks=["check_known_metrics"]) == []
+
+    class Lying(ConvCounter):
+        def known_metrics(self, arch, space):
+            return {"convs": conv_count(arch) + 1.0}
+
+    with pytest.raises(ConformanceError, match="known_metrics.*evaluate\\(\\) reports"):
+        check_estimator(Lying(), space, checks=["check_known_metrics"])
+
+    class Unreported(ConvCounter):
+        def known_metrics(self, arch, space):
+            return {"depth": 3.0}
+
+    with pytest.raises(ConformanceError, match="does not report"):
+        check_estimator(Unreported(), space, checks=["check_known_metrics"])
