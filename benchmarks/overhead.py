@@ -54,6 +54,10 @@ def run_frugalnas(n: int, uri: str | None, seed: int) -> tuple[float, float]:
     if uri is not None:  # each trial's run written once, by its own write, not re-created
         reconciled = study.plugin_state["mlflow"]["reconciled"]
         assert not any(reconciled.values()), reconciled
+        assert study.plugin_errors == [], study.plugin_errors  # no write lost or failed
+        # one search of MLflow (when the writer connected), whatever the number of trials
+        counters = study.plugin_state["mlflow"]["counters"]
+        assert counters["searches"] == 1 and counters["created"] == n, counters
     return elapsed / n, cpu / n
 
 
