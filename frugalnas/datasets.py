@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from frugalnas.cifar_batch import read_cifar_batch
-from frugalnas.core.data import Dataset, check_fractions, split_arrays
-from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.data import (Augment, Dataset, ExampleStore, StreamingSource, Part,
+                                 check_fractions, split_arrays, split_indices)
+from frugalnas.core.errors import ConfigError, check_range, one_line
 from frugalnas.core.plugins import hookimpl
 
 
@@ -92,21 +94,108 @@ def check_synthetic(valid_fraction: Any = 0.2, n: Any = 1024, num_classes: Any =
     check_range("noise", noise, 0)
 
 
+def check_streaming(name: str, num_workers: Any = 0, cache: Any = None, pin_memory: Any = None,
+                    crop_padding: Any = 0, flip: Any = False, normalize: Any = True,
+                    limit: Any = None) -> None:
+    """The options of a streamed dataset (image folders, CIFAR)."""
+    for what, value in (("num_workers", num_workers), ("crop_padding", crop_padding)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"invalid {what} {value!r} for dataset {name!r}; expected an "
+                              "integer >= 0")
+    for what, value, optional in (("cache", cache, True), ("pin_memory", pin_memory, True),
+                                  ("flip", flip, False), ("normalize", normalize, False)):
+        if not isinstance(value, bool) and not (optional and value is None):
+            valid = "true, false or none (automatic)" if optional else "true or false"
+            raise ConfigError(f"invalid {what} {value!r} for dataset {name!r}; valid: {valid}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
+        raise ConfigError(f"invalid limit {limit!r} for dataset {name!r}; expected an integer "
+                          ">= 2 (or none: every image)")
+
+
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
+
+
+def _class_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir())
+
+
+def _folder_layout(root: Path) -> tuple[Path, Path | None]:
+    """``(training folder, test folder or None)``: ``root`` itself (one sub-folder per class),
+    or ``root/train`` and ``root/val`` (or ``root/test``) of an ImageNet-style layout."""
+    names = {p.name for p in _class_folders(root)}
+    if "train" in names and names <= {"train", "val", "valid", "test"} and \
+            _class_folders(root / "train"):
+        test = next((root / n for n in ("val", "test") if n in names), None)
+        return root / "train", test
+    return root, None
+
+
+def _read_image(file: Path, size: int, grayscale: bool) -> np.ndarray:
+    """One image as uint8 ``(C, size, size)``; a ConfigError naming the file if unreadable."""
+    from PIL import Image
+
+    try:
+        with Image.open(file) as img:
+            pixels = np.asarray(img.convert("L" if grayscale else "RGB").resize((size, size)),
+                                dtype=np.uint8)
+    except Exception as e:  # Pillow raises OSError, ValueError, SyntaxError... for bad files
+        raise ConfigError(f"dataset 'image-folder': cannot read image {str(file)!r}: "
+                          f"{one_line(e)}") from None
+    return pixels[None] if grayscale else np.ascontiguousarray(pixels.transpose(2, 0, 1))
+
+
+class FolderStore(ExampleStore):
+    """Image files, one sub-folder per class (classes in sorted order); ``decodes`` counts the
+    images this process has decoded."""
+
+    def __init__(self, folder: Path, classes: list[str], grayscale: bool = False):
+        files, labels = [], []
+        for label, cls in enumerate(classes):
+            if (folder / cls).is_dir():
+                found = _image_files(folder / cls)
+                files += found
+                labels += [label] * len(found)
+        self.files, self._labels = files, np.asarray(labels, dtype=np.int64)
+        self.grayscale, self.channels, self.decodes = grayscale, 1 if grayscale else 3, 0
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._labels
+
+    def read(self, index: int, size: int) -> np.ndarray:
+        self.decodes += 1
+        return _read_image(self.files[index], size, self.grayscale)
+
+
 def check_image_folder(path: Any = None, valid_fraction: Any = 0.2, size: Any = 32,
-                       grayscale: Any = False, test_fraction: Any = 0.2) -> None:
-    """The folder exists, has at least 2 class sub-folders and holds an image."""
+                       grayscale: Any = False, test_fraction: Any = None, limit: Any = None,
+                       num_workers: Any = 0, cache: Any = None, pin_memory: Any = None,
+                       crop_padding: Any = 0, flip: Any = False, normalize: Any = True) -> None:
+    """The options, and that the folder exists, has at least 2 class sub-folders, holds an
+    image and that the first image of each class decodes (nothing else is read)."""
     _check_common("image-folder", valid_fraction, None, test_fraction)
     check_range("size", size, 1)
+    if not isinstance(grayscale, bool):
+        raise ConfigError(f"invalid grayscale {grayscale!r} for dataset 'image-folder'; valid: "
+                          "true or false")
+    check_streaming("image-folder", num_workers, cache, pin_memory, crop_padding, flip,
+                    normalize, limit)
     root = _check_path("image-folder", path)
-    classes = sorted(p for p in root.iterdir() if p.is_dir())
+    train, _ = _folder_layout(root)
+    classes = _class_folders(train)
     if len(classes) < 2:
         raise ConfigError(f"dataset 'image-folder': path {str(path)!r} (option path) needs at "
                           f"least 2 class sub-folders, found {[c.name for c in classes]}")
+    found = False
     for cls in classes:
-        if any(f.suffix.lower() in IMAGE_SUFFIXES for f in cls.iterdir()):
-            return
-    raise ConfigError(f"dataset 'image-folder': path {str(path)!r} (option path) holds no "
-                      f"images ({', '.join(IMAGE_SUFFIXES)}) in its class sub-folders")
+        files = _image_files(cls)
+        if files:
+            found = True
+            _read_image(files[0], 4, grayscale)
+    if not found:
+        raise ConfigError(f"dataset 'image-folder': path {str(path)!r} (option path) holds no "
+                          f"images ({', '.join(IMAGE_SUFFIXES)}) in its class sub-folders")
 
 
 def _cifar_files(root: Path) -> list[Path]:
@@ -122,11 +211,12 @@ def _cifar_test_file(root: Path) -> Path | None:
 
 
 def check_cifar(path: Any = None, valid_fraction: Any = 0.1, limit: Any = None,
-                test_fraction: Any = None) -> None:
+                test_fraction: Any = None, resize: Any = None, num_workers: Any = 0,
+                cache: Any = None, pin_memory: Any = None, crop_padding: Any = 0,
+                flip: Any = False, normalize: Any = True) -> None:
     """The directory holds CIFAR python batch files (``data_batch_*`` or ``train``)."""
-    _check_common("cifar", valid_fraction, None, test_fraction)
-    if limit is not None:
-        check_range("limit", limit, 1)
+    _check_common("cifar", valid_fraction, resize, test_fraction)
+    check_streaming("cifar", num_workers, cache, pin_memory, crop_padding, flip, normalize, limit)
     root = _check_path("cifar", path, "no CIFAR batch files (data_batch_* or train): ")
     if _cifar_files(root):
         return
@@ -199,28 +289,49 @@ def synthetic(seed: int = 0, valid_fraction: float = 0.2, n: int = 1024, num_cla
                    test_fraction)
 
 
+def _streamed(name: str, store: ExampleStore, num_classes: int, size: int, seed: int,
+              valid_fraction: float, test_fraction: float, test_store: ExampleStore | None,
+              limit: int | None, first: bool, **options: Any) -> StreamingSource:
+    """A :class:`StreamingSource` over ``store`` split with ``seed`` (``limit``: a seeded
+    choice of that many examples, or with ``first`` the first ones); ``test_store`` (also cut
+    to ``limit``) is the test split when given."""
+    pool = np.arange(len(store))
+    if limit is not None and limit < len(pool):
+        pool = pool[:limit] if first else np.sort(
+            torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed + 1))[:limit].numpy())
+    train, valid, test = split_indices(name, len(pool), valid_fraction, seed, test_fraction)
+    parts = {"train": Part(store, pool[train]), "valid": Part(store, pool[valid])}
+    if test_store is not None:
+        parts["test"] = Part(test_store, np.arange(min(len(test_store), limit or len(test_store))))
+    elif len(test):
+        parts["test"] = Part(store, pool[test])
+    augment = Augment(options.pop("crop_padding"), options.pop("flip"))
+    return StreamingSource(name, parts, num_classes, size, seed=seed, augment=augment, **options)
+
+
 @_checks(check_image_folder)
 def image_folder(path: str, seed: int = 0, valid_fraction: float = 0.2, size: int = 32,
-                 grayscale: bool = False, test_fraction: float = 0.2) -> Dataset:
-    """Images on disk in ``path/CLASS_NAME/*.png|jpg``, resized to ``size x size``."""
-    from PIL import Image
-
-    check_image_folder(path, valid_fraction, size, grayscale, test_fraction)
-    root = Path(path).expanduser()
-    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-    xs, ys = [], []
-    for label, cls in enumerate(classes):
-        for file in sorted((root / cls).iterdir()):
-            if file.suffix.lower() not in IMAGE_SUFFIXES:
-                continue
-            img = Image.open(file).convert("L" if grayscale else "RGB").resize((size, size))
-            arr = np.asarray(img, dtype=np.float32)
-            xs.append(arr[None] if grayscale else arr.transpose(2, 0, 1))
-            ys.append(label)
-    if not xs:
+                 grayscale: bool = False, test_fraction: float | None = None,
+                 limit: int | None = None, num_workers: int = 0, cache: bool | None = None,
+                 pin_memory: bool | None = None, crop_padding: int = 0, flip: bool = False,
+                 normalize: bool = True) -> StreamingSource:
+    """Images on disk in ``path/CLASS_NAME/*.png|jpg`` (or ``path/train/CLASS_NAME`` with
+    ``path/val/CLASS_NAME`` as the test split), read when a batch needs them and resized to
+    ``size x size``."""
+    check_image_folder(path, valid_fraction, size, grayscale, test_fraction, limit, num_workers,
+                       cache, pin_memory, crop_padding, flip, normalize)
+    train_dir, test_dir = _folder_layout(Path(path).expanduser())
+    classes = [c.name for c in _class_folders(train_dir)]
+    store = FolderStore(train_dir, classes, grayscale)
+    if not len(store):
         raise ConfigError(f"image folder {path!r} holds no images (.png, .jpg, .jpeg, .bmp, .gif)")
-    return _finish("image-folder", np.stack(xs), np.array(ys), len(classes), seed, valid_fraction,
-                   None, test_fraction)
+    test_store = FolderStore(test_dir, classes, grayscale) if (
+        test_dir is not None and test_fraction is None) else None
+    fraction = (0.0 if test_store is not None else 0.2) if test_fraction is None else test_fraction
+    return _streamed("image-folder", store, len(classes), size, seed, valid_fraction, fraction,
+                     test_store if test_store is not None and len(test_store) else None, limit,
+                     False, num_workers=num_workers, cache=cache, pin_memory=pin_memory,
+                     crop_padding=crop_padding, flip=flip, normalize=normalize)
 
 
 def _read_cifar(file: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -228,30 +339,59 @@ def _read_cifar(file: Path) -> tuple[np.ndarray, np.ndarray]:
     return read_cifar_batch(file)
 
 
+class CifarStore(ExampleStore):
+    """CIFAR python batch files, read (restricted unpickler) when the source is made and kept
+    as uint8 rows: ``limit`` stops reading files once that many images are in."""
+
+    def __init__(self, files: list[Path], limit: int | None = None):
+        rows, labels = [], []
+        for file in files:
+            x, y = _read_cifar(file)
+            rows.append(np.asarray(x, dtype=np.uint8).reshape(len(x), 3, 32, 32))
+            labels.append(np.asarray(y, dtype=np.int64))
+            if limit is not None and sum(len(r) for r in rows) >= limit:
+                break
+        self.images = np.concatenate(rows)[:limit]
+        self._labels = np.concatenate(labels)[:limit]
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._labels
+
+    def read(self, index: int, size: int) -> np.ndarray:
+        image = self.images[index]
+        if size == 32:
+            return image
+        small = F.interpolate(torch.from_numpy(image[None]).float(), size=(size, size),
+                              mode="bilinear", align_corners=False)
+        return small[0].round().clamp(0, 255).to(torch.uint8).numpy()
+
+
 @_checks(check_cifar)
 def cifar(path: str, seed: int = 0, valid_fraction: float = 0.1, limit: int | None = None,
-          test_fraction: float | None = None) -> Dataset:
+          test_fraction: float | None = None, resize: int | None = None, num_workers: int = 0,
+          cache: bool | None = None, pin_memory: bool | None = None, crop_padding: int = 0,
+          flip: bool = False, normalize: bool = True) -> StreamingSource:
     """CIFAR-10 or CIFAR-100 from the python-version batch files in ``path``
     (``data_batch_*`` or ``train``); nothing is downloaded.
 
     The test split is the official test batch (``test_batch`` or ``test``) when
     ``test_fraction`` is unset (none without that file); a number holds out that fraction of
     the training files instead. ``limit`` keeps the first ``limit`` images of the training
-    files and of the test batch."""
-    check_cifar(path, valid_fraction, limit, test_fraction)
+    files and of the test batch (later files are not read)."""
+    check_cifar(path, valid_fraction, limit, test_fraction, resize, num_workers, cache,
+                pin_memory, crop_padding, flip, normalize)
     root = Path(path).expanduser()
-    parts = [_read_cifar(file) for file in _cifar_files(root)]
-    x, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-    if limit:
-        x, y = x[:limit], y[:limit]
-    test = None
+    store = CifarStore(_cifar_files(root), limit)
     test_file = _cifar_test_file(root) if test_fraction is None else None
-    if test_file is not None:
-        tx, ty = _read_cifar(test_file)
-        test = (tx[:limit].astype(np.float32), ty[:limit]) if limit else (tx.astype(np.float32), ty)
-    num_classes = int(max(y.max(), test[1].max() if test is not None else 0)) + 1
-    return _finish("cifar", x.astype(np.float32), y, num_classes, seed, valid_fraction, None,
-                   test_fraction or 0.0, test)
+    test_store = CifarStore([test_file], limit) if test_file is not None else None
+    num_classes = int(max(store.labels.max(),
+                          test_store.labels.max() if test_store is not None else 0)) + 1
+    # The rows are in memory already: a cache would only copy them.
+    return _streamed("cifar", store, num_classes, resize or 32, seed, valid_fraction,
+                     test_fraction or 0.0, test_store, limit, True, num_workers=num_workers,
+                     cache=False if cache is None else cache, pin_memory=pin_memory,
+                     crop_padding=crop_padding, flip=flip, normalize=normalize)
 
 
 @hookimpl

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from frugalnas.core.backend import Backend
-from frugalnas.core.data import Dataset
+from frugalnas.core.data import DataSource
 from frugalnas.core.errors import ConfigError, TrialFailure, check_range
 
 OPTIMIZERS = ("sgd", "adam")
@@ -129,14 +129,14 @@ def backend_step(backend: Backend, model: Callable[[int], tuple[nn.Module, torch
     return step
 
 
-def train(model: nn.Module, dataset: Dataset, backend: Backend, cfg: TrainConfig, *,
+def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainConfig, *,
           seed: int = 0, on_epoch: Callable[[int, float], None] | None = None) -> TrainReport:
     """Train ``model`` (already prepared by ``backend``) with a cosine schedule.
 
     Fractional ``epochs`` train on that fraction of an epoch's batches. ``on_epoch(epoch,
     mean_loss)`` is called after each full epoch (used for pruning). A non-finite loss raises
     :class:`TrialFailure`."""
-    n_train = len(dataset.train_x)
+    n_train = dataset.num_examples("train")
     if n_train == 0:  # no batch would ever come: the loop would never end
         raise ConfigError(f"cannot train on dataset {dataset.name!r}: its training split is "
                           "empty")
@@ -160,6 +160,18 @@ def train(model: nn.Module, dataset: Dataset, backend: Backend, cfg: TrainConfig
 def accuracy(model: nn.Module, backend: Backend, x: torch.Tensor, y: torch.Tensor) -> float:
     """Top-1 accuracy in percent."""
     logits = backend.predict(model, x)
+    return float((logits.argmax(1) == y).float().mean().item() * 100.0)
+
+
+def split_accuracy(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",
+                   limit: int | None = None) -> float:
+    """Top-1 accuracy in percent on (the first ``limit`` examples of) a split, read through
+    the source's evaluation batches (an in-memory source: one call on the whole split)."""
+    parts = [(backend.predict(model, x), y) for x, y in data.eval_batches(which, limit)]
+    if len(parts) == 1:
+        logits, y = parts[0]
+    else:
+        logits, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
     return float((logits.argmax(1) == y).float().mean().item() * 100.0)
 
 

@@ -11,7 +11,7 @@ from frugalnas.core.cost import Cost, count_flops, count_params
 from frugalnas.core.data import Dataset
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe, measure_latency
-from frugalnas.core.training import TrainConfig, accuracy, seed_everything, train
+from frugalnas.core.training import TrainConfig, seed_everything, split_accuracy, train
 
 
 class TrainEstimator(Estimator):
@@ -56,7 +56,7 @@ class TrainEstimator(Estimator):
         data = self.prepare_data(context.dataset, context.seed)
         model = self.build(arch, context, data)
         params = count_params(model)
-        flops_per_sample = count_flops(model, data.train_x[:1])
+        flops_per_sample = count_flops(model, data.head("train", 1)[0])
         backend = context.backend
         model = backend.prepare(model)
         backend.reset_peak_memory()
@@ -69,16 +69,16 @@ class TrainEstimator(Estimator):
                                     backend.device, min_run_time=self.latency.min_run_time)
             metrics.update(stats.metrics())
             artifacts["latency.json"] = json.dumps(stats.to_dict(), indent=1)
-        batches_per_epoch = -(-len(data.train_x) // self.config.batch_size)
+        batches_per_epoch = -(-data.num_examples("train") // self.config.batch_size)
         total_steps = max(1, math.ceil(self.config.epochs * batches_per_epoch))
         if self.config.max_steps is not None:
             total_steps = min(total_steps, self.config.max_steps)
-        eval_flops = flops_per_sample * len(data.valid_x)
+        eval_flops = flops_per_sample * data.num_examples("valid")
 
         def on_epoch(epoch: int, loss: float) -> None:
             if not self.report_every_epoch or context.trial_number is None:
                 return
-            acc = accuracy(model, backend, data.valid_x, data.valid_y)
+            acc = split_accuracy(model, backend, data)
             samples = epoch * batches_per_epoch * self.config.batch_size
             # What each objective would be if training stopped now (cost fields so far).
             context.report(epoch, {
@@ -89,11 +89,11 @@ class TrainEstimator(Estimator):
                 last=epoch * batches_per_epoch >= total_steps)
 
         report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch)
-        acc = accuracy(model, backend, data.valid_x, data.valid_y)
+        acc = split_accuracy(model, backend, data)
         metrics.update({"valid_accuracy": acc,
                         "train_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))})
         samples = report.steps * self.config.batch_size
-        flops = 3.0 * flops_per_sample * samples + flops_per_sample * len(data.valid_x)
+        flops = 3.0 * flops_per_sample * samples + flops_per_sample * data.num_examples("valid")
         cost = Cost(seconds=time.perf_counter() - start, flops=flops, params=params,
                     epochs=report.epochs, peak_memory=backend.peak_memory())
         return EstimateResult(value=acc, metrics=metrics, cost=cost, artifacts=artifacts)

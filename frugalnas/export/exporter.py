@@ -269,13 +269,13 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     seed_everything(seed)
     model = space.build(arch, data.num_classes, data.input_shape)
     params = count_params(model)
-    flops = count_flops(model, data.train_x[:1])
+    flops = count_flops(model, data.head("train", 1)[0])
     model = backend.prepare(model)
     backend.reset_peak_memory()
-    steps = planned_steps(len(final_data.train_x), cfg)
+    steps = planned_steps(final_data.num_examples("train"), cfg)
     if progress:
         print(f"export trial {frozen.number}: training {arch} ({fmt_number(params)} params) from "
-              f"scratch on {data_name} train+valid ({len(final_data.train_x)} examples, "
+              f"scratch on {data_name} train+valid ({final_data.num_examples('train')} examples, "
               f"{cfg.epochs:g} epoch(s), {steps} steps, backend {study.config.backend!r}); "
               f"the search scored it with estimator {study.config.estimator!r}",
               file=sys.stderr, flush=True)
@@ -373,7 +373,8 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
                    "estimator_options": dict(config.estimator_options)},
         "dataset": {"name": data_name, "options": data_options, "seed": study.config.seed,
                     "input_shape": list(data.input_shape), "num_classes": data.num_classes,
-                    "train_examples": len(data.train_x), "valid_examples": len(data.valid_x),
+                    "train_examples": data.num_examples("train"),
+                    "valid_examples": data.num_examples("valid"),
                     "test_examples": len(test_x), "trained_on": "train+valid",
                     "preprocessing": {"standardise": "(x - mean) / std per channel, before "
                                                      "any resize", "mean": data.mean,

@@ -117,8 +117,7 @@ class InheritedEstimator(Estimator):
 
     def _valid(self, context: TrialContext):
         data = context.dataset
-        n = self.valid_limit or len(data.valid_x)
-        return data.valid_x[:n], data.valid_y[:n]
+        return data.head("valid", self.valid_limit or data.num_examples("valid"))
 
     def _calibration(self, session: SievoSession, context: TrialContext):
         if not self.bn_recalibration_batches:
@@ -192,7 +191,7 @@ class InheritedEstimator(Estimator):
             session.save(study=context.study_name)
         context.log_metrics(metrics, step=generation)
         samples = steps * training.batch_size
-        return Cost(flops=flops, epochs=samples / max(1, len(context.dataset.train_x)))
+        return Cost(flops=flops, epochs=samples / max(1, context.dataset.num_examples("train")))
 
     def _train_candidate(self, session: SievoSession, arch: Architecture, context: TrialContext,
                          number: int) -> Cost:
@@ -204,7 +203,7 @@ class InheritedEstimator(Estimator):
             session.save(study=context.study_name)
         context.log_metrics({"inherited_train_loss": info.mean_loss(last=20)}, step=number)
         samples = info.steps * self.training["batch_size"]
-        return Cost(flops=info.flops, epochs=samples / max(1, len(context.dataset.train_x)))
+        return Cost(flops=info.flops, epochs=samples / max(1, context.dataset.num_examples("train")))
 
     def _generation_summary(self, plans: GenerationPlans, context: TrialContext, number: int,
                             acc: float) -> None:

@@ -249,13 +249,15 @@ class SievoSession:
             models, flops_each = [], []
         else:
             models = [backend.prepare(self.network(a)) for a in population]
-            flops_each = [self.flops_per_sample(a, dataset.train_x) for a in population]
+            sample = dataset.head("train", 2)[0]
+            flops_each = [self.flops_per_sample(a, sample) for a in population]
         params = [p for p in self.store.parameters() if p.requires_grad]
         optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
         flops = [0.0]
         # Batch statistics need > 1 example: with more than a batch every batch is full,
         # else the one batch is the whole split.
-        drop_last = len(dataset.train_y) > batch_size
+        n_train = dataset.num_examples("train")
+        drop_last = n_train > batch_size
 
         def pick(step: int) -> tuple[nn.Module, torch.optim.Optimizer]:
             if not warmup:
@@ -264,12 +266,12 @@ class SievoSession:
             else:
                 arch = draw(rng)
                 model = backend.prepare(self.network(arch))
-                per_sample = self.flops_per_sample(arch, dataset.train_x)
-            flops[0] += 3.0 * per_sample * min(batch_size, len(dataset.train_y))
+                per_sample = self.flops_per_sample(arch, dataset.head("train", 2)[0])
+            flops[0] += 3.0 * per_sample * min(batch_size, n_train)
             return model, optimizer
 
-        per_epoch = max(1, len(dataset.train_y) // batch_size if drop_last
-                        else math.ceil(len(dataset.train_y) / batch_size))
+        per_epoch = max(1, n_train // batch_size if drop_last
+                        else math.ceil(n_train / batch_size))
         report = run_steps(
             lambda epoch: dataset.batches("train", batch_size, seed=self.seed,
                                           epoch=stream * 10_007 + epoch, drop_last=drop_last),

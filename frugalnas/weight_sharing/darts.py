@@ -129,7 +129,7 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
                             weight_decay=weight_decay)
     a_opt = torch.optim.Adam([alphas], lr=alpha_lr, betas=(0.5, 0.999),
                              weight_decay=alpha_weight_decay)
-    per_epoch = math.ceil(len(dataset.train_x) / batch_size)
+    per_epoch = math.ceil(dataset.num_examples("train") / batch_size)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(w_opt, T_max=epochs * per_epoch)
     loss_fn = nn.CrossEntropyLoss()
     result = DartsResult(alphas, relaxation.read(alphas.detach().cpu()),
@@ -166,8 +166,9 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
         return float(loss.detach())
 
     def each_epoch(epoch: int, losses: list[float]) -> None:
-        logits = backend.predict(model, dataset.valid_x)
-        acc = float((logits.argmax(1) == dataset.valid_y).float().mean() * 100)
+        parts = [(backend.predict(model, x), y) for x, y in dataset.eval_batches("valid")]
+        logits, valid_y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        acc = float((logits.argmax(1) == valid_y).float().mean() * 100)
         result.train_losses.append(sum(losses) / len(losses))
         result.valid_accuracies.append(acc)
         if on_epoch is not None:

@@ -26,7 +26,7 @@ from frugalnas.core.backend import Backend
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.space import SearchSpace
-from frugalnas.core.training import TrainConfig, accuracy, seed_everything, train
+from frugalnas.core.training import TrainConfig, seed_everything, split_accuracy, train
 
 PACKAGE_DIR = "frugalnas.data"
 SUBDIR = "ground_truth"
@@ -124,9 +124,9 @@ def train_stand_alone(space: SearchSpace, arch: Architecture, dataset: Dataset, 
     start = time.perf_counter()
     model = backend.prepare(space.build(arch, dataset.num_classes, dataset.input_shape))
     train(model, dataset, backend, cfg, seed=seed)
-    out = {"valid": accuracy(model, backend, dataset.valid_x, dataset.valid_y)}
+    out = {"valid": split_accuracy(model, backend, dataset)}
     if dataset.has_test:
-        out["test"] = accuracy(model, backend, dataset.test_x, dataset.test_y)
+        out["test"] = split_accuracy(model, backend, dataset, "test")
     out["seconds"] = time.perf_counter() - start
     return out
 

@@ -39,7 +39,7 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, backend_step, make_optimizer, run_steps
-from frugalnas.core.training import accuracy as top1_accuracy
+from frugalnas.core.training import split_accuracy
 from frugalnas.core.training import train as train_model
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
@@ -166,7 +166,7 @@ class Supernet:
         from ``self.history``: epochs already done are skipped."""
         self.to(backend.device)
         start = time.perf_counter()
-        per_epoch = math.ceil(len(dataset.train_x) / cfg.batch_size)
+        per_epoch = math.ceil(dataset.num_examples("train") / cfg.batch_size)
         phases = [("one-shot", epochs), ("few-shot", few_shot_epochs if self.few_shot else 0)]
         for phase, n_epochs in phases:
             done = self.history.one_shot_epochs if phase == "one-shot" else self.history.few_shot_epochs
@@ -223,7 +223,7 @@ class Supernet:
         cosine schedule from ``cfg.lr``) on a fixed draw of training batches, the same for
         every candidate; the supernet is left unchanged."""
         model = copy.deepcopy(self.subnet(arch)).to(backend.device)
-        per_epoch = max(1, math.ceil(len(dataset.train_x) / cfg.batch_size))  # 0: train refuses
+        per_epoch = max(1, math.ceil(dataset.num_examples("train") / cfg.batch_size))  # 0: train refuses
         train_model(model, dataset, backend, dataclasses.replace(
             cfg, epochs=math.ceil(steps / per_epoch), max_steps=steps), seed=self.seed + 2)
         return model
@@ -239,11 +239,10 @@ class Supernet:
         model = (self.finetuned(arch, dataset, backend, finetune_steps,
                                 finetune or TrainConfig(batch_size=batch_size))
                  if finetune_steps > 0 else self.subnet(arch))
-        x, y = dataset.split(split)
         batches = calibration_batches(dataset, bn_batches, batch_size, seed=self.seed + 1,
                                       epoch=0, device=backend.device)
         with recalibrated(model, batches) if batches else contextlib.nullcontext():
-            return top1_accuracy(model, backend, x, y)
+            return split_accuracy(model, backend, dataset, split)
 
     # -- checkpoints ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
