@@ -397,22 +397,20 @@ def cell_cost(archs: list[str], names: list[str], x, y, seed: int, repeat: int, 
     with the proxies sharing their passes and without, alternating, fastest of ``repeat``."""
     from frugalnas.proxies import runner as runner_module
 
-    configs = {}
+    scorers = {}
     for share in (True, False):
         r = ProxyRunner(space="nb201", space_options={"N": N, "C": C}, proxies=names,
                         data=(x, y), seed=seed, cache_dir=None, workers=1, num_classes=10,
                         progress=False, share=share)
-        configs[share] = r._worker_config("cpu")
-    runner_module._init_state(configs[True])
-    runner_module._score_one(archs[0], names)  # warm-up, not timed
+        scorers[share] = runner_module._Scorer(r._worker_config("cpu"), r.host)
+    scorers[True].score(archs[0], names)  # warm-up, not timed
     took: dict[bool, list[float]] = {True: [], False: []}
     for arch in archs:
         best = {True: float("inf"), False: float("inf")}
         for _ in range(repeat):
             for share in (False, True):
-                runner_module._init_state(configs[share])
                 start = clock()
-                runner_module._score_one(arch, names)
+                scorers[share].score(arch, names)
                 best[share] = min(best[share], clock() - start)
         for share in (True, False):
             took[share].append(best[share])

@@ -44,9 +44,9 @@ class RecordingPrescreen(PrescreenSampler):
         self.scored.append([])
         return super().sample_relative(study, trial, search_space)
 
-    def _score(self, arch):
-        values = super()._score(arch)
-        self.scored[-1].append((str(arch), values[0]))
+    def _scores(self, archs):
+        values = super()._scores(archs)
+        self.scored[-1].extend((str(a), v[0]) for a, v in zip(archs, values))
         return values
 
 
