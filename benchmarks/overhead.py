@@ -12,14 +12,23 @@ file, created before timing starts. Rounds interleave the four variants to share
 first round is a warm-up (imports, caches, MLflow's first connection), reported on its own and
 left out of the medians.
 
-    python benchmarks/overhead.py [--trials 200] [--repeats 5]
+With ``--isolate`` every variant of every round runs in a fresh process of its own (started
+with the same interpreter; the figures exclude start-up, and B and D first run a 20-trial
+study in that process), so that one variant's background work
+(MLflow's writer thread, garbage left behind) does not load another; ``--variants B,D``
+runs only some of them.
+
+    python benchmarks/overhead.py [--trials 200] [--repeats 5] [--isolate] [--variants ABCD]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -74,20 +83,47 @@ def run_optuna(n: int, uri: str | None, seed: int) -> tuple[float, float]:
     return (time.perf_counter() - start) / n, (time.process_time() - cpu) / n
 
 
+def run_variant(variant: str, n: int, tmp: Path, r: int) -> tuple[float, float]:
+    """One variant's (wall, CPU) seconds per trial in round ``r``, in this process."""
+    uri = fresh_mlflow_uri(tmp / f"{variant.lower()}{r}.db") if variant in "AC" else None
+    run = run_frugalnas if variant in "AB" else run_optuna
+    return run(n, uri, r)
+
+
+def run_isolated(variant: str, n: int, tmp: Path, r: int) -> tuple[float, float]:
+    """:func:`run_variant` in a fresh process of its own."""
+    out = subprocess.run([sys.executable, __file__, "--one", variant, "--trials", str(n),
+                          "--round", str(r), "--tmp", str(tmp)],
+                         capture_output=True, text=True, check=True)
+    wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return wall, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds after the warm-up")
+    parser.add_argument("--isolate", action="store_true",
+                        help="run each variant of each round in a fresh process of its own")
+    parser.add_argument("--variants", default="ABCD", help="which of A, B, C, D to run")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # a child of --isolate: one variant
+    parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    variants = [v for v in "ABCD" if v in args.variants.upper()]
+    if args.one:
+        nb201_table()
+        if args.one in "BD":  # first-use costs (imports, caches) before the timed study
+            run_variant(args.one, 20, Path(args.tmp), 1000 + args.round)
+        print(json.dumps(run_variant(args.one, args.trials, Path(args.tmp), args.round)))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="frugalnas-overhead-"))
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in "ABCD"}
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     nb201_table()
     warmup: dict[str, tuple[float, float]] = {}
+    run = run_isolated if args.isolate else run_variant
     for r in range(args.repeats + 1):
-        uri_a = fresh_mlflow_uri(tmp / f"a{r}.db")
-        uri_c = fresh_mlflow_uri(tmp / f"c{r}.db")
-        row = {"A": run_frugalnas(args.trials, uri_a, r), "B": run_frugalnas(args.trials, None, r),
-               "C": run_optuna(args.trials, uri_c, r), "D": run_optuna(args.trials, None, r)}
+        row = {v: run(v, args.trials, tmp, r) for v in variants}
         if r == 0:
             warmup = row
             continue
@@ -98,14 +134,17 @@ def main() -> None:
     labels = {"A": "frugalnas + MLflow (sqlite)", "B": "frugalnas, tracking off",
               "C": "optuna + MLflowCallback (sqlite)", "D": "optuna, no tracking"}
     print(f"{args.trials} trials x {args.repeats} rounds after a warm-up round, medians per "
-          "trial: wall-clock ms, and CPU ms of this process (all its threads; robust to other "
-          "jobs on the machine)")
-    for k in "ABCD":
+          "trial: wall-clock ms, and CPU ms of the process (all its threads; robust to other "
+          "jobs on the machine)" + ("; each variant in a process of its own" if args.isolate
+                                   else ""))
+    for k in variants:
         print(f"  {k}. {labels[k]:<36} {wall[k] * 1000:8.2f} ms wall, {cpu[k] * 1000:8.2f} ms CPU  "
               f"(wall runs: {', '.join(f'{v[0] * 1000:.2f}' for v in results[k])}; "
               f"warm-up {warmup[k][0] * 1000:.2f})")
     for name, a, b, what in (("A/C", "A", "C", "frugalnas+MLflow vs optuna+MLflowCallback"),
                              ("B/D", "B", "D", "frugalnas vs optuna, no tracking")):
+        if a not in wall or b not in wall:
+            continue
         print(f"ratio {name} ({what}): wall {wall[a] / wall[b]:.3f}, CPU {cpu[a] / cpu[b]:.3f}  "
               "(goal <= 1.10)")
 

@@ -22,10 +22,11 @@ class Architecture:
     """An immutable genotype of search space ``space``."""
 
     space_name: ClassVar[str | None] = None
-    __slots__ = ("space", "_decisions", "_hash")
+    __slots__ = ("space", "_decisions", "_hash", "_text")
     space: str
     _decisions: tuple[tuple[str, Value], ...]
     _hash: str | None
+    _text: str | None
 
     def __init_subclass__(cls, space: str | None = None, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -44,6 +45,7 @@ class Architecture:
         object.__setattr__(self, "space", space)
         object.__setattr__(self, "_decisions", items)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_text", None)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Architecture is immutable")
@@ -103,7 +105,15 @@ class Architecture:
         return cls(space, decisions)
 
     def __str__(self) -> str:
-        return f"{self.space}:{self._format_body()}"
+        # Immutable, so formatted once: a trial records, reports and looks it up by its text.
+        try:
+            text = self._text
+        except AttributeError:  # unpickled from before the text was kept
+            text = None
+        if text is None:
+            text = f"{self.space}:{self._format_body()}"
+            object.__setattr__(self, "_text", text)
+        return text
 
     def __repr__(self) -> str:
         return f"Architecture({str(self)!r})"

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from frugalnas.core import optuna_compat
 from frugalnas.core import strategy as strategy_protocol
 from frugalnas.core.errors import ConfigError, TrialFailure
 from frugalnas.core.estimator import EstimateResult, JSONValue, PastTrial, StudyStore, TrialContext
@@ -128,6 +129,32 @@ def crash_count(study: Study, arch: Architecture) -> int:
     return sum(1 for t in study.optuna_study.get_trials(deepcopy=False,
                                                         states=(TrialState.FAIL,))
                if CRASH_ATTR in t.user_attrs and t.user_attrs.get(ARCHITECTURE_ATTR) == text)
+
+
+class CrashRecord:
+    """:func:`crash_count` for every trial of a study at a cost that does not grow with the
+    study: each :meth:`count` reads only the trials created since the last one and those it
+    read unfinished (a trial's crash is recorded before it fails, and a finished trial never
+    changes)."""
+
+    def __init__(self) -> None:
+        self._feed = optuna_compat.TrialFeed()
+        self._open: set[int] = set()
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, study: Study, arch: Architecture) -> int:
+        """How many trials of ``study`` failed because ``arch``'s evaluation process died."""
+        with self._lock:
+            for t in self._feed.read(study.optuna_study, self._open):
+                if not t.state.is_finished():
+                    self._open.add(t.number)
+                    continue
+                self._open.discard(t.number)
+                text = t.user_attrs.get(ARCHITECTURE_ATTR)
+                if t.state == TrialState.FAIL and CRASH_ATTR in t.user_attrs and text:
+                    self._counts[text] = self._counts.get(text, 0) + 1
+            return self._counts.get(str(arch), 0)
 
 
 def death_reason(status: int, maxrss_kib: int) -> tuple[str, str]:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -35,9 +35,9 @@ from frugalnas.core.errors import (ConfigError, OperationalFailure, PluginHookEr
                                    one_line)
 from frugalnas.core.estimator import EstimateResult
 from frugalnas.core.isolation import (CRASHED_REASON, MAX_CRASHES, CandidateFailure,
-                                      IsolatedEvaluator, crash_count, resolve_isolation)
+                                      CrashRecord, IsolatedEvaluator, resolve_isolation)
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
-                                 FEASIBLE_ATTR, INTERMEDIATE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
+                                 FEASIBLE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
 from frugalnas.core.storage_url import cause_chain, operational_failure
 from frugalnas.core.trial_constraints import recorded_feasible
 from frugalnas.core.trial_report import TrialReport, per_step_vectors
@@ -120,6 +120,7 @@ class TrialRunner:
         #: child process per concurrent trial, :mod:`frugalnas.core.isolation`).
         self.isolation = "none"
         self._isolated: IsolatedEvaluator | None = None
+        self._crashes = CrashRecord()
 
     def isolate(self, mode: str) -> str:
         """Set where trials are evaluated (``auto``, ``none`` or ``process``, see
@@ -191,19 +192,19 @@ class TrialRunner:
                 result = self.evaluate(arch, trial)
             values = study.objective_values(result)
         except optuna.TrialPruned as exc:
-            study._intermediate.pop(trial.number, None)
-            self.finished(trial, arch, TrialState.PRUNED, error=str(exc))
+            steps = study._intermediate.pop(trial.number, None)
+            self.finished(trial, arch, TrialState.PRUNED, error=str(exc), steps=steps)
             raise
         except Exception as exc:
-            study._intermediate.pop(trial.number, None)
+            steps = study._intermediate.pop(trial.number, None)
             self.check_storage(exc)
             reason = failure_reason(exc)
             trial.set_user_attr(FAIL_REASON_ATTR, reason)
-            self.finished(trial, arch, TrialState.FAIL, error=reason)
+            self.finished(trial, arch, TrialState.FAIL, error=reason, steps=steps)
             raise
-        study._intermediate.pop(trial.number, None)
+        steps = study._intermediate.pop(trial.number, None)
         self.record(trial, result)
-        self.finished(trial, arch, TrialState.COMPLETE, values, result)
+        self.finished(trial, arch, TrialState.COMPLETE, values, result, steps=steps)
         return values if len(values) > 1 else values[0]
 
     def check_storage(self, exc: Exception) -> None:
@@ -228,7 +229,7 @@ class TrialRunner:
     def refuse_crashed(self, arch: Architecture) -> None:
         """Raise :class:`CandidateFailure` for a candidate whose evaluation process died
         :data:`MAX_CRASHES` times: it is not evaluated again."""
-        crashes = crash_count(self.study, arch)
+        crashes = self._crashes.count(self.study, arch)
         if crashes >= MAX_CRASHES:
             raise CandidateFailure(f"{CRASHED_REASON}: its evaluation process died in "
                                    f"{crashes} trials; it is not evaluated again")
@@ -284,7 +285,8 @@ class TrialRunner:
     def record(self, trial: Any, result: EstimateResult) -> None:
         """A completed evaluation's metrics and cost (and constraints) as user attributes."""
         trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in result.metrics.items()})
-        trial.set_user_attr(COST_ATTR, asdict(result.cost))
+        cost = result.cost  # a flat record of numbers: no deep copy (asdict) needed
+        trial.set_user_attr(COST_ATTR, {f.name: getattr(cost, f.name) for f in fields(cost)})
         if self.study.config.constraints:
             self.record_constraints(trial, result.objective)
 
@@ -314,9 +316,12 @@ class TrialRunner:
 
     def report(self, trial: optuna.Trial, arch: Architecture, state: TrialState,
                values: Sequence[float] | None = None, result: EstimateResult | None = None,
-               error: str | None = None) -> TrialReport:
-        """The :class:`TrialReport` of a trial this process ran, as it finishes."""
-        attrs = trial.user_attrs
+               error: str | None = None,
+               steps: dict[str, list[float]] | None = None) -> TrialReport:
+        """The :class:`TrialReport` of a trial this process ran, as it finishes. ``steps``:
+        its per-step objective vectors (by default, those the study holds for it)."""
+        if steps is None:  # what report_step also stored as INTERMEDIATE_ATTR
+            steps = self.study._intermediate.get(trial.number)
         constrained = bool(self.study.config.constraints)
         return TrialReport(
             number=trial.number, state=state, architecture=arch,
@@ -327,14 +332,15 @@ class TrialRunner:
             cost=result.cost if result is not None else None, error=error,
             artifacts=result.artifacts if result is not None else {},
             started=trial.datetime_start, finished=datetime.datetime.now(),
-            intermediate=per_step_vectors(attrs.get(INTERMEDIATE_ATTR)),
+            intermediate=per_step_vectors(steps),
             feasible=recorded_feasible(trial) if constrained else None)
 
     def finished(self, trial: optuna.Trial, arch: Architecture, state: TrialState,
                  values: Sequence[float] | None = None, result: EstimateResult | None = None,
-                 error: str | None = None) -> TrialReport:
+                 error: str | None = None,
+                 steps: dict[str, list[float]] | None = None) -> TrialReport:
         """Build the trial's report and call ``frugalnas_trial_finished`` with it."""
-        report = self.report(trial, arch, state, values, result, error)
+        report = self.report(trial, arch, state, values, result, error, steps)
         self.notify("frugalnas_trial_finished", study=self.study, report=report)
         return report
 

@@ -10,7 +10,6 @@ workers sharing a storage share one population (the pattern of optuna's NSGA-II 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import inspect
 import math
 import random
@@ -198,8 +197,9 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
                 if arch is not None:
                     pending.add(arch.key)
         done = prefix.history
-        return dataclasses.replace(done, seen=SeenKeys(pending, base=done.seen),
-                                   settled=done.seen)
+        return History(done.archs, done.values, done.numbers, SeenKeys(pending, base=done.seen),
+                       done.violations, done.constraint_diffs, done.seen, done.log,
+                       done.violating)
 
 
 def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirection],
