@@ -189,6 +189,7 @@ def test_bad_cluster_input_is_one_line_before_anything_is_written(cluster, tmp_p
     assert "secret" not in line
 
 
+@pytest.mark.slow
 def test_bad_launcher_flags_are_one_line(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 's.db'}"
     assert "invalid Dask scheduler address 'localhost:8786'" in _refused(
@@ -206,6 +207,7 @@ def test_bad_launcher_flags_are_one_line(tmp_path, capsys):
                                   "--storage", storage)
 
 
+@pytest.mark.slow
 def test_worker_command_refuses_launcher_flags(tmp_path, capsys):
     _run_file(tmp_path, seconds=0.1)
     code = main(["worker", str(tmp_path / "run.toml"), "-p", "ops_support.faults",
