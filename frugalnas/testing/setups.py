@@ -137,6 +137,8 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
         options={"n_init": 3, "n_candidates": 8, "top_k": 3,
                  "surrogate_options": {"n_models": 2, "epochs": 10}}),
     ("strategies", "prescreen"): CheckSetup(options={"k": 3, "batch_size": 8}),
+    ("strategies", "mo-evolution"): CheckSetup(
+        options={"n_init": 3, "population_size": 4, "sample_size": 2, "n_candidates": 3}),
     ("strategies", "si-evolution"): CheckSetup(options=_sievo_options, n_trials=4,
                                                **_STRATEGY_STUDY),
     ("surrogates", "gp"): CheckSetup(options={"n_restarts": 0}),
