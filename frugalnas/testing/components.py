@@ -34,6 +34,8 @@ def _suite_class(kind: str) -> type[Suite]:
         from frugalnas.testing.surrogates import SurrogateChecks as cls
     elif kind == "pruners":
         from frugalnas.testing.pruners import PrunerChecks as cls
+    elif kind == "launchers":
+        from frugalnas.testing.launchers import LauncherChecks as cls
     else:
         from frugalnas.core.kinds import KINDS
 

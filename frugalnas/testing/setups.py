@@ -149,6 +149,8 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
     ("datasets", "mnist5k"): CheckSetup(slow=True),
     ("datasets", "image-folder"): CheckSetup(options=image_folder_options),
     ("datasets", "cifar"): CheckSetup(options=cifar_options),
+    # The launcher checks never connect: any well-formed scheduler address will do.
+    ("launchers", "dask"): CheckSetup(options={"address": "tcp://127.0.0.1:8786"}),
 }
 
 
