@@ -7,6 +7,7 @@ import pytest
 
 import frugalnas
 from frugalnas.core import optuna_compat
+from frugalnas.core.worker import QuotaStorage, make_storage
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_table
 from frugalnas.strategies.base import History, SeenKeys, read_history
@@ -45,19 +46,25 @@ def _check_against_full_read(name, study, trial, sampler):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+@pytest.mark.parametrize("storage", ["memory", "sqlite", "worker"])
 @pytest.mark.parametrize("name", list(SAMPLERS))
 def test_incremental_proposals_equal_a_full_read_with_two_interleaved_workers(tmp_path, name,
                                                                              storage):
     url = None if storage == "memory" else f"sqlite:///{tmp_path / 's.db'}"
+
+    def opened(url):  # a worker's storage: frugalnas's quota wrapper over a bare RDBStorage
+        if storage != "worker":
+            return url
+        return QuotaStorage(make_storage(url), url, 10_000, repeats=True)
+
     samplers = [SAMPLERS[name](), SAMPLERS[name]()]
-    first = optuna.create_study(storage=url, study_name="s", direction="maximize",
+    first = optuna.create_study(storage=opened(url), study_name="s", direction="maximize",
                                 sampler=samplers[0])
     # In memory, two study objects share one storage object; on sqlite, the file.
-    shared = optuna_compat.storage_of(first) if url is None else url
+    shared = optuna_compat.storage_of(first) if url is None else opened(url)
     studies = [first, optuna.load_study(study_name="s", storage=shared, sampler=samplers[1])]
     open_trials: list[tuple[int, optuna.Trial]] = []
-    for step in range(110 if storage == "memory" else 70):
+    for step in range(110 if storage == "memory" else 60):
         w = step % 2
         trial = studies[w].ask()
         _check_against_full_read(name, studies[w], trial, samplers[w])
