@@ -212,3 +212,15 @@ def test_the_conformance_check_compares_known_and_evaluated_metrics():
 
     with pytest.raises(ConformanceError, match="does not report"):
         check_estimator(Unreported(), space, checks=["check_known_metrics"])
+
+
+def test_local_search_starts_wider_when_the_constraints_are_known():
+    known = table_study("local-search", PIXEL3)
+    known.optimize(1)
+    blind = table_study("local-search", PIXEL3, estimator_options={"known_hardware": False})
+    blind.optimize(1)
+    given = frugalnas.create_study(strategy="local-search", strategy_options={"n_init": 3},
+                                   estimator="nb201-table", dataset=None, constraints=PIXEL3,
+                                   **OFF)
+    given.optimize(1)
+    assert (known.strategy.n_init, blind.strategy.n_init, given.strategy.n_init) == (20, 5, 3)
