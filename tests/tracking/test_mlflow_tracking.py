@@ -233,6 +233,10 @@ def test_a_tracking_server_that_goes_away_never_holds_the_study_up(stores, monke
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     errors = study.plugin_state["mlflow"]["errors"]
     assert any("made no progress for 2 s" in e for e in errors), errors
+    # the lost writes are the command's closing line (exit 2), never a silent success
+    [failure] = study.plugin_errors
+    assert failure.operational and "3 trial run(s) and the study's review not written" in \
+        failure.error, failure.error
 
 
 # -- review at a glance: leaderboard, plots with units, hypervolume, feasibility ----------------

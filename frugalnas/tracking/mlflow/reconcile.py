@@ -239,21 +239,38 @@ def create_runs(tracker: Any, runs: Sequence[TrialRun]) -> list[str]:
     returns their ids in order. On a SQL store, each :data:`CREATE_BATCH` of runs is one
     transaction (artifacts first: a process killed in between leaves no run, and the next
     reconciliation writes it again); elsewhere each run is created, filled with one
-    ``log_batch`` and terminated (:func:`write`)."""
+    ``log_batch`` and terminated (:func:`write`), :data:`WRITE_THREADS` runs at a time."""
     store = sql_store(tracker.client) if runs else None
     if store is None:
-        ids = []
-        for run in runs:
-            ids.append(write(tracker, run, []))
-            tracker.writer.progressed()
-        tracker.counters["create_batches"] += len(runs)
-        return ids
+        return _write_concurrently(tracker, runs)
     ids = []
     for k in range(0, len(runs), CREATE_BATCH):
         ids += _insert_runs(tracker, store, runs[k:k + CREATE_BATCH])
         tracker.counters["create_batches"] += 1
         tracker.writer.progressed(len(runs[k:k + CREATE_BATCH]))
     return ids
+
+
+#: Runs written at the same time to a store without batches (a tracking server: each run
+#: is a few requests, and their round trips overlap).
+WRITE_THREADS = 8
+
+
+def _write_concurrently(tracker: Any, runs: Sequence[TrialRun]) -> list[str]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(run: TrialRun) -> str:
+        run_id = write(tracker, run, [])
+        tracker.writer.progressed()
+        return run_id
+
+    tracker.counters["create_batches"] += len(runs)
+    if len(runs) == 1:
+        return [one(runs[0])]
+    with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(runs)),
+                            thread_name_prefix=tracker.writer.thread.name) as pool:
+        futures = [pool.submit(one, run) for run in runs]
+    return [f.result() for f in futures]  # the first failure raises, once all are done
 
 
 def _insert_runs(tracker: Any, store: Any, runs: Sequence[TrialRun]) -> list[str]:

@@ -228,7 +228,7 @@ class _WriterRecords(logging.Filter):
     "View run" lines): the writer keeps its errors and the study reports them in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.threadName != WRITER_THREAD
+        return not (record.threadName or "").startswith(WRITER_THREAD)
 
 
 def quiet_writer_logs() -> None:
@@ -1187,12 +1187,12 @@ def frugalnas_study_finished(study: Any) -> None:
         if tracker.writer.failure is not None:
             raise tracker.writer.failure
         if tracker.lost:
-            raise OperationalFailure(tracker.lost)
+            raise OperationalFailure(f"MLflow logging errors: {tracker.lost}")
         if tracker.writer.errors:  # some writes failed: the runs are missing until the next start
             raise OperationalFailure(
-                f"MLflow at {masked(tracker.uri)}: {len(tracker.writer.errors)} write(s) "
-                f"failed, their runs are missing until the next start of the study writes "
-                f"them from the storage: {'; '.join(tracker.writer.errors[:2])}")
+                f"MLflow logging errors: {len(tracker.writer.errors)} write(s) to "
+                f"{masked(tracker.uri)} failed, their runs are missing until the next start of "
+                f"the study writes them from the storage: {'; '.join(tracker.writer.errors[:2])}")
 
 
 @atexit.register
