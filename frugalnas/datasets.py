@@ -28,7 +28,6 @@ from frugalnas.cifar_batch import read_cifar_batch
 from frugalnas.core.data import (Augment, Dataset, ExampleStore, StreamingSource, Part,
                                  check_fractions, split_arrays, split_indices)
 from frugalnas.core.errors import ConfigError, check_range, one_line
-from frugalnas.core.plugins import hookimpl
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -295,14 +294,18 @@ def _streamed(name: str, store: ExampleStore, num_classes: int, size: int, seed:
     """A :class:`StreamingSource` over ``store`` split with ``seed`` (``limit``: a seeded
     choice of that many examples, or with ``first`` the first ones); ``test_store`` (also cut
     to ``limit``) is the test split when given."""
-    pool = np.arange(len(store))
-    if limit is not None and limit < len(pool):
-        pool = pool[:limit] if first else np.sort(
-            torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed + 1))[:limit].numpy())
+    def chosen(n: int) -> np.ndarray:
+        if limit is None or limit >= n:
+            return np.arange(n)
+        if first:
+            return np.arange(limit)
+        return np.sort(torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))[:limit].numpy())
+
+    pool = chosen(len(store))
     train, valid, test = split_indices(name, len(pool), valid_fraction, seed, test_fraction)
     parts = {"train": Part(store, pool[train]), "valid": Part(store, pool[valid])}
     if test_store is not None:
-        parts["test"] = Part(test_store, np.arange(min(len(test_store), limit or len(test_store))))
+        parts["test"] = Part(test_store, chosen(len(test_store)))
     elif len(test):
         parts["test"] = Part(store, pool[test])
     augment = Augment(options.pop("crop_padding"), options.pop("flip"))
@@ -392,9 +395,3 @@ def cifar(path: str, seed: int = 0, valid_fraction: float = 0.1, limit: int | No
                      test_fraction or 0.0, test_store, limit, True, num_workers=num_workers,
                      cache=False if cache is None else cache, pin_memory=pin_memory,
                      crop_padding=crop_padding, flip=flip, normalize=normalize)
-
-
-@hookimpl
-def frugalnas_datasets() -> dict[str, Any]:
-    return {"digits": digits, "mnist5k": mnist5k, "synthetic": synthetic,
-            "image-folder": image_folder, "cifar": cifar}

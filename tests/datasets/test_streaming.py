@@ -159,6 +159,9 @@ def test_imagenet_style_layout_uses_val_as_the_test_split(tmp_path):
     assert ds.labels("test").tolist() == [0, 0, 0, 1, 1, 1]
     held = source(tmp_path, test_fraction=0.25)
     assert held.num_examples("test") == 5
+    few = source(tmp_path, limit=4)  # a seeded choice in val/ too, not its first class only
+    assert few.num_examples("test") == 4 and set(few.labels("test").tolist()) == {0, 1}
+    assert few.num_examples("train") + few.num_examples("valid") == 4
 
 
 def test_cifar_files_stream_with_limit_and_resize(tmp_path):
