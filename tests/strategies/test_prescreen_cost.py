@@ -21,6 +21,15 @@ SMALL = {"N": 1, "C": 8}
 GAUSSIAN = {"data": "gaussian", "input_shape": [3, 8, 8], "batch_size": 4}
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny networks: one torch thread is faster than several on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class LoggedSpread(Proxy):
     """Standard deviation of the untrained network's logits; appends a line to ``log`` each
     time it is computed, so a test counts the real scorings wherever they happen."""
@@ -58,7 +67,7 @@ class Recording(PrescreenSampler):
         return super()._scores(archs)
 
 
-def screened_study(log: Path, trials: int = 16, seed: int = 0, **options) -> tuple[
+def screened_study(log: Path, trials: int = 12, seed: int = 0, **options) -> tuple[
         frugalnas.Study, Recording]:
     host = PluginHost(plugins=[LoggedPlugin()])
     space = host.create("search_spaces", "nb201", **SMALL)
@@ -92,6 +101,7 @@ def test_a_cached_candidate_is_never_scored_again(tmp_path):
         len(c) for c in sampler.candidates]
 
 
+@pytest.mark.slow
 def test_cached_scores_equal_scoring_each_candidate_from_scratch(tmp_path):
     log = tmp_path / "scored.log"
     study, sampler = screened_study(log, trials=8, seed=2)
@@ -109,6 +119,7 @@ def test_cached_scores_equal_scoring_each_candidate_from_scratch(tmp_path):
         assert trial.system_attrs[PRESCREEN_ATTR]["proxy_logged_spread"] == direct[best]
 
 
+@pytest.mark.slow
 def test_the_disk_cache_serves_a_later_study_until_the_batch_options_change(tmp_path):
     cache, log = tmp_path / "cache", tmp_path / "scored.log"
     first, s1 = screened_study(log, trials=6, cache_dir=str(cache))
