@@ -347,6 +347,8 @@ class StudyTracker:
         self.status = "FINISHED"
         self.lost = ""
         self.artifact_dirs: dict[str, Path] = {}
+        # artifact locations of runs whose artifacts are not a local folder (a server's)
+        self.artifact_uris: dict[str, str] = {}
         self.trial_values: list[tuple[int, float]] = []
         self.experiment_id = ""
         self.parent_run_id = ""
@@ -719,11 +721,19 @@ class StudyTracker:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             return
+        remote = self.artifact_uris.get(run_id)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / Path(name).name
             path.write_bytes(data)
             parent = str(Path(name).parent)
-            self.client.log_artifact(run_id, str(path), artifact_path=None if parent == "." else parent)
+            folder = None if parent == "." else parent
+            if remote is None:
+                self.client.log_artifact(run_id, str(path), artifact_path=folder)
+                return
+            # the run's artifact location is known: no request to look the run up first
+            from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+            get_artifact_repository(remote, tracking_uri=self.uri).log_artifact(str(path), folder)
 
     def remember_artifact_dir(self, run: Any) -> None:
         self.remember_artifact_uri(run.info.run_id, run.info.artifact_uri or "")
@@ -736,6 +746,8 @@ class StudyTracker:
             self.artifact_dirs[run_id] = Path(unquote(urlparse(uri).path))
         elif uri and "://" not in uri and ":" not in uri.split("/")[0]:
             self.artifact_dirs[run_id] = Path(uri)
+        elif uri:
+            self.artifact_uris[run_id] = uri
 
     def _log_study_metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
