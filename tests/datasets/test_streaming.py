@@ -139,8 +139,8 @@ def test_worker_processes_give_the_same_batches(folder):
     workers = source(folder, crop_padding=1, flip=True, seed=2, num_workers=2)
     batches = workers.batches("train", 8, seed=3)
     x, y = next(batches)
-    children = psutil.Process().children()
-    assert len(children) == 2 and all(c.pid != os.getpid() for c in children)  # real processes
+    workers_now = [c for c in psutil.Process().children() if c.ppid() == os.getpid()]
+    assert len(workers_now) >= 2  # real worker processes, running while the batches come
     got = [(x, y), *batches]
     want = list(inline.batches("train", 8, seed=3))
     assert len(got) == len(want)
