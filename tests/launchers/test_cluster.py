@@ -189,7 +189,6 @@ def test_bad_cluster_input_is_one_line_before_anything_is_written(cluster, tmp_p
     assert "secret" not in line
 
 
-@pytest.mark.slow
 def test_bad_launcher_flags_are_one_line(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 's.db'}"
     assert "invalid Dask scheduler address 'localhost:8786'" in _refused(
@@ -207,7 +206,6 @@ def test_bad_launcher_flags_are_one_line(tmp_path, capsys):
                                   "--storage", storage)
 
 
-@pytest.mark.slow
 def test_worker_command_refuses_launcher_flags(tmp_path, capsys):
     _run_file(tmp_path, seconds=0.1)
     code = main(["worker", str(tmp_path / "run.toml"), "-p", "ops_support.faults",
@@ -216,3 +214,22 @@ def test_worker_command_refuses_launcher_flags(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("frugalnas: error: --workers is a flag of frugalnas run")
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.slow
+def test_launch_from_python_with_local_workers(tmp_path):
+    from frugalnas.core.config import StudyConfig
+    from frugalnas.core.errors import ConfigError
+    from frugalnas.launchers import launch
+    from frugalnas.launchers.local import LocalLauncher
+
+    config = StudyConfig.from_mapping({"space": "nb201", "estimator": "nb201-table",
+                                       "strategy": "regularized-evolution",
+                                       "disable_plugins": ["mlflow"]})
+    with pytest.raises(ConfigError, match="relative path"):
+        launch(config, "sqlite:///s.db", 6, LocalLauncher(2))
+    assert not (tmp_path / "s.db").exists()
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = launch(config, storage, 6, LocalLauncher(2), study_name="py", heartbeat=1, grace=5)
+    assert len(study.completed_trials()) == 6
+    assert_exactly_n_distinct(storage, "py", 6)
