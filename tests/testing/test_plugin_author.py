@@ -195,7 +195,7 @@ def test_plugins_verbose_lists_options_with_defaults(capsys):
     at = next(i for i, line in enumerate(out) if line.startswith("  image-folder "))
     block = [line.strip() for line in out[at + 1:at + 6]]
     assert block == ["path (required)", "valid_fraction = 0.2", "size = 32",
-                     "grayscale = False", "test_fraction = 0.2"]
+                     "grayscale = False", "test_fraction = None"]
     listed = out.index(next(line for line in out if line.startswith("strategies (")))
     at = next(i for i, line in enumerate(out) if i > listed and line.startswith("  random "))
     assert out[at + 1].strip() == "warm_start_proxy = None"  # space and seed are the study's
