@@ -19,13 +19,18 @@ real frugalnas study (``nb201-table`` estimator, in-memory storage):
   evolution with an elitist archive); ``mo-evolution:screened`` screens 3 children by
   expected hypervolume improvement with the benchmark's reference point.
 * **constrained** -- one objective (validation accuracy; ``--select-on test``: test accuracy)
-  with the constraint ``latency_ms_pixel3 <= 10``. Per strategy: the mean test accuracy of the
-  study's ``best_trial`` (the best *feasible* trial) after 25, 50, 100 queries, the fraction of
-  feasible trials, and how often the best trial was infeasible (must be 0). The feasible
-  optimum is printed from the table. ``prescreen`` runs with its defaults (synflow over
-  ``random``, ``k=10``, benchmark-size networks, N=5 and C=16, on a batch of 64 of the study's
-  default dataset, 8x8 digits) and chooses among the candidates its inner strategy's
-  constraint model predicts feasible.
+  with the constraint ``latency_ms_pixel3 <= 10``; ``constrained:<set>`` runs another
+  constraint set of ``CONSTRAINT_SETS`` (``pixel3+params``: also ``params <= 500000``;
+  ``raspi4``: ``latency_ms_raspi4 <= 25``, 45.9 % of the cells feasible against 46.1 % for
+  pixel3 <= 10). Per strategy: the mean regret of the study's ``best_trial`` (the best
+  *feasible* trial) after 25, 50, 100 queries -- the feasible optimum of the selection metric
+  minus the selected cell's value --, its mean test accuracy at the last mark, the fraction of
+  feasible trials, and how often the best trial was infeasible (must be 0). The
+  ``nb201-table`` estimator knows the latency and size columns before evaluating
+  (``known_metrics``), so frugalnas's strategies propose only feasible cells. ``prescreen``
+  runs with its defaults (synflow over ``random``, ``k=10``, benchmark-size networks, N=5 and
+  C=16, on a batch of 64 of the study's default dataset, 8x8 digits) and chooses among the
+  candidates its inner strategy calls feasible.
 
 ``--cache FILE`` keeps finished runs (JSON lines), so an interrupted run resumes. A strategy
 named ``<strategy>:deb`` runs without the constraint model
@@ -48,6 +53,11 @@ from cached_runs import read_cache, run_cached
 DEVICE = "pixel3"
 METRIC = f"latency_ms_{DEVICE}"
 BOUND = 10.0
+#: The constraint sets of the constrained experiments: ``constrained`` runs ``pixel3``,
+#: ``constrained:<name>`` the others.
+CONSTRAINT_SETS = {"pixel3": {METRIC: BOUND},
+                   "pixel3+params": {METRIC: BOUND, "params": 500_000.0},
+                   "raspi4": {"latency_ms_raspi4": 25.0}}
 REFERENCE = (80.0, 40.0)
 DIRECTIONS = ("maximize", "minimize")
 MO_STRATEGIES = ("nsga2", "nsga3", "tpe", "random", "regularized-evolution", "local-search",
@@ -79,7 +89,12 @@ VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")
                     "input_shape": (3, 16, 16)},
             "rea-selected": {"inner": "regularized-evolution", "proxy": "selected",
                              "dataset": "mnist5k", "dataset_options": {"resize": 16},
-                             "batch_size": 64}}
+                             "batch_size": 64},
+            "blind": {}}
+#: Estimator options of a variant. ``blind``: the table withholds its latencies and sizes
+#: until a cell is evaluated (``known_hardware=False``), so the strategies learn feasibility
+#: (the constraint model) instead of knowing it.
+ESTIMATOR_VARIANTS = {"blind": {"known_hardware": False}}
 #: Space options per benchmark name: the table is indexed by the cell alone, so N and C only
 #: matter where a network is built (the pre-screen's proxy).
 SPACE_OPTIONS = {"prescreen:rea": {"N": 1, "C": 8}, "prescreen:rea-selected": {"N": 1, "C": 8}}
@@ -110,12 +125,13 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict:
     common = dict(strategy=strategy, estimator="nb201-table", seed=seed,
                   space_options=SPACE_OPTIONS.get(name, {}),
                   strategy_options=options, disable_plugins=["mlflow", "progress"],
-                  estimator_options={"dataset": "cifar10", "select_on": select_on})
+                  estimator_options={"dataset": "cifar10", "select_on": select_on,
+                                     **ESTIMATOR_VARIANTS.get(name.partition(":")[2], {})})
     if experiment == "mo":
         study = frugalnas.create_study(objectives=["value", METRIC], directions=list(DIRECTIONS),
                                        **common)
     else:
-        study = frugalnas.create_study(constraints={METRIC: BOUND}, **common)
+        study = frugalnas.create_study(constraints=constraint_set(experiment), **common)
     start = time.perf_counter()
     best: dict[int, list[int]] = {}
     done = 0
@@ -140,6 +156,76 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict:
             "best": {str(k): v for k, v in best.items()}}
 
 
+def constraint_set(experiment: str) -> dict[str, float]:
+    """The constraints of ``constrained`` / ``constrained:<set>``."""
+    name = experiment.partition(":")[2] or "pixel3"
+    if name not in CONSTRAINT_SETS:
+        raise SystemExit(f"unknown constraint set {name!r} in {experiment!r}; valid: "
+                         f"{', '.join(CONSTRAINT_SETS)}")
+    return CONSTRAINT_SETS[name]
+
+
+def feasible_cells(constraints: dict[str, float]) -> np.ndarray:
+    """Which cells of the table meet ``constraints`` (CIFAR-10 network sizes)."""
+    from frugalnas.spaces.nb201.table import nb201_data
+
+    data = nb201_data()
+    ok = np.ones(len(data.valid_accuracy_cifar10), dtype=bool)
+    for name, bound in constraints.items():
+        column = data.params[:, 0] if name == "params" else \
+            data.latency(name.removeprefix("latency_ms_"))
+        ok &= column <= bound
+    return ok
+
+
+def constrained_tables(done: list[dict], args: argparse.Namespace) -> None:
+    """Per constraint set and selection protocol: regret of the best feasible trial."""
+    from frugalnas.spaces.nb201.table import nb201_data
+
+    data = nb201_data()
+    valid, test = data.valid_accuracy_cifar10, data.test_accuracy[:, 0]
+    marks = [m for m in MARKS if m <= args.queries]
+    for experiment in [e for e in args.experiments if e.startswith("constrained")]:
+        constraints = constraint_set(experiment)
+        feasible = feasible_cells(constraints)
+        for select_on in args.select_on:
+            score = valid if select_on == "valid" else test
+            oracle = int(np.flatnonzero(feasible)[np.argmax(score[feasible])])
+            bounds = " and ".join(f"{k} <= {v:g}" for k, v in constraints.items())
+            print(f"\n## {bounds}: best feasible trial, select on {select_on}; "
+                  f"{args.seeds} seeds from {args.first_seed}")
+            print(f"feasible cells: {feasible.sum()} of {len(feasible)} "
+                  f"({100 * feasible.mean():.1f} %); feasible optimum by {select_on}: cell "
+                  f"{oracle}, valid {valid[oracle]:.3f}, test {test[oracle]:.2f}; best feasible "
+                  f"test {test[feasible].max():.2f}")
+            print(f"{'strategy':28s}{'seeds':>6s}" + "".join(f"{'regret @' + str(q):>16s}"
+                                                           for q in marks)
+                  + f"{'test @' + str(marks[-1]):>16s}{'feasible':>10s}{'infeas.best':>12s}"
+                  + f"{'s/run':>7s}")
+            for name in args.constrained_strategies:
+                runs = [r for r in done if r["experiment"] == experiment
+                        and r["strategy"] == name
+                        and args.first_seed <= r["seed"] < args.first_seed + args.seeds
+                        and r["queries"] == args.queries and r["select_on"] == select_on]
+                if not runs:
+                    continue
+                cols, bad = "", 0
+                for q in marks:
+                    regrets, tests = [], []
+                    for r in runs:
+                        best = r["best"].get(str(q)) or []
+                        if best:
+                            cell = r["cells"][best[0]]
+                            bad += int(not feasible[cell])
+                            regrets.append(score[oracle] - score[cell])
+                            tests.append(test[cell])
+                    cols += f"{np.mean(regrets):9.3f} +-{np.std(regrets):5.3f}"
+                frac = np.mean([np.mean(r["feasible"]) for r in runs])
+                secs = np.mean([r["seconds"] for r in runs])
+                print(f"{name:28s}{len(runs):6d}{cols}{np.mean(tests):9.2f} +-"
+                      f"{np.std(tests):5.2f}{100 * frac:9.0f}%{bad:12d}{secs:7.1f}")
+
+
 def table_front_hv(score: np.ndarray, latency: np.ndarray) -> float:
     from frugalnas.multiobjective.hypervolume import hypervolume
 
@@ -161,7 +247,6 @@ def summarise(done: list[dict], args: argparse.Namespace) -> None:
     valid, test = data.valid_accuracy_cifar10, data.test_accuracy[:, 0]
     latency = data.latency(DEVICE)
     marks = [m for m in MARKS if m <= args.queries]
-    feasible = latency <= BOUND
     if "mo" in args.experiments:
         print(f"\n## accuracy vs {METRIC}: hypervolume, reference point {REFERENCE} "
               f"(accuracy %, ms); {args.seeds} seeds, {args.queries} queries")
@@ -175,7 +260,8 @@ def summarise(done: list[dict], args: argparse.Namespace) -> None:
               + f"{'test ratio @' + str(args.queries):>18s}{'front':>7s}{'s/run':>7s}")
         for name in args.mo_strategies:
             runs = [r for r in done if r["experiment"] == "mo" and r["strategy"] == name
-                    and r["seed"] < args.seeds and r["queries"] == args.queries]
+                    and args.first_seed <= r["seed"] < args.first_seed + args.seeds
+                    and r["queries"] == args.queries]
             if not runs:
                 continue
             ratio: dict[int, list[float]] = {q: [] for q in mo_marks}
@@ -194,43 +280,15 @@ def summarise(done: list[dict], args: argparse.Namespace) -> None:
             secs = np.mean([r["seconds"] for r in runs])
             print(f"{name:24s}{len(runs):6d}{cols}{np.mean(test_ratio):10.4f} +-"
                   f"{np.std(test_ratio):.4f}{np.mean(sizes):7.1f}{secs:7.1f}")
-    if "constrained" in args.experiments:
-        for select_on in args.select_on:
-            score = valid if select_on == "valid" else test
-            oracle = int(np.flatnonzero(feasible)[np.argmax(score[feasible])])
-            print(f"\n## {METRIC} <= {BOUND:g}: best feasible trial, select on {select_on}, "
-                  f"report test; {args.seeds} seeds")
-            print(f"feasible cells: {feasible.sum()} of {len(feasible)} "
-                  f"({100 * feasible.mean():.1f} %); feasible optimum: best test accuracy "
-                  f"{test[feasible].max():.2f} %; best {select_on} cell {oracle}: valid "
-                  f"{valid[oracle]:.2f}, test {test[oracle]:.2f}, {latency[oracle]:.2f} ms")
-            print(f"{'strategy':28s}{'seeds':>6s}" + "".join(f"{'test @' + str(q):>16s}"
-                                                           for q in marks)
-                  + f"{'feasible':>10s}{'infeas.best':>12s}{'s/run':>7s}")
-            for name in args.constrained_strategies:
-                runs = [r for r in done if r["experiment"] == "constrained"
-                        and r["strategy"] == name and r["seed"] < args.seeds
-                        and r["queries"] == args.queries and r["select_on"] == select_on]
-                if not runs:
-                    continue
-                cols, bad = "", 0
-                for q in marks:
-                    accs = []
-                    for r in runs:
-                        best = r["best"].get(str(q)) or []
-                        if best:
-                            cell = r["cells"][best[0]]
-                            bad += int(not feasible[cell])
-                            accs.append(test[cell])
-                    cols += f"{np.mean(accs):9.2f} +-{np.std(accs):4.2f}"
-                frac = np.mean([np.mean(r["feasible"]) for r in runs])
-                secs = np.mean([r["seconds"] for r in runs])
-                print(f"{name:28s}{len(runs):6d}{cols}{100 * frac:9.0f}%{bad:12d}{secs:7.1f}")
+    if any(e.startswith("constrained") for e in args.experiments):
+        constrained_tables(done, args)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="seeds first-seed .. first-seed+seeds-1")
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--experiments", default="mo,constrained")
     parser.add_argument("--mo-strategies", default=",".join(MO_STRATEGIES))
@@ -252,10 +310,12 @@ def main() -> None:
     jobs = []
     if "mo" in args.experiments:
         jobs += [("mo", n, s, args.queries, "valid") for n in args.mo_strategies
-                 for s in range(args.seeds)]
-    if "constrained" in args.experiments:
-        jobs += [("constrained", n, s, args.queries, sel) for sel in args.select_on
-                 for n in args.constrained_strategies for s in range(args.seeds)]
+                 for s in range(args.first_seed, args.first_seed + args.seeds)]
+    for experiment in [e for e in args.experiments if e.startswith("constrained")]:
+        constraint_set(experiment)
+        jobs += [(experiment, n, s, args.queries, sel) for sel in args.select_on
+                 for n in args.constrained_strategies
+                 for s in range(args.first_seed, args.first_seed + args.seeds)]
     jobs = [j for j in jobs if j not in latest and not args.summary_only]
     done += run_cached(jobs, run_one, workers=args.workers, cache=args.cache,
                        describe=lambda r: f"{r['experiment']} {r['strategy']} seed {r['seed']} "
