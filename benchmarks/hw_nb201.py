@@ -246,7 +246,6 @@ def summarise(done: list[dict], args: argparse.Namespace) -> None:
     data = nb201_data()
     valid, test = data.valid_accuracy_cifar10, data.test_accuracy[:, 0]
     latency = data.latency(DEVICE)
-    marks = [m for m in MARKS if m <= args.queries]
     if "mo" in args.experiments:
         print(f"\n## accuracy vs {METRIC}: hypervolume, reference point {REFERENCE} "
               f"(accuracy %, ms); {args.seeds} seeds, {args.queries} queries")
