@@ -53,7 +53,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -341,7 +341,7 @@ class ProxyRunner:
             self._stop_pool()
         self._pool, self._stop_pool = None, None
 
-    def __enter__(self) -> ProxyRunner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -132,7 +132,7 @@ def test_the_disk_cache_serves_a_later_study_until_the_batch_options_change(tmp_
     assert [str(t.architecture) for t in second.trials] == [str(t.architecture)
                                                             for t in first.trials]
     # another batch size is another batch: nothing cached applies, all is scored again
-    third, s3 = screened_study(log, trials=6, cache_dir=str(cache), batch_size=3)
+    _, s3 = screened_study(log, trials=6, cache_dir=str(cache), batch_size=3)
     assert s3.stats.evaluations == s1.stats.evaluations
     assert scorings(log) == 2 * s1.stats.evaluations
     lines = (cache / CACHE_FILE).read_text().splitlines()
@@ -143,8 +143,9 @@ def test_the_disk_cache_serves_a_later_study_until_the_batch_options_change(tmp_
 def test_a_persistent_worker_process_scores_every_trial(tmp_path):
     """workers=1: one spawned process, started on the first trial, scores every candidate of
     every trial with the values the study's own process computes; close() ends it."""
-    options = dict(space="nb201", space_options=SMALL, estimator="nb201-table", dataset=None,
-                   disable_plugins=["mlflow", "progress"], seed=5, strategy="prescreen")
+    options = {"space": "nb201", "space_options": SMALL, "estimator": "nb201-table",
+               "dataset": None, "disable_plugins": ["mlflow", "progress"], "seed": 5,
+               "strategy": "prescreen"}
     strategy = {"inner": "regularized-evolution", "proxy": ["synflow", "naswot"], "k": 5,
                 **GAUSSIAN, "inner_options": {"population_size": 6, "n_init": 4}}
     remote = frugalnas.create_study(strategy_options={**strategy, "workers": 1}, **options)
