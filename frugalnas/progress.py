@@ -16,14 +16,14 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Any
-
-from optuna.trial import TrialState
+from typing import TYPE_CHECKING, Any
 
 from frugalnas.core.errors import ConfigError
 from frugalnas.core.plugins import hookimpl
-from frugalnas.core.trial_report import TrialReport
 from frugalnas.core.work_progress import end_session_progress, progress_shown, session_progress
+
+if TYPE_CHECKING:  # the plugin loads with every command: optuna only when a study runs
+    from frugalnas.core.trial_report import TrialReport
 
 PLUGIN = "progress"
 OPTIONS = ("show",)
@@ -53,6 +53,8 @@ class _Bar:
                          file=sys.stderr, dynamic_ncols=True)
 
     def finished(self, report: TrialReport) -> None:
+        from optuna.trial import TrialState
+
         # The hook runs before optuna records the trial, so the best is kept here.
         if (self.single and report.state == TrialState.COMPLETE and report.values
                 and report.feasible is not False):

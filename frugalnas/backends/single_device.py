@@ -1,14 +1,12 @@
-"""Built-in plugin: the single-device backend (CPU, or a CUDA device when present)."""
+"""The single-device backend (CPU, or a CUDA device when present), registered by the built-in
+plugin ``single-device`` (:mod:`frugalnas.backends.single_device_plugin`)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 
 from frugalnas.core.backend import Backend
 from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import hookimpl
 
 
 def resolve_device(device: str) -> torch.device:
@@ -34,8 +32,3 @@ class SingleDeviceBackend(Backend):
     @property
     def device(self) -> torch.device:
         return self._device
-
-
-@hookimpl
-def frugalnas_backends() -> dict[str, Any]:
-    return {"single-device": SingleDeviceBackend}

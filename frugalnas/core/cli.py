@@ -14,15 +14,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, NoReturn
 
-from frugalnas.core.config import (StudyConfig, check_run_settings, load_run_file,
+from frugalnas.core.config import (DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, ISOLATION_MODES,
+                                   StudyConfig, check_run_settings, load_run_file,
                                    parse_constraint)
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginNotAllowedError, one_line)
 from frugalnas.core.kinds import KINDS, OPTION_GROUPS
 from frugalnas.core.plugins import PluginHost, refused_plugins
 from frugalnas.core.secrets import mask_text, mask_value, option_roles
-from frugalnas.core.isolation import ISOLATION_MODES
-from frugalnas.core.worker import DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT
 from frugalnas.core.storage_url import check_storage_url
 
 
@@ -166,10 +165,11 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
     objectives, each plugin's ``frugalnas_check_config``) and creating the cheap components.
     Nothing is written anywhere. Returns the resolved plan (names, source plugins, options
     with defaults)."""
-    from frugalnas.core.study import build_components, check_config
-
     check_run_settings(run)
     check_storage_url(run.get("storage"))
+    check_names(config, host)
+    from frugalnas.core.study import build_components, check_config
+
     build_components(host, config, estimator=check_config(host, config))
     shown = config.stored_form(option_roles(host))  # passwords and secrets masked
     out: dict[str, Any] = {"run": mask_value(run)}
@@ -198,14 +198,26 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
     return out
 
 
+def check_names(config: StudyConfig, host: PluginHost) -> None:
+    """An :class:`~frugalnas.core.errors.UnknownComponentError` for the first component name of
+    ``config`` that no plugin registers, read from the registries alone: a misspelt name is
+    answered before any component's module (torch, scikit-learn, ...) is imported."""
+    for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
+                        ("backend", "backends"), ("dataset", "datasets")):
+        name = getattr(config, group)
+        if name is not None:
+            host.registry(kind).get(name)
+    host.estimators().get(config.estimator)
+    if config.pruner is not None:
+        host.registry("pruners").get(config.pruner)
+
+
 def host_for(config: StudyConfig) -> PluginHost:
     """The plugin host a study with ``config`` runs with."""
     return PluginHost(config.plugins, config.disable_plugins)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from frugalnas.core.study import create_study
-
     config, run = resolve_run(args, args.host)
     host = host_for(config)
     resolved = plan(config, run, host)
@@ -218,6 +230,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
     import optuna
+
+    from frugalnas.core.study import create_study
 
     _optuna_logging()
     if args.isolate == "process":

@@ -208,6 +208,15 @@ def upgrade_legacy(data: dict[str, Any]) -> dict[str, Any]:
 #: Keys of a run file (TOML) that are not part of StudyConfig.
 RUN_KEYS = ("study_name", "storage", "n_trials", "timeout", "n_jobs", "load_if_exists")
 
+#: The isolation settings: ``auto`` (a child process for estimators that train, in-process
+#: otherwise), ``none`` (in-process), ``process`` (a child process; refused where impossible).
+ISOLATION_MODES = ("auto", "none", "process")
+#: A worker stops after this many of its own trials failed in a row (``max_failures``).
+DEFAULT_MAX_FAILURES = 10
+#: Seconds between the heartbeats of ``frugalnas run`` on a database storage (workers choose
+#: theirs with ``--heartbeat``).
+DEFAULT_RUN_HEARTBEAT = 10
+
 
 def check_run_settings(run: dict[str, Any]) -> None:
     """Raise ConfigError, naming the bad value and the valid ones, for a run setting (a

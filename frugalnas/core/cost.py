@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -32,6 +33,9 @@ def count_params(model: torch.nn.Module) -> int:
 def count_flops(model: torch.nn.Module, inputs: torch.Tensor, backward: bool = False) -> int:
     """FLOPs of one forward (and backward) pass of ``model`` on ``inputs``, counted by
     ``torch.utils.flop_counter``. The model's training mode and gradients are restored."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
     was_training = model.training
     model.eval()
     try:

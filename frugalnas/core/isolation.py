@@ -44,6 +44,7 @@ from optuna.trial import TrialState
 
 from frugalnas.core import optuna_compat
 from frugalnas.core import strategy as strategy_protocol
+from frugalnas.core.config import ISOLATION_MODES
 from frugalnas.core.errors import ConfigError, TrialFailure
 from frugalnas.core.estimator import EstimateResult, JSONValue, PastTrial, StudyStore, TrialContext
 from frugalnas.core.keys import ARCHITECTURE_ATTR, CRASH_ATTR
@@ -55,9 +56,6 @@ if TYPE_CHECKING:
     from frugalnas.core.plugins import PluginHost
     from frugalnas.core.study import Study
 
-#: The isolation settings: ``auto`` (a child process for estimators that train, in-process
-#: otherwise), ``none`` (in-process), ``process`` (a child process; refused where impossible).
-ISOLATION_MODES = ("auto", "none", "process")
 #: A candidate whose evaluation process died this many times is not evaluated again.
 MAX_CRASHES = 2
 #: How the fail reason of a candidate refused for its crashes starts.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,19 +13,65 @@ from frugalnas.core.errors import ConfigError, UnknownComponentError
 
 
 @dataclass(frozen=True)
+class LazyFactory:
+    """A factory named by reference, imported when first used: registration hooks may return
+    one in place of the factory, so that listing, describing and checking the names of
+    components imports none of their modules (nor torch, scikit-learn, MLflow...).
+
+    ``target`` is ``"package.module:attribute"``; ``summary`` is the component's one-line
+    description, shown without importing it (empty: the target's docstring is read);
+    ``args`` are positional arguments bound to the target (``functools.partial``);
+    ``derived_from`` is a derived estimator's ``(kind, name)`` (see
+    ``frugalnas_derived_estimators``). Calling it calls the target, so code that calls a
+    registered factory directly works with either."""
+
+    target: str
+    summary: str = ""
+    args: tuple[Any, ...] = ()
+    derived_from: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        module, sep, attribute = self.target.partition(":")
+        if not sep or not module or not attribute:
+            raise ValueError(f"lazy factory {self.target!r}: expected 'package.module:attribute'")
+
+    def load(self) -> Callable[..., Any]:
+        """The factory itself (its module is imported on the first call; Python keeps it)."""
+        module, _, attribute = self.target.partition(":")
+        found: Any = importlib.import_module(module)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+        return functools.partial(found, *self.args) if self.args else found
+
+    def __call__(self, *args: Any, **options: Any) -> Any:
+        return self.load()(*args, **options)
+
+
+@dataclass(frozen=True)
 class Component:
-    """One registered component: its factory and where it came from."""
+    """One registered component: what its plugin registered (a factory or a
+    :class:`LazyFactory`) and where it came from."""
 
     kind: str
     name: str
-    factory: Callable[..., Any]
+    registered: Callable[..., Any]
     plugin: str
     distribution: str | None = None
     version: str | None = None
 
     @property
+    def factory(self) -> Callable[..., Any]:
+        """The factory; a lazy reference is imported here."""
+        if isinstance(self.registered, LazyFactory):
+            return self.registered.load()
+        return self.registered
+
+    @property
     def summary(self) -> str:
-        """The first paragraph of the factory's docstring, on one line."""
+        """The first paragraph of the factory's docstring, on one line (a lazy reference's
+        own summary, without importing it)."""
+        if isinstance(self.registered, LazyFactory) and self.registered.summary:
+            return self.registered.summary
         doc = (inspect.getdoc(self.factory) or "").strip()
         return " ".join(doc.split("\n\n")[0].split())
 
@@ -31,9 +79,10 @@ class Component:
         """Call the factory, turning an unknown keyword option into a ConfigError. A factory
         that declares a ``host`` parameter receives ``host`` (the study's plugin host)."""
         self.check_options(options)
+        factory = self.factory
         if host is not None and self.accepts_host:
             options["host"] = host
-        return self.factory(**options)
+        return factory(**options)
 
     @property
     def accepts_host(self) -> bool:

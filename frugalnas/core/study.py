@@ -17,13 +17,12 @@ from optuna.trial import FrozenTrial, TrialState
 from frugalnas.core import strategy as strategy_protocol
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
-from frugalnas.core.config import StudyConfig
+from frugalnas.core.config import ISOLATION_MODES, StudyConfig
 from frugalnas.core.data import Dataset
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, PluginNotAllowedError, TrialFailure,
                                    UnknownComponentError, check_choice, one_line)
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.isolation import ISOLATION_MODES
 from frugalnas.core.keys import CONFIG_ATTR, INTERMEDIATE_ATTR
 from frugalnas.core.kinds import GROUPS
 from frugalnas.core.plugins import PluginHost, get_host, refused_plugins

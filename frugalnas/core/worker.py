@@ -40,9 +40,9 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core import optuna_compat
-from frugalnas.core.config import StudyConfig
+from frugalnas.core.config import DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, StudyConfig
 from frugalnas.core.errors import ConfigError, FrugalnasError, check_choice, check_range
-from frugalnas.core.isolation import ISOLATION_MODES
+from frugalnas.core.config import ISOLATION_MODES
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
 from frugalnas.core.runner import storage_failures_stop
@@ -59,11 +59,6 @@ COUNTED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, Tr
 TAKEN_STATES = COUNTED_STATES
 #: A worker whose strategy proposes this many taken architectures in a row stops.
 MAX_DUPLICATES_IN_A_ROW = 20
-#: A worker stops after this many of its own trials failed in a row (``max_failures``).
-DEFAULT_MAX_FAILURES = 10
-#: Seconds between the heartbeats of ``frugalnas run`` on a database storage (workers choose
-#: theirs with ``--heartbeat``).
-DEFAULT_RUN_HEARTBEAT = 10
 #: How the fail reason of a refused repeat starts (they have their own limit, above).
 DUPLICATE_REASON = "duplicate architecture"
 #: How optuna refuses to finish a trial that is already finished (by another worker's stale

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
-from frugalnas.estimators.low_fidelity import LowFidelityEstimator
-from frugalnas.estimators.train import TrainEstimator
+from frugalnas.core.registry import LazyFactory
+
+__getattr__ = lazy_attributes(__name__, {
+    "LowFidelityEstimator": "frugalnas.estimators.low_fidelity",
+    "TrainEstimator": "frugalnas.estimators.train"})
 
 __all__ = ["LowFidelityEstimator", "TrainEstimator"]
 
 
 @hookimpl
 def frugalnas_estimators() -> dict[str, Any]:
-    return {"train": TrainEstimator, "low-fidelity": LowFidelityEstimator}
+    return {
+        "train": LazyFactory(
+            "frugalnas.estimators.train:TrainEstimator",
+            "Trains the candidate from scratch for a budget of epochs; scores validation "
+            "accuracy (%)."),
+        "low-fidelity": LazyFactory(
+            "frugalnas.estimators.low_fidelity:LowFidelityEstimator",
+            "Short training on reduced data, resolution or width; scores validation "
+            "accuracy (%)."),
+    }

@@ -22,12 +22,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
-from frugalnas.export.exporter import DEFAULT_EPOCHS, ExportedModel, export_study
-from frugalnas.export.formats import FORMATS, ExportError
-from frugalnas.leaderboard import (leaderboard_html, leaderboard_rows, leaderboard_table,
-                                   pareto_fronts)
-from frugalnas.export.select import select_trials
+
+# The commands are added without importing torch or the exporter; the names below are
+# imported when first used.
+__getattr__ = lazy_attributes(__name__, {
+    **{name: "frugalnas.export.exporter" for name in (
+        "DEFAULT_EPOCHS", "ExportedModel", "export_study")},
+    "FORMATS": "frugalnas.export.options",
+    "ExportError": "frugalnas.export.options",
+    **{name: "frugalnas.leaderboard" for name in (
+        "leaderboard_html", "leaderboard_rows", "leaderboard_table", "pareto_fronts")},
+    "select_trials": "frugalnas.export.select"})
 
 __all__ = ["DEFAULT_EPOCHS", "FORMATS", "ExportError", "ExportedModel", "export_study",
            "leaderboard_html", "leaderboard_rows", "leaderboard_table", "pareto_fronts",

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError
-from frugalnas.export.formats import FORMATS, ExportError
-from frugalnas.leaderboard import fmt_number
+from frugalnas.export.options import FORMATS, ExportError
 
 OVERRIDE_GROUPS = ("train", "backend", "dataset")
 
@@ -121,6 +120,7 @@ def _overrides(options: list[str]) -> dict[str, dict[str, Any]]:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from frugalnas.export.exporter import export_study
+    from frugalnas.leaderboard import fmt_number
 
     overrides = _overrides(args.option)
     study = open_study(args, no_tracking=args.no_tracking)

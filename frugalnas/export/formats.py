@@ -27,16 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from frugalnas.core.errors import ConfigError, FrugalnasError
+from frugalnas.core.errors import ConfigError
+from frugalnas.export.options import FORMATS, ExportError
 
-FORMATS = ("torchscript", "export", "onnx")
 FILES = {"torchscript": "model.torchscript.pt", "export": "model.pt2", "onnx": "model.onnx"}
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
 ATOL = RTOL = 1e-4
-
-
-class ExportError(FrugalnasError):
-    """An exported file does not reproduce the trained module (or could not be written)."""
 
 
 @dataclass

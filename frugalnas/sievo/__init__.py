@@ -5,18 +5,31 @@ strategy on any space with a ``shared_builder`` (see docs/weight_sharing.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.estimator import EstimateResult
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
-from frugalnas.core.space import SearchSpace
-from frugalnas.sievo.estimator import (InheritedEstimator, shared_plans, supernet_of,
-                                       weight_store_of)
-from frugalnas.sievo.final import FinalChoice, final_choice
-from frugalnas.sievo.plan import GenerationPlan, GenerationPlans, SampledTraining
-from frugalnas.sievo.sampler import SIEvolutionSampler
-from frugalnas.sievo.session import check_weight_sharing
+from frugalnas.core.registry import LazyFactory
+
+if TYPE_CHECKING:
+    from frugalnas.core.architecture import Architecture
+    from frugalnas.core.estimator import EstimateResult
+    from frugalnas.core.space import SearchSpace
+    from frugalnas.sievo.sampler import SIEvolutionSampler
+
+#: The name of the ``inherited`` estimator (``frugalnas.sievo.estimator.InheritedEstimator``).
+INHERITED = "inherited"
+
+# Registering imports none of the modules below (nor torch); the names are imported when
+# first used.
+__getattr__ = lazy_attributes(__name__, {
+    **{name: "frugalnas.sievo.estimator" for name in (
+        "InheritedEstimator", "shared_plans", "supernet_of", "weight_store_of")},
+    "FinalChoice": "frugalnas.sievo.final",
+    "final_choice": "frugalnas.sievo.final",
+    **{name: "frugalnas.sievo.plan" for name in (
+        "GenerationPlan", "GenerationPlans", "SampledTraining")},
+    "SIEvolutionSampler": "frugalnas.sievo.sampler"})
 
 __all__ = ["FinalChoice", "GenerationPlan", "GenerationPlans", "InheritedEstimator",
            "SIEvolutionSampler", "SampledTraining", "final_choice", "retrain", "shared_plans",
@@ -32,6 +45,8 @@ def si_evolution(space: SearchSpace | None = None, seed: int = 0, population_siz
                  warmup_batches: int = 0) -> SIEvolutionSampler:
     """Evolution with sampled training of the population on shared weights and node
     inheritance for offspring (SI-EvoNAS); use with the 'inherited' estimator."""
+    from frugalnas.sievo.sampler import SIEvolutionSampler
+
     return SIEvolutionSampler(
         space=space, seed=seed, population_size=population_size, offspring=offspring,
         generations=generations, batches_per_generation=batches_per_generation,
@@ -60,14 +75,20 @@ def frugalnas_strategies() -> dict[str, Any]:
 
 @hookimpl
 def frugalnas_estimators() -> dict[str, Any]:
-    return {"inherited": InheritedEstimator}
+    return {INHERITED: LazyFactory(
+        "frugalnas.sievo.estimator:InheritedEstimator",
+        "Scores a candidate on validation data with weights inherited from the study's shared "
+        "store (a :class:`~frugalnas.weight_sharing.supernet.Supernet` with one module per "
+        "operation and position), on any space with a ``shared_builder`` (``dag``, NB201).")}
 
 
 @hookimpl
 def frugalnas_check_config(config: Any, host: Any) -> None:
     """Before the first trial: the ``inherited`` estimator's space supports weight sharing."""
-    if config.estimator != InheritedEstimator.name:
+    if config.estimator != INHERITED:
         return
+    from frugalnas.sievo.session import check_weight_sharing
+
     try:
         space = host.create("search_spaces", config.space, **config.space_options)
     except Exception:  # the study reports a space it cannot create itself

@@ -9,22 +9,48 @@ from __future__ import annotations
 from typing import Any
 
 from frugalnas.core.plugins import hookimpl
-from frugalnas.strategies.base import ArchSampler, strategy_factory
-from frugalnas.strategies.local_search import LocalSearchSampler
-from frugalnas.strategies.mo_evolution import (MultiObjectiveEvolutionSampler,
-                                               check_reference_point)
-from frugalnas.strategies.optuna_samplers import optuna_strategies
-from frugalnas.strategies.prescreen import prescreen_strategy
-from frugalnas.strategies.regularized import RegularizedEvolutionSampler
-from frugalnas.strategies.surrogate_search import BananasSampler, SurrogateEvolutionSampler
+from frugalnas.core.registry import LazyFactory
 
-
-STRATEGIES: dict[str, type[ArchSampler]] = {
-    "regularized-evolution": RegularizedEvolutionSampler,
-    "local-search": LocalSearchSampler,
-    "surrogate-evolution": SurrogateEvolutionSampler,
-    "bananas": BananasSampler,
-    "mo-evolution": MultiObjectiveEvolutionSampler,
+#: name -> (module:factory, summary): the strategies this plugin registers, named so that
+#: registering imports none of them (nor optuna, scipy, scikit-learn or torch); the summary is
+#: the first paragraph of the factory's docstring.
+STRATEGIES: dict[str, tuple[str, str]] = {
+    "regularized-evolution": (
+        "regularized:RegularizedEvolutionSampler",
+        "Regularized (aging) evolution of Real et al. 2019: mutate the best of a random "
+        "sample."),
+    "local-search": (
+        "local_search:LocalSearchSampler",
+        "Local search: evaluate unseen one-edit neighbours of the best architecture so far."),
+    "surrogate-evolution": (
+        "surrogate_search:SurrogateEvolutionSampler",
+        "Surrogate-assisted regularized evolution: a surrogate pre-screens the offspring."),
+    "bananas": (
+        "surrogate_search:BananasSampler",
+        "BANANAS (White et al., AAAI 2021): ensemble surrogate, path encoding, mutation "
+        "search."),
+    "mo-evolution": (
+        "mo_evolution:MultiObjectiveEvolutionSampler",
+        "Multi-objective regularized evolution (see the module docstring)."),
+    "prescreen": (
+        "prescreen:prescreen_strategy",
+        "Pre-screen: the inner strategy proposes k candidates, a zero-cost proxy (or a rank "
+        "ensemble of several, or a member preset such as ``\"selected\"``) keeps the best for "
+        "the estimator."),
+    "tpe": (
+        "optuna_samplers:tpe",
+        "optuna's Tree-structured Parzen Estimator (Bergstra et al. 2011; constraints as in "
+        "Watanabe & Hutter 2023)."),
+    "nsga2": (
+        "optuna_samplers:nsga2",
+        "optuna's NSGA-II (Deb et al. 2002) with constrained domination; for several "
+        "objectives."),
+    "nsga3": (
+        "optuna_samplers:nsga3",
+        "optuna's NSGA-III (Deb & Jain 2014); for many objectives."),
+    "gp": (
+        "optuna_samplers:gp",
+        "optuna's Gaussian-process Bayesian optimisation (constrained expected improvement)."),
 }
 
 
@@ -32,11 +58,13 @@ STRATEGIES: dict[str, type[ArchSampler]] = {
 def frugalnas_check_config(config: Any, host: Any) -> None:
     """Before the first trial: ``mo-evolution``'s reference point has one value per objective."""
     if config.strategy == "mo-evolution":
+        from frugalnas.strategies.mo_evolution import check_reference_point
+
         check_reference_point(config.strategy_options.get("reference_point"),
                               len(config.directions))
 
 
 @hookimpl
 def frugalnas_strategies() -> dict[str, Any]:
-    return {**{name: strategy_factory(cls) for name, cls in STRATEGIES.items()},
-            "prescreen": prescreen_strategy, **optuna_strategies()}
+    return {name: LazyFactory(f"frugalnas.strategies.{target}", summary)
+            for name, (target, summary) in STRATEGIES.items()}

@@ -78,3 +78,11 @@ class _quiet_experimental:
 def optuna_strategies() -> dict[str, Callable[..., optuna.samplers.BaseSampler]]:
     return {name: optuna_strategy(name) for name in OPTUNA_SAMPLERS
             if hasattr(optuna.samplers, OPTUNA_SAMPLERS[name][0])}
+
+
+# The factories by strategy name, as attributes the strategies plugin names lazily
+# ("frugalnas.strategies.optuna_samplers:tpe"); optuna >= 4 has every sampler.
+tpe = optuna_strategy("tpe")
+nsga2 = optuna_strategy("nsga2")
+nsga3 = optuna_strategy("nsga3")
+gp = optuna_strategy("gp")

@@ -9,9 +9,8 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.plugins import hookimpl
 from frugalnas.core.space import SearchSpace
-from frugalnas.strategies.base import ArchSampler, History, strategy_factory
+from frugalnas.strategies.base import ArchSampler, History
 
 
 class RandomArchSampler(ArchSampler):
@@ -33,8 +32,3 @@ class RandomArchSampler(ArchSampler):
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
         return self.fresh_random(hist, rng)
-
-
-@hookimpl
-def frugalnas_strategies() -> dict[str, Any]:
-    return {"random": strategy_factory(RandomArchSampler)}

@@ -7,16 +7,27 @@ built-in plugin ``surrogates``; create one by name with ``host.create("surrogate
 
 from typing import Any
 
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
+from frugalnas.core.registry import LazyFactory
+# Eager: the module and this function share the name ``acquisition``, so the function must be
+# bound here before anyone imports the module (which is light).
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
-from frugalnas.surrogates.base import Surrogate
-from frugalnas.surrogates.checks import SurrogateCheckError, check_surrogate
-from frugalnas.surrogates.encodings import ENCODINGS, Encoding, make_encoding
-from frugalnas.surrogates.forest import RandomForestSurrogate
-from frugalnas.surrogates.gbm import LightGBMSurrogate
-from frugalnas.surrogates.gp import GPSurrogate
-from frugalnas.surrogates.mlp_ensemble import MLPEnsembleSurrogate
-from frugalnas.surrogates.quality import rank_quality
+
+# Nothing here imports scikit-learn, LightGBM or torch until a name below is used.
+__getattr__ = lazy_attributes(__name__, {
+    "Surrogate": "frugalnas.surrogates.base",
+    "SurrogateCheckError": "frugalnas.surrogates.checks",
+    "check_surrogate": "frugalnas.surrogates.checks",
+    "ENCODINGS": "frugalnas.surrogates.encodings",
+    "Encoding": "frugalnas.surrogates.encodings",
+    "make_encoding": "frugalnas.surrogates.encodings",
+    "RandomForestSurrogate": "frugalnas.surrogates.forest",
+    "LightGBMSurrogate": "frugalnas.surrogates.gbm",
+    "GPSurrogate": "frugalnas.surrogates.gp",
+    "MLPEnsembleSurrogate": "frugalnas.surrogates.mlp_ensemble",
+    "rank_quality": "frugalnas.surrogates.quality",
+})
 
 __all__ = [
     "ACQUISITIONS", "ENCODINGS", "Encoding", "GPSurrogate", "LightGBMSurrogate",
@@ -27,5 +38,20 @@ __all__ = [
 
 @hookimpl
 def frugalnas_surrogates() -> dict[str, Any]:
-    return {"lightgbm": LightGBMSurrogate, "random-forest": RandomForestSurrogate,
-            "gp": GPSurrogate, "mlp-ensemble": MLPEnsembleSurrogate}
+    return {
+        "lightgbm": LazyFactory(
+            "frugalnas.surrogates.gbm:LightGBMSurrogate",
+            "LightGBM regressor; uncertainty = spread of an ensemble of bagged boosters with "
+            "different seeds."),
+        "random-forest": LazyFactory(
+            "frugalnas.surrogates.forest:RandomForestSurrogate",
+            "Random forest regressor; uncertainty = standard deviation over its trees."),
+        "gp": LazyFactory(
+            "frugalnas.surrogates.gp:GPSurrogate",
+            "Gaussian process regressor (Matern 5/2 + white noise, normalised targets); exact "
+            "predictive std."),
+        "mlp-ensemble": LazyFactory(
+            "frugalnas.surrogates.mlp_ensemble:MLPEnsembleSurrogate",
+            "Ensemble of independently initialised torch MLPs; uncertainty = spread of their "
+            "predictions."),
+    }

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
-from scipy.stats import norm
+from typing import TYPE_CHECKING
 
 from frugalnas.core.errors import check_choice
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ACQUISITIONS = ("ei", "ucb", "mean", "its")
 
@@ -14,6 +16,10 @@ def acquisition(name: str, mean: np.ndarray, std: np.ndarray, best: float, kappa
                 rng: np.random.Generator | None = None) -> np.ndarray:
     """``ei`` (expected improvement over ``best``), ``ucb`` (``mean + kappa*std``), ``mean``, or
     ``its`` (independent Thompson sampling: one normal draw per candidate, needs ``rng``)."""
+    # Imported here: the surrogates package imports this module when it loads.
+    import numpy as np
+    from scipy.stats import norm
+
     check_choice("acquisition", name, ACQUISITIONS)
     mean, std = np.asarray(mean, float), np.maximum(np.asarray(std, float), 1e-12)
     if name == "mean":

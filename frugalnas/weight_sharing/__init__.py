@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
-from frugalnas.weight_sharing.darts import DartsResult, DartsSampler, darts_search
-from frugalnas.weight_sharing.estimator import SupernetEstimator
-from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
+from frugalnas.core.registry import LazyFactory
+
+__getattr__ = lazy_attributes(__name__, {
+    **{name: "frugalnas.weight_sharing.darts" for name in (
+        "DartsResult", "DartsSampler", "darts_search")},
+    "SupernetEstimator": "frugalnas.weight_sharing.estimator",
+    "FewShotSplit": "frugalnas.weight_sharing.supernet",
+    "Supernet": "frugalnas.weight_sharing.supernet"})
 
 __all__ = ["DartsResult", "DartsSampler", "FewShotSplit", "Supernet", "SupernetEstimator",
            "darts_search"]
@@ -23,9 +29,19 @@ __all__ = ["DartsResult", "DartsSampler", "FewShotSplit", "Supernet", "SupernetE
 
 @hookimpl
 def frugalnas_strategies() -> dict[str, Any]:
-    return {"darts": DartsSampler}
+    return {"darts": LazyFactory(
+        "frugalnas.weight_sharing.darts:DartsSampler",
+        "Strategy ``darts``: proposes the architecture first-order DARTS reads off its mixing "
+        "weights, then draws from softmax(alpha) it has not proposed. The search runs once, on "
+        "the study's dataset and backend, when the first candidate is asked for; "
+        "``checkpoint`` keeps its result (the mixing weights) so a resumed study does not "
+        "search again.")}
 
 
 @hookimpl
 def frugalnas_estimators() -> dict[str, Any]:
-    return {"supernet": SupernetEstimator}
+    return {"supernet": LazyFactory(
+        "frugalnas.weight_sharing.estimator:SupernetEstimator",
+        "Validation accuracy (%) of the candidate with weights inherited from a supernet "
+        "trained by uniform single-path sampling (SPOS), batch-norm statistics recalibrated "
+        "per candidate.")}

@@ -23,7 +23,6 @@ from torch import nn
 from frugalnas.core.backend import Backend, LossFn
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.network import BlockNetwork
-from frugalnas.core.plugins import hookimpl
 from frugalnas.backends.out_of_core.hooks import ModelRuntime, StepContext
 from frugalnas.backends.out_of_core.cost import RECOMPUTE, RESIDENT, SWAP
 from frugalnas.backends.out_of_core.planner import FORCED, PLANNERS, Plan, make_plan
@@ -232,8 +231,3 @@ class OutOfCoreBackend(Backend):
         for runtime in list(self._runtimes.values()):
             runtime.unwrap()
         self._runtimes = weakref.WeakKeyDictionary()
-
-
-@hookimpl
-def frugalnas_backends() -> dict[str, Any]:
-    return {"out-of-core": OutOfCoreBackend}

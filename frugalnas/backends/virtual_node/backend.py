@@ -20,7 +20,7 @@ from torch import nn
 from frugalnas.core.backend import Backend, LossFn
 from frugalnas.core.errors import (ConfigError, TrialFailure, check_choice, check_range,
                                    one_line)
-from frugalnas.core.plugins import PluginHost, hookimpl
+from frugalnas.core.plugins import PluginHost
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes
@@ -286,16 +286,10 @@ class VirtualNodeBackend(Backend):
         self.inner.close()
 
 
-@hookimpl
-def frugalnas_backends() -> dict[str, Any]:
-    return {"virtual-node": VirtualNodeBackend}
-
-
-@hookimpl
-def frugalnas_check_config(config: Any, host: Any) -> None:
-    """Before a study starts: the inner backend exists, takes its ``inner_options``, and can be
-    created by the worker processes (its plugin travels by name); a world across machines has
-    its shared secret."""
+def check_config(config: Any, host: Any) -> None:
+    """Before a study starts (the plugin's ``frugalnas_check_config``): the inner backend
+    exists, takes its ``inner_options``, and can be created by the worker processes (its
+    plugin travels by name); a world across machines has its shared secret."""
     if config.backend != VirtualNodeBackend.name:
         return
     options = config.backend_options

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
-from frugalnas.spaces.dag.space import DagSpace
+from frugalnas.core.registry import LazyFactory
+
+__getattr__ = lazy_attributes(__name__, {"DagSpace": "frugalnas.spaces.dag.space"})
 
 __all__ = ["DagSpace"]
 
 
 @hookimpl
 def frugalnas_search_spaces() -> dict[str, Any]:
-    return {"dag": DagSpace}
+    return {"dag": LazyFactory(
+        "frugalnas.spaces.dag.space:DagSpace",
+        "Evolvable DAG cells (normal + reduction) with optional squeeze-and-excitation per "
+        "node.")}

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frugalnas.core.errors import ConfigError
+from frugalnas.core.lazy import lazy_attributes
 from frugalnas.core.plugins import hookimpl
-from frugalnas.spaces.define_by_run.replay import ModelTrial
-from frugalnas.spaces.define_by_run.space import DefineByRunSpace
+
+if TYPE_CHECKING:
+    from frugalnas.spaces.define_by_run.space import DefineByRunSpace
+
+# The plugin loads with every command: the space and the replay (optuna) load when first used.
+__getattr__ = lazy_attributes(__name__, {
+    "DefineByRunSpace": "frugalnas.spaces.define_by_run.space",
+    "ModelTrial": "frugalnas.spaces.define_by_run.replay"})
 
 __all__ = ["DefineByRunSpace", "ModelTrial", "SpaceFactory", "define"]
 
@@ -46,6 +53,8 @@ class SpaceFactory:
         self.__doc__ = first or f"Define-by-run space of {self.name}."
 
     def __call__(self, discovery: int = 200, **options: Any) -> DefineByRunSpace:
+        from frugalnas.spaces.define_by_run.space import DefineByRunSpace
+
         return DefineByRunSpace(self.builder, self.name, options, discovery=discovery)
 
 

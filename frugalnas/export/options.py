@@ -1,0 +1,12 @@
+"""What ``frugalnas export`` offers, light to import (the command is built for every
+``frugalnas --help``): the file formats and the error of an export that failed."""
+
+from __future__ import annotations
+
+from frugalnas.core.errors import FrugalnasError
+
+FORMATS = ("torchscript", "export", "onnx")
+
+
+class ExportError(FrugalnasError):
+    """An exported file does not reproduce the trained module (or could not be written)."""
