@@ -240,7 +240,9 @@ def create_runs(tracker: Any, runs: Sequence[TrialRun]) -> list[str]:
     transaction (artifacts first: a process killed in between leaves no run, and the next
     reconciliation writes it again); elsewhere each run is created, filled with one
     ``log_batch`` and terminated (:func:`write`), :data:`WRITE_THREADS` runs at a time."""
-    store = sql_store(tracker.client) if runs else None
+    if not runs:
+        return []
+    store = sql_store(tracker.client)
     if store is None:
         return _write_concurrently(tracker, runs)
     ids = []

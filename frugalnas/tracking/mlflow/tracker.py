@@ -12,7 +12,7 @@ search only when another process's reconciliation wrote runs meanwhile, or for a
 process started); finished trials are written in batches, on a SQL store each batch of new
 runs in one transaction (:func:`~frugalnas.tracking.mlflow.reconcile.create_runs`). The
 study's end writes what is still queued, then reconciles and closes the parent run
-(FINISHED; FAILED or KILLED when the study ended on an exception or an interrupt); it waits
+(FINISHED; FAILED when the study ended on an exception other than an interrupt); it waits
 as long as the writer makes progress, and a study whose runs could not all be written ends
 with one line saying how many (:class:`OperationalFailure`). Block it with ``-p no:mlflow`` (``--no-tracking``,
 ``disable_plugins=["mlflow"]``).
@@ -809,7 +809,7 @@ class StudyTracker:
 
     def close(self, status: str = "FINISHED") -> None:
         """End the study's tracking: the queued trials are written, then the reconciliation
-        and the review, and the parent run ends in ``status`` (FINISHED, FAILED, KILLED).
+        and the review, and the parent run ends in ``status`` (FINISHED or FAILED).
         Waits as long as the writer makes progress; after :data:`STALL_SECONDS` without any
         it stops waiting and :attr:`lost` says what was not written."""
         self.status = status
@@ -1186,11 +1186,12 @@ def frugalnas_study_finished(study: Any) -> None:
         state = study.plugin_state.get(PLUGIN, {})
         tracker = state.pop("tracker", None)
     if tracker is not None:
-        # the session ends while an exception leaves the study (a storage failure, an
-        # interrupt): the parent run says so
+        # the session ends while an exception leaves the study (a storage failure, a
+        # callback's error): the parent run says so; an interrupt (Ctrl-C, SIGTERM) is a stop
+        # the user asked for, and the study goes on at the next start
         ending = sys.exc_info()[0]
-        status = ("FINISHED" if ending is None else
-                  "KILLED" if issubclass(ending, KeyboardInterrupt) else "FAILED")
+        status = ("FINISHED" if ending is None or issubclass(ending, KeyboardInterrupt)
+                  else "FAILED")
         tracker.close(status)
         _OPEN.discard(tracker)
         state.update(errors=list(tracker.writer.errors), parent_run_id=tracker.parent_run_id,
