@@ -34,5 +34,8 @@ def frugalnas_estimators() -> dict[str, Any]:
         "frugalnas.spaces.nb201.table:NB201TableEstimator",
         "Looks an NB201 cell up in the benchmark table: ``value`` is the accuracy selected on "
         "(CIFAR-10 validation by default), every accuracy and the 27 device latencies are "
-        "metrics, and the cost carries the benchmark network's params and forward FLOPs.")}
+        "metrics, and the cost carries the benchmark network's params and forward FLOPs. The "
+        "latencies, params and FLOPs are known before any evaluation (:meth:`known_metrics`), "
+        "so a constrained study's strategy can propose only cells that meet the constraints; "
+        "``known_hardware=False`` withholds them until the evaluation.")}
 
