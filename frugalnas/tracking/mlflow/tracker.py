@@ -14,7 +14,8 @@ runs in one transaction (:func:`~frugalnas.tracking.mlflow.reconcile.create_runs
 study's end writes what is still queued, then reconciles and closes the parent run
 (FINISHED; FAILED when the study ended on an exception other than an interrupt); it waits
 as long as the writer makes progress, and a study whose runs could not all be written ends
-with one line saying how many (:class:`OperationalFailure`). Block it with ``-p no:mlflow`` (``--no-tracking``,
+with one line saying how many (:class:`OperationalFailure`).
+Block it with ``-p no:mlflow`` (``--no-tracking``,
 ``disable_plugins=["mlflow"]``).
 
 The optuna storage is the record of truth and MLflow follows it: when a study (or a worker)
