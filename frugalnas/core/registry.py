@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from frugalnas.core.errors import ConfigError, UnknownComponentError
+from frugalnas.core.errors import ConfigError, PluginError, UnknownComponentError
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,16 @@ class Component:
 
     @property
     def factory(self) -> Callable[..., Any]:
-        """The factory; a lazy reference is imported here."""
+        """The factory; a lazy reference is imported here (a :class:`PluginError` naming the
+        plugin, the component and the reference when that fails)."""
         if isinstance(self.registered, LazyFactory):
-            return self.registered.load()
+            try:
+                return self.registered.load()
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin {self.plugin!r}: {self.kind} {self.name!r} names "
+                    f"{self.registered.target!r}, which failed to import: "
+                    f"{type(exc).__name__}: {exc}") from exc
         return self.registered
 
     @property

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from frugalnas.builtins import BUILTIN_PLUGINS
-from frugalnas.core.errors import ConfigError, UnknownComponentError
+from frugalnas.core.errors import ConfigError, PluginError, UnknownComponentError
 from frugalnas.core.kinds import KINDS
 from frugalnas.core.plugins import PluginHost
 from frugalnas.core.registry import LazyFactory
@@ -138,3 +138,17 @@ def test_every_lazy_summary_is_its_components_docstring():
             assert callable(factory)
             checked += 1
     assert checked >= 50
+
+
+def test_a_lazy_factory_that_does_not_import_is_a_plugin_error_naming_it():
+    class Broken:
+        @staticmethod
+        def frugalnas_search_spaces():
+            return {"broken": LazyFactory("frugalnas_no_such_module:Space", "A space.")}
+
+    host = PluginHost([Broken()], autoload=False)
+    assert host.registry("search_spaces").get("broken").summary == "A space."  # listed
+    with pytest.raises(PluginError, match=r"plugin 'Broken': search space 'broken' names "
+                                          r"'frugalnas_no_such_module:Space', which failed to "
+                                          r"import: ModuleNotFoundError"):
+        host.create("search_spaces", "broken")
