@@ -6,6 +6,7 @@ per-weight (or per-channel) saliency over every convolution and linear layer."""
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import torch
@@ -147,9 +148,15 @@ class Synflow(Proxy):
         # (functional_call): its own weights are never touched, and no module is copied (a
         # deepcopy of the network cost twice the proxy itself on small cells).
         named = dict(model.named_parameters())
+        layers = [f"{n}.weight" for n, m in model.named_modules()
+                  if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+        shared = len(list(model.named_parameters(remove_duplicate=False))) != len(named)
+        if shared or any(name not in named for name in layers):
+            # A module or weight reached by two paths: functional_call would not restore
+            # it, so the network is copied instead.
+            return self._on_a_copy(model, inputs)
         params = {n: p.detach().double().abs().requires_grad_(p.requires_grad)
                   for n, p in named.items()}
-        copy_of = {id(p): params[n] for n, p in named.items()}
         buffers = {n: b.double() if b.is_floating_point() else b
                    for n, b in model.named_buffers()}
         modes = [(m, m.training) for m in model.modules()]
@@ -160,9 +167,23 @@ class Synflow(Proxy):
         finally:
             for m, mode in modes:
                 m.training = mode
-        weights = [copy_of[id(m.weight)] for m in weighted_layers(model)]
+        weights = [params[name] for name in layers]
         return float(sum((w.detach() * w.grad).abs().sum() for w in weights
                          if w.grad is not None))
+
+    @staticmethod
+    def _on_a_copy(model, inputs) -> float:
+        """The same score on an absolute-valued float64 copy of the network, for networks
+        whose layers hold weights that are not their parameters (shared weight stores)."""
+        net = copy.deepcopy(model).double().eval()
+        with torch.no_grad():
+            for p in net.parameters():
+                p.abs_()
+        net.zero_grad(set_to_none=True)
+        ones = torch.ones((1, *inputs.shape[1:]), dtype=torch.float64, device=inputs.device)
+        net(ones).sum().backward()
+        return float(sum((m.weight.detach() * m.weight.grad).abs().sum()
+                         for m in weighted_layers(net) if m.weight.grad is not None))
 
     def flops(self, forward_flops_per_sample: float, batch_size: int) -> float:
         return self.passes * forward_flops_per_sample  # one all-ones sample
