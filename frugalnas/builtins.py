@@ -6,6 +6,8 @@ from __future__ import annotations
 BUILTIN_PLUGINS: dict[str, str] = {
     "nb201": "frugalnas.spaces.nb201",
     "dag": "frugalnas.spaces.dag",
+    "define-by-run": "frugalnas.spaces.define_by_run",
+    "latency": "frugalnas.latency",
     "datasets": "frugalnas.datasets_plugin",
     "estimators": "frugalnas.estimators",
     "single-device": "frugalnas.backends.single_device_plugin",

@@ -12,11 +12,13 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, NoReturn
 
 from frugalnas.core.config import (DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, ISOLATION_MODES,
                                    StudyConfig, check_run_settings, load_run_file,
                                    parse_constraint)
+from frugalnas.core.dotted import is_dotted
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginNotAllowedError, one_line)
 from frugalnas.core.kinds import KINDS, OPTION_GROUPS
@@ -118,6 +120,12 @@ def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig
     for name in ("space", "strategy", "estimator", "backend", "dataset", "seed"):
         if getattr(args, name) is not None:
             data[name] = getattr(args, name)
+    if is_dotted(str(data.get("space", ""))):
+        # A user's space module beside the run file (or in the current directory without
+        # one) is importable, as a script's own directory is for python.
+        folder = str(Path(args.config).resolve().parent) if args.config else os.getcwd()
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     if args.trial_timeout is not None:
         data["trial_timeout"] = args.trial_timeout
     for text in args.constraint or []:

@@ -54,6 +54,15 @@ def frugalnas_estimators() -> dict[str, Factory]:
     :class:`frugalnas.core.estimator.Estimator`, which scores an architecture."""
 
 
+@hookspec(firstresult=True)
+def frugalnas_space_factory(obj: object, name: str) -> Factory | None:
+    """Return a search-space factory made from ``obj``, a Python object a user named as the
+    study's space (a define-by-run builder function given to ``create_study(space=...)`` or
+    as a dotted path ``package.module:name`` in a run file), registered as ``name``; or None
+    when this plugin does not know such objects. The first non-None answer wins; a
+    :class:`~frugalnas.core.space.SearchSpace` subclass needs no plugin."""
+
+
 @hookspec
 def frugalnas_derived_estimators(host: PluginHost) -> dict[str, Factory]:
     """Return estimators made from other components of ``host``, ``{name: factory}`` (the

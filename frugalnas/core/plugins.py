@@ -27,7 +27,8 @@ import pluggy
 
 from frugalnas.builtins import BUILTIN_PLUGINS
 from frugalnas.core import hookspecs
-from frugalnas.core.errors import DuplicateComponentError, PluginError
+from frugalnas.core.dotted import is_dotted, load_dotted
+from frugalnas.core.errors import ConfigError, DuplicateComponentError, PluginError
 from frugalnas.core.kinds import KINDS, get_kind
 from frugalnas.core.registry import Component, Registry
 
@@ -125,6 +126,9 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self._registries: dict[str, Registry] = {}
+        #: Search spaces given as Python objects (``create_study(space=builder)``), by the
+        #: dotted name the study's configuration records for them.
+        self.given_spaces: dict[str, object] = {}
 
         for name, module in BUILTIN_PLUGINS.items():
             if name not in self.blocked:
@@ -222,7 +226,28 @@ class PluginHost:
                 found[name] = Component(label, name, factory, impl.plugin_name,
                                         info.distribution if info else None,
                                         info.version if info else None)
-        return Registry(label, found, functools.partial(self.blocked_registrants, kind))
+        resolve = self._resolve_space if kind == "search_spaces" else None
+        return Registry(label, found, functools.partial(self.blocked_registrants, kind), resolve)
+
+    def _resolve_space(self, name: str) -> Component | None:
+        """The search space a dotted path names (:mod:`frugalnas.core.dotted`), or one given
+        to this host as an object (:attr:`given_spaces`): a SearchSpace subclass, or an
+        object a plugin turns into a space factory (``frugalnas_space_factory``)."""
+        if not is_dotted(name):
+            return None
+        from frugalnas.core.space import SearchSpace
+
+        obj = self.given_spaces[name] if name in self.given_spaces else load_dotted(name)
+        if isinstance(obj, type) and issubclass(obj, SearchSpace):
+            factory: Any = obj
+        else:
+            factory = self.pm.hook.frugalnas_space_factory(obj=obj, name=name)
+            if factory is None:
+                raise ConfigError(
+                    f"{name!r} names a {type(obj).__name__}, which is no search space: "
+                    "expected a define-by-run builder function (see docs/spaces.md) or a "
+                    "frugalnas.SearchSpace subclass")
+        return Component("search space", name, factory, name.partition(":")[0])
 
     @staticmethod
     def _call_registration(impl: Any, kind: str, **kwargs: Any) -> dict[str, Any]:

@@ -181,9 +181,13 @@ class Registry:
     """The components of one kind, keyed by name."""
 
     def __init__(self, kind: str, components: dict[str, Component],
-                 blocked: Callable[[str], tuple[list[str], list[str]]] | None = None):
+                 blocked: Callable[[str], tuple[list[str], list[str]]] | None = None,
+                 resolve: Callable[[str], Component | None] | None = None):
         self.kind = kind
         self._components = dict(sorted(components.items()))
+        #: ``resolve(name)``: a component for a name no plugin registers (a dotted path to a
+        #: user's search space), or None; remembered once found.
+        self._resolve = resolve
         #: ``blocked(name)``: the blocked plugins that register ``name`` and those that may (the
         #: host's :meth:`~frugalnas.core.plugins.PluginHost.blocked_registrants`); an unknown
         #: name's error names them.
@@ -205,6 +209,10 @@ class Registry:
         try:
             return self._components[name]
         except KeyError:
+            found = self._resolve(name) if self._resolve is not None else None
+            if found is not None:
+                self._components[name] = found
+                return found
             registering, unknown = self._blocked(name) if self._blocked else ([], [])
             raise UnknownComponentError(self.kind, name, self._components, registering,
                                         unknown) from None

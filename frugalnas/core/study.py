@@ -19,6 +19,7 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.backend import Backend
 from frugalnas.core.config import ISOLATION_MODES, StudyConfig
 from frugalnas.core.data import Dataset
+from frugalnas.core.dotted import dotted_module_refused, dotted_name
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, PluginNotAllowedError, TrialFailure,
                                    UnknownComponentError, check_choice, one_line)
@@ -500,7 +501,7 @@ def build_components(host: PluginHost, config: StudyConfig,
     return space, sampler
 
 
-def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSampler = "random",
+def create_study(*, space: str | object = "nb201", strategy: str | optuna.samplers.BaseSampler = "random",
                  estimator: str = "nb201-table", backend: str = "single-device",
                  dataset: str | None = "digits", direction: str | None = None,
                  directions: list[str] | None = None, objectives: list[str] | None = None,
@@ -510,6 +511,9 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
                  plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
                  host: PluginHost | None = None, **options: Any) -> Study:
     """Create (or with ``load_if_exists`` reopen) a study.
+
+    ``space`` is a registered space name, a dotted path ``package.module:name`` to a
+    define-by-run builder or SearchSpace class, or that function or class itself.
 
     ``strategy`` is a registered strategy name or any optuna sampler. ``plugins`` adds plugins
     (names or objects) and ``disable_plugins`` blocks some; ``host`` gives a ready plugin host
@@ -521,6 +525,9 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     with the study) or an optuna pruner object (training estimators report per epoch)."""
     if direction is not None and directions is not None:
         raise ConfigError("give either direction= or directions=, not both")
+    given_space = None
+    if not isinstance(space, str):  # a builder function or SearchSpace class, by its path
+        given_space, space = space, dotted_name(space)
     dirs = directions if directions is not None else [direction or "maximize"]
     plugins, disable_plugins = _names(plugins), _names(disable_plugins)
     sampler_obj = strategy if isinstance(strategy, optuna.samplers.BaseSampler) else None
@@ -541,6 +548,8 @@ def create_study(*, space: str = "nb201", strategy: str | optuna.samplers.BaseSa
     # Validate everything before anything is created in the storage.
     check_storage_url(storage)
     host = host if host is not None else get_host(plugins, config.disable_plugins)
+    if given_space is not None:
+        host.given_spaces[config.space] = given_space
     estimator_obj = check_config(host, config)
     space_obj, sampler = build_components(host, config, sampler_obj, estimator_obj)
     if pruner_obj is not None:
@@ -624,6 +633,11 @@ def load_study(*, study_name: str, storage: str | optuna.storages.BaseStorage,
         refused = refused_plugins([p for p in config.plugins
                                    if p not in config.disable_plugins],
                                   allowed=[p for p in plugins if isinstance(p, str)])
+        space_refused = dotted_module_refused(config.space,
+                                              [p for p in plugins if isinstance(p, str)])
+        if space_refused:  # a stored dotted path is imported only where the policy allows it
+            raise PluginNotAllowedError(space_refused, f"study {study_name!r}",
+                                        needed=f"search space {config.space!r}")
         if refused and stored_plugins == "refuse":
             raise PluginNotAllowedError(refused, f"study {study_name!r}")
         host = get_host([p for p in config.plugins if p not in refused]

@@ -27,4 +27,8 @@ def frugalnas_estimators() -> dict[str, Any]:
             "frugalnas.estimators.low_fidelity:LowFidelityEstimator",
             "Short training on reduced data, resolution or width; scores validation "
             "accuracy (%)."),
+        "combined": LazyFactory(
+            "frugalnas.estimators.combined:CombinedEstimator",
+            "Several estimators as one (accuracy from training, latency from a predictor): "
+            "the first gives the value, every member's metrics are kept."),
     }

@@ -32,19 +32,20 @@ class SpaceFactory:
     parameters (checked against its signature like any component's options)."""
 
     def __init__(self, builder: Callable[..., Any], name: str | None = None):
-        if not callable(builder):
-            raise ConfigError(f"define() needs a builder function, got {builder!r}")
+        if not inspect.isfunction(builder):
+            raise ConfigError(f"define() needs a builder function (def builder(trial, ...)), "
+                              f"got {builder!r}")
         params = list(inspect.signature(builder).parameters.values())
         if not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
                                                 params[0].POSITIONAL_OR_KEYWORD):
-            raise ConfigError(f"builder {getattr(builder, '__qualname__', builder)!r} must take "
+            raise ConfigError(f"builder {builder.__qualname__!r} must take "
                               "the trial as its first positional parameter: "
                               "def builder(trial, ...) -> torch.nn.Module")
         clash = [p.name for p in params[1:] if p.name in SPACE_OPTIONS]
         if clash:
             raise ConfigError(f"builder parameter {clash[0]!r} clashes with a space option; "
                               f"rename it (reserved: {', '.join(SPACE_OPTIONS)})")
-        self.builder, self.name = builder, name or getattr(builder, "__name__", None)
+        self.builder, self.name = builder, name or builder.__name__
         extra = [p.replace(kind=p.KEYWORD_ONLY) for p in params[1:]
                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         discovery = inspect.Parameter("discovery", inspect.Parameter.KEYWORD_ONLY, default=200)

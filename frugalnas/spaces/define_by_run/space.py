@@ -10,6 +10,7 @@ see) is discovered by replaying the builder with varied answers.
 
 from __future__ import annotations
 
+import inspect
 import random
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,12 +43,12 @@ class DefineByRunSpace(SearchSpace):
     def __init__(self, builder: Callable[..., Any], name: str | None = None,
                  options: Mapping[str, Any] | None = None, discovery: int = 200,
                  seed: int = 0):
-        if not callable(builder):
-            raise ConfigError(f"a define-by-run space needs a builder function, got "
-                              f"{builder!r}")
+        if not inspect.isfunction(builder):
+            raise ConfigError(f"a define-by-run space needs a builder function "
+                              f"(def builder(trial, ...)), got {builder!r}")
         self.builder = builder
         self.builder_name = _builder_name(builder)
-        self.name = name or getattr(builder, "__name__", "model")
+        self.name = name or builder.__name__
         if not self.name or ":" in self.name or "," in self.name:
             raise ConfigError(f"invalid space name {self.name!r}: a non-empty name without "
                               "':' or ','")
@@ -112,7 +113,9 @@ class DefineByRunSpace(SearchSpace):
         return self._arch(self._replay(Fixed(params, space_name=self.name)))
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
-        return self._arch(self._replay(FromTrial(trial)))
+        # Not on the meta device: the trial's sampler runs inside this replay (optuna asks it
+        # at the first suggest) and may build and run networks of its own.
+        return self._arch(self._replay(FromTrial(trial), meta=False))
 
     def validate(self, arch: Architecture) -> None:
         if arch.space != self.name:
@@ -200,9 +203,7 @@ def _materialise_lazy(module: nn.Module, input_shape: tuple[int, ...]) -> None:
 
 
 def _builder_name(builder: Callable[..., Any]) -> str:
-    module = getattr(builder, "__module__", None)
-    qual = getattr(builder, "__qualname__", None) or getattr(builder, "__name__", None)
-    return f"{module}:{qual}" if module and qual else repr(builder)
+    return f"{builder.__module__}:{builder.__qualname__}"
 
 
 def _one_step(dist: BaseDistribution, value: Any) -> list[Any]:

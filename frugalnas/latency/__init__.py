@@ -1,0 +1,25 @@
+"""Latency on the machine at hand (plugin "latency"): the ``measured-latency`` estimator
+(ONNX Runtime or torch, cached on disk per architecture, setup and machine) and the
+``latency-predictor`` estimator (a calibrated per-layer lookup table). Both work on every
+model space; docs/latency.md shows how to use them as an objective or a constraint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from frugalnas.core.plugins import hookimpl
+from frugalnas.core.registry import LazyFactory
+
+
+@hookimpl
+def frugalnas_estimators() -> dict[str, Any]:
+    return {
+        "measured-latency": LazyFactory(
+            "frugalnas.latency.estimators:MeasuredLatency",
+            "Inference latency of the architecture's network measured on this machine (ONNX "
+            "Runtime or torch), cached on disk per architecture, setup and machine."),
+        "latency-predictor": LazyFactory(
+            "frugalnas.latency.estimators:PredictedLatency",
+            "Inference latency predicted from a calibrated per-layer lookup table "
+            "(ProxylessNAS / nn-Meter style); free once the table holds the layers."),
+    }

@@ -1,0 +1,117 @@
+"""Latency as an estimator: measured on this machine, or predicted from a layer table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.cost import Cost
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.core.space import SearchSpace
+from frugalnas.latency.cache import LatencyCache
+from frugalnas.latency.measure import LatencySetup
+from frugalnas.latency.predictor import LatencyMeter, LayerTablePredictor
+
+METRICS = ("latency_ms", "latency_ms_iqr", "latency_ms_min")
+
+
+def default_cache() -> Path:
+    """``$FRUGALNAS_CACHE_DIR/latency.sqlite`` (default ``~/.cache/frugalnas``)."""
+    base = os.environ.get("FRUGALNAS_CACHE_DIR") or Path.home() / ".cache" / "frugalnas"
+    return Path(base) / "latency.sqlite"
+
+
+def _shape(input_shape: list[int] | tuple[int, ...]) -> tuple[int, int, int]:
+    if (not isinstance(input_shape, (list, tuple)) or len(input_shape) != 3
+            or not all(isinstance(s, int) and s > 0 for s in input_shape)):
+        raise ConfigError(f"invalid input_shape {input_shape!r}; expected [channels, height, "
+                          "width] of positive integers, e.g. [1, 28, 28]")
+    return (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
+
+
+class MeasuredLatency(Estimator):
+    """Inference latency of the architecture's network measured on this machine (ONNX
+    Runtime or torch), cached on disk per architecture, setup and machine.
+
+    Batch size, threads, warm-up calls and repetitions are options.
+
+    ``value`` and ``latency_ms`` are the median per-call milliseconds; ``latency_ms_iqr`` the
+    spread, ``latency_ms_min`` the fastest call. ``cache=""`` measures every time."""
+
+    name = "measured-latency"
+    needs_dataset = False
+    provides = METRICS
+    measures = ("seconds", "params")
+
+    def __init__(self, input_shape: list[int] = (3, 32, 32), num_classes: int = 10,  # type: ignore[assignment]
+                 runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
+                 warmup: int = 10, repeats: int = 50, cache: str | None = None):
+        self.input_shape = _shape(input_shape)
+        check_range("num_classes", num_classes, 1)
+        self.num_classes = int(num_classes)
+        self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats)
+        path = default_cache() if cache is None else (Path(cache) if cache else None)
+        self.meter = LatencyMeter(self.setup, LatencyCache(path) if path else None)
+
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
+        import time
+
+        start = time.perf_counter()
+        result, hit = self.meter.network(context.space, arch, self.num_classes,
+                                         self.input_shape)
+        model = context.space.build(arch, self.num_classes, self.input_shape)
+        params = sum(p.numel() for p in model.parameters())
+        return EstimateResult(result.median_ms, {**result.metrics(), "latency_cached": float(hit)},
+                              Cost(seconds=time.perf_counter() - start, params=params))
+
+    def known_metrics(self, arch: Architecture, space: SearchSpace) -> Mapping[str, float]:
+        return {}
+
+
+class PredictedLatency(Estimator):
+    """Inference latency predicted from a calibrated per-layer lookup table (ProxylessNAS /
+    nn-Meter style); free once the table holds the layers.
+
+    The table is calibrated on ``calibration`` networks measured whole; a constrained study
+    screens candidates with the prediction before evaluating them. Measurements go through the same on-disk cache as
+    ``measured-latency``."""
+
+    name = "latency-predictor"
+    needs_dataset = False
+    provides = ("latency_ms",)
+    measures = ("seconds",)
+
+    def __init__(self, input_shape: list[int] = (3, 32, 32), num_classes: int = 10,  # type: ignore[assignment]
+                 runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
+                 warmup: int = 10, repeats: int = 50, calibration: int = 20,
+                 cache: str | None = None, seed: int = 0):
+        self.input_shape = _shape(input_shape)
+        check_range("num_classes", num_classes, 1)
+        check_range("calibration", calibration, 2)
+        self.num_classes, self.calibration, self.seed = int(num_classes), int(calibration), seed
+        self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats)
+        path = default_cache() if cache is None else (Path(cache) if cache else None)
+        self.meter = LatencyMeter(self.setup, LatencyCache(path) if path else None)
+        self._predictors: dict[int, LayerTablePredictor] = {}
+
+    def predictor(self, space: SearchSpace) -> LayerTablePredictor:
+        found = self._predictors.get(id(space))
+        if found is None:
+            found = LayerTablePredictor(space, self.meter, self.num_classes, self.input_shape,
+                                        self.calibration, self.seed)
+            self._predictors[id(space)] = found
+        return found
+
+    def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
+        import time
+
+        start = time.perf_counter()
+        value = self.predictor(context.space).predict(arch)
+        return EstimateResult(value, {"latency_ms": value},
+                              Cost(seconds=time.perf_counter() - start))
+
+    def known_metrics(self, arch: Architecture, space: SearchSpace) -> Mapping[str, float]:
+        return {"latency_ms": self.predictor(space).predict(arch)}

@@ -1,0 +1,155 @@
+"""A latency predictor fitted from measurements: a per-layer lookup table, calibrated.
+
+After ProxylessNAS (Cai et al., ICLR 2019) and nn-Meter (Zhang et al., MobiSys 2021): a
+network's latency is predicted from the latencies of its layers, each measured once alone at
+its input shape and kept in a table. The sum of a network's layer latencies misses what runs
+between layers (residual additions, the runtime's per-call overhead, fused operators), so the
+prediction is ``intercept + slope * sum``, the two fitted by least squares on the relative
+error to a few networks measured whole (the calibration set). A new network costs nothing to predict once
+the table holds its layers; a layer never seen is measured once and added.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.space import SearchSpace
+from frugalnas.latency.cache import LatencyCache, cache_key
+from frugalnas.latency.measure import LatencySetup, Measurement, measure
+
+
+class LatencyMeter:
+    """Measures whole networks and single layers with one setup, through an optional cache."""
+
+    def __init__(self, setup: LatencySetup, cache: LatencyCache | None = None):
+        self.setup, self.cache = setup, cache
+        self._memory: dict[str, Measurement] = {}
+
+    def _cached(self, parts: dict[str, object], model: object,
+                input_shape: Sequence[int]) -> tuple[Measurement, bool]:
+        key = cache_key({**parts, "input_shape": list(input_shape), **self.setup.identity()})
+        found = self._memory.get(key) or (self.cache.get(key) if self.cache else None)
+        if found is not None:
+            self._memory[key] = found
+            return found, True
+        result = measure(model, input_shape, self.setup)
+        self._memory[key] = result
+        if self.cache is not None:
+            self.cache.put(key, result)
+        return result, False
+
+    def network(self, space: SearchSpace, arch: Architecture, num_classes: int,
+                input_shape: Sequence[int]) -> tuple[Measurement, bool]:
+        """The measurement of ``arch``'s network and whether it came from the cache."""
+        parts = {"space": space.name, "arch": str(arch), "classes": num_classes}
+        key_only = cache_key({**parts, "input_shape": list(input_shape),
+                              **self.setup.identity()})
+        if key_only in self._memory or (self.cache is not None and self.cache.get(key_only)):
+            return self._cached(parts, None, input_shape)
+        model = space.build(arch, num_classes, tuple(input_shape))
+        return self._cached(parts, model, input_shape)
+
+    def layer(self, signature: str, module: object, input_shape: Sequence[int]) -> float:
+        return self._cached({"layer": signature}, module, input_shape)[0].median_ms
+
+
+def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, object, tuple[int, ...]]]:
+    """``(signature, module, input shape)`` of each leaf module a forward pass runs, in
+    order (a module run twice appears twice)."""
+    import torch
+
+    calls: list[tuple[str, object, tuple[int, ...]]] = []
+    hooks = []
+
+    def record(module: torch.nn.Module, args: tuple[object, ...]) -> None:
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor):
+            shape = tuple(int(s) for s in x.shape[1:])
+            calls.append((f"{module!r}@{shape}", module, shape))
+
+    assert isinstance(model, torch.nn.Module)
+    for m in model.modules():
+        if not any(True for _ in m.children()):
+            hooks.append(m.register_forward_pre_hook(record))
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, *map(int, input_shape)))
+    finally:
+        model.train(training)
+        for h in hooks:
+            h.remove()
+    return calls
+
+
+@dataclass
+class Calibration:
+    intercept: float
+    slope: float
+
+
+class LayerTablePredictor:
+    """Predicts the latency of a space's networks from a per-layer table (see the module)."""
+
+    def __init__(self, space: SearchSpace, meter: LatencyMeter, num_classes: int,
+                 input_shape: Sequence[int], calibration: int = 20, seed: int = 0):
+        self.space, self.meter = space, meter
+        self.num_classes, self.input_shape = int(num_classes), tuple(int(s) for s in input_shape)
+        self.calibration_size, self.seed = int(calibration), int(seed)
+        self._fit: Calibration | None = None
+
+    def layer_sum(self, arch: Architecture) -> float:
+        model = self.space.build(arch, self.num_classes, self.input_shape)
+        return sum(self.meter.layer(sig, copy.deepcopy(module), shape)
+                   for sig, module, shape in leaf_layers(model, self.input_shape))
+
+    def calibration_set(self) -> list[Architecture]:
+        rng = random.Random(f"latency-calibration:{self.seed}")
+        found: dict[str, Architecture] = {}
+        for _ in range(self.calibration_size * 20):
+            a = self.space.sample(rng)
+            found.setdefault(a.key, a)
+            if len(found) >= self.calibration_size:
+                break
+        return list(found.values())
+
+    def fit(self) -> Calibration:
+        """Measure the calibration networks whole and fit ``intercept + slope * layer sum``."""
+        import numpy as np
+
+        if self._fit is None:
+            archs = self.calibration_set()
+            sums = np.array([self.layer_sum(a) for a in archs])
+            measured = np.array([self.meter.network(self.space, a, self.num_classes,
+                                                    self.input_shape)[0].median_ms
+                                 for a in archs])
+            if len(archs) >= 2 and np.ptp(sums) > 0:
+                # Least squares on relative errors: small and large networks count alike.
+                rows = np.stack([1.0 / measured, sums / measured], axis=1)
+                intercept, slope = np.linalg.lstsq(rows, np.ones(len(archs)), rcond=None)[0]
+            else:
+                slope, intercept = 1.0, float(measured.mean() - sums.mean())
+            self._fit = Calibration(float(intercept), float(slope))
+        return self._fit
+
+    def predict(self, arch: Architecture) -> float:
+        fit = self.fit()
+        return max(0.0, fit.intercept + fit.slope * self.layer_sum(arch))
+
+
+def prediction_quality(predicted: Sequence[float], measured: Sequence[float],
+                       tolerance: float = 0.10) -> dict[str, float]:
+    """How well predictions match fresh measurements: the share within ``tolerance``
+    (relative), Kendall's tau, and the mean absolute relative error."""
+    import numpy as np
+    from scipy.stats import kendalltau
+
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    rel = np.abs(p - m) / m
+    return {"within": float((rel <= tolerance).mean()),
+            "kendall_tau": float(kendalltau(p, m)[0]), "mean_abs_rel_error": float(rel.mean())}
