@@ -137,6 +137,15 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
         options={"n_init": 3, "n_candidates": 8, "top_k": 3,
                  "surrogate_options": {"n_models": 2, "epochs": 10}}),
     ("strategies", "prescreen"): CheckSetup(options={"k": 3, "batch_size": 8}),
+    ("estimators", "combined"): CheckSetup(
+        options={"members": {"params": {}, "flops": {}}}),
+    # Measured latencies repeat through the cache (a measurement itself varies).
+    ("estimators", "measured-latency"): CheckSetup(options=lambda: {
+        "input_shape": [3, 8, 8], "cache": f"{scratch_dir('latency')}/measured.sqlite",
+        "warmup": 1, "repeats": 3}),
+    ("estimators", "latency-predictor"): CheckSetup(options=lambda: {
+        "input_shape": [3, 8, 8], "cache": f"{scratch_dir('latency')}/predicted.sqlite",
+        "warmup": 1, "repeats": 3, "calibration": 2}),
     ("strategies", "mo-evolution"): CheckSetup(
         options={"n_init": 3, "population_size": 4, "sample_size": 2, "n_candidates": 3}),
     ("strategies", "si-evolution"): CheckSetup(options=_sievo_options, n_trials=4,
