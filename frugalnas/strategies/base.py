@@ -285,6 +285,7 @@ class ArchSampler(Strategy):
         self._onehot = OneHotEncoding(space)
         self._onehot_rows: dict[str, np.ndarray] = {}
         self._cmodel: tuple[tuple[int, ...], ConstraintModel] | None = None
+        self._scale_memo: tuple[tuple[int, int, int], np.ndarray] | None = None
         self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
         self._known_margins: dict[str, tuple[float, ...] | None] = {}
         self._knows: bool | None = None
@@ -492,11 +493,18 @@ class ArchSampler(Strategy):
     def _margin_scale(self, hist: History, width: int) -> np.ndarray:
         """Each constraint's spread (std of ``value - bound``) over the evaluated trials that
         recorded it; 1 where there are fewer than two such trials."""
+        # Asked once per candidate: computed once per history length (histories only grow).
+        key = (id(hist.constraint_diffs), len(hist.constraint_diffs), width)
+        if self._scale_memo is not None and self._scale_memo[0] == key:
+            return self._scale_memo[1]
         rows = [d for d in hist.constraint_diffs if len(d) == width]
         if len(rows) < 2:
-            return np.ones(width)
-        spread = np.asarray(rows, dtype=float).std(0)
-        return np.where(spread > 0, spread, 1.0)
+            scale = np.ones(width)
+        else:
+            spread = np.asarray(rows, dtype=float).std(0)
+            scale = np.where(spread > 0, spread, 1.0)
+        self._scale_memo = (key, scale)
+        return scale
 
     def screens(self, hist: History) -> bool:
         """Whether candidates are screened for feasibility: the study's estimator knows the
