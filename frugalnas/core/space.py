@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -88,14 +89,14 @@ class SearchSpace(ABC):
                 f"architecture for space {self.name!r} has decisions {list(decisions)} "
                 f"(missing {missing}, unexpected {extra}); the space expects {list(dists)}")
         for key, dist in dists.items():
-            if not _contains(dist, decisions[key]):
+            if not contains(dist, decisions[key]):
                 raise ArchitectureParseError(
                     f"invalid value {decisions[key]!r} for decision {key!r} of space "
-                    f"{self.name!r}; valid: {_describe(dist)}")
+                    f"{self.name!r}; valid: {describe_distribution(dist)}")
 
     # -- sampling and variation ----------------------------------------------------------
     def sample(self, rng: random.Random) -> Architecture:
-        return self.from_params({k: _draw(d, rng) for k, d in self.distributions().items()})
+        return self.from_params({k: draw(d, rng) for k, d in self.distributions().items()})
 
     def mutate(self, arch: Architecture, rng: random.Random) -> Architecture:
         """Change one decision to a different valid value."""
@@ -104,7 +105,7 @@ class SearchSpace(ABC):
         key = rng.choice(keys)
         current = arch[key]
         while True:
-            value = _draw(dists[key], rng)
+            value = draw(dists[key], rng)
             if value != current:
                 return self.from_params({**arch.decisions, key: value})
 
@@ -172,14 +173,19 @@ class SearchSpace(ABC):
         return {}
 
     def describe(self) -> dict[str, Any]:
-        return {k: _describe(d) for k, d in self.distributions().items()}
+        return {k: describe_distribution(d) for k, d in self.distributions().items()}
 
 
-def _contains(dist: BaseDistribution, value: Any) -> bool:
+def contains(dist: BaseDistribution, value: Any) -> bool:
+    """Whether ``value`` is one of the values ``dist`` allows."""
     if isinstance(dist, CategoricalDistribution):
         return value in dist.choices
     if isinstance(dist, (IntDistribution, FloatDistribution)):
-        return isinstance(value, (int, float)) and dist.low <= value <= dist.high
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if isinstance(dist, IntDistribution) and value != int(value):
+            return False
+        return bool(dist.low <= value <= dist.high)
     return True
 
 
@@ -187,19 +193,31 @@ def _is_fixed(dist: BaseDistribution) -> bool:
     return dist.single()
 
 
-def _draw(dist: BaseDistribution, rng: random.Random) -> Any:
+def draw(dist: BaseDistribution, rng: random.Random) -> Any:
+    """A value of ``dist`` drawn with ``rng`` (uniform; log-uniform where ``dist.log``; on
+    the grid of ``dist.step``)."""
     if isinstance(dist, CategoricalDistribution):
         return rng.choice(dist.choices)
     if isinstance(dist, IntDistribution):
+        if dist.log:
+            return min(dist.high, int(round(math.exp(rng.uniform(math.log(dist.low),
+                                                                 math.log(dist.high))))))
         return rng.randrange(dist.low, dist.high + 1, dist.step)
     if isinstance(dist, FloatDistribution):
+        if dist.step is not None:
+            n = int(round((dist.high - dist.low) / dist.step))
+            return dist.low + dist.step * rng.randint(0, n)
+        if dist.log:
+            return math.exp(rng.uniform(math.log(dist.low), math.log(dist.high)))
         return rng.uniform(dist.low, dist.high)
     raise TypeError(f"cannot sample from {dist!r}")
 
 
-def _describe(dist: BaseDistribution) -> str:
+def describe_distribution(dist: BaseDistribution) -> str:
+    """The values ``dist`` allows, for messages: ``'a', 'b'`` or ``[1, 8]``."""
     if isinstance(dist, CategoricalDistribution):
         return ", ".join(map(repr, dist.choices))
     if isinstance(dist, (IntDistribution, FloatDistribution)):
-        return f"[{dist.low}, {dist.high}]"
+        step = f" step {dist.step}" if dist.step not in (None, 1) else ""
+        return f"[{dist.low}, {dist.high}]{step}{' log' if dist.log else ''}"
     return repr(dist)

@@ -20,6 +20,8 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
 from frugalnas.core.errors import ArchitectureParseError, ConfigError, one_line
+from frugalnas.core.space import contains, draw
+from frugalnas.core.space import describe_distribution as describe
 
 Value = Any
 
@@ -191,41 +193,3 @@ def _decided(record: Recorded) -> str:
     if not record.values:
         return "nothing"
     return ", ".join(f"{k}={v!r}" for k, v in record.values.items())
-
-
-def contains(dist: BaseDistribution, value: Any) -> bool:
-    if isinstance(dist, CategoricalDistribution):
-        return value in dist.choices
-    if isinstance(dist, (IntDistribution, FloatDistribution)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if isinstance(dist, IntDistribution) and value != int(value):
-            return False
-        return bool(dist.low <= value <= dist.high)
-    return False
-
-
-def draw(dist: BaseDistribution, rng: random.Random) -> Value:
-    if isinstance(dist, CategoricalDistribution):
-        return rng.choice(dist.choices)
-    if isinstance(dist, IntDistribution):
-        if dist.log:
-            import math
-            return min(dist.high, int(round(math.exp(rng.uniform(math.log(dist.low),
-                                                                 math.log(dist.high))))))
-        return rng.randrange(dist.low, dist.high + 1, dist.step)
-    if isinstance(dist, FloatDistribution):
-        if dist.step is not None:
-            n = int(round((dist.high - dist.low) / dist.step))
-            return dist.low + dist.step * rng.randint(0, n)
-        return rng.uniform(dist.low, dist.high)
-    raise TypeError(f"cannot sample from {dist!r}")
-
-
-def describe(dist: BaseDistribution) -> str:
-    if isinstance(dist, CategoricalDistribution):
-        return ", ".join(map(repr, dist.choices))
-    if isinstance(dist, (IntDistribution, FloatDistribution)):
-        step = f" step {dist.step}" if dist.step not in (None, 1) else ""
-        return f"[{dist.low}, {dist.high}]{step}{' log' if dist.log else ''}"
-    return repr(dist)

@@ -21,8 +21,10 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ArchitectureParseError, ConfigError
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.space import contains, draw
+from frugalnas.core.space import describe_distribution as describe
 from frugalnas.spaces.define_by_run.replay import (Answers, Drawn, First, Fixed, FromTrial,
-                                                   Recorded, describe, draw, replay)
+                                                   Recorded, replay)
 
 if TYPE_CHECKING:
     import optuna
@@ -230,8 +232,6 @@ class _Either(Answers):
         self.a, self.b, self.rng = a, b, rng
 
     def answer(self, name: str, dist: BaseDistribution) -> Any:
-        from frugalnas.spaces.define_by_run.replay import contains
-
         options = [v for v in (self.a.get(name), self.b.get(name))
                    if v is not None and contains(dist, v)]
         if options:
