@@ -67,7 +67,8 @@ def main() -> None:
     q = prediction_quality(predicted, measured)
     print(f"space {args.space}, {args.runtime}, batch 1, 1 thread, input {shape}; "
           f"calibration {args.calibration} networks ({fit_s:.1f} s; intercept "
-          f"{fit.intercept:.4f} ms, slope {fit.slope:.3f})")
+          f"{fit.intercept:.4f} ms, slopes "
+          f"{', '.join(f'{k} {v:.2f}' for k, v in fit.slopes.items())})")
     print(f"held-out networks: {len(archs)}; measured median latency "
           f"{min(measured):.3f}-{max(measured):.3f} ms")
     print(f"within +-10 %: {q['within'] * 100:.0f} %   Kendall tau: {q['kendall_tau']:.3f}   "

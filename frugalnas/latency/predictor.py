@@ -4,8 +4,10 @@ After ProxylessNAS (Cai et al., ICLR 2019) and nn-Meter (Zhang et al., MobiSys 2
 network's latency is predicted from the latencies of its layers, each measured once alone at
 its input shape and kept in a table. The sum of a network's layer latencies misses what runs
 between layers (residual additions, the runtime's per-call overhead, fused operators), so the
-prediction is ``intercept + slope * sum``, the two fitted by least squares on the relative
-error to a few networks measured whole (the calibration set). A new network costs nothing to predict once
+prediction is ``intercept + sum over layer kinds of slope[kind] * (their summed table
+latency)``, fitted by least squares on the relative error to a few networks measured whole
+(the calibration set): a runtime fuses a convolution with the batch norm and activation that
+follow it, so each kind gets its own weight. A new network costs nothing to predict once
 the table holds its layers; a layer never seen is measured once and added.
 """
 
@@ -89,8 +91,14 @@ def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, ob
 
 @dataclass
 class Calibration:
+    """``intercept + sum(slopes[kind] * summed latency of the layers of that kind)``."""
+
     intercept: float
-    slope: float
+    slopes: dict[str, float]
+
+    def predict(self, sums: dict[str, float]) -> float:
+        other = self.slopes.get("other", 1.0)
+        return self.intercept + sum(self.slopes.get(kind, other) * v for kind, v in sums.items())
 
 
 class LayerTablePredictor:
@@ -103,10 +111,17 @@ class LayerTablePredictor:
         self.calibration_size, self.seed = int(calibration), int(seed)
         self._fit: Calibration | None = None
 
-    def layer_sum(self, arch: Architecture) -> float:
+    def layer_sums(self, arch: Architecture) -> dict[str, float]:
+        """The table latencies of ``arch``'s layers, summed per kind of layer (its class)."""
         model = self.space.build(arch, self.num_classes, self.input_shape)
-        return sum(self.meter.layer(sig, copy.deepcopy(module), shape)
-                   for sig, module, shape in leaf_layers(model, self.input_shape))
+        sums: dict[str, float] = {}
+        for sig, module, shape in leaf_layers(model, self.input_shape):
+            kind = type(module).__name__
+            sums[kind] = sums.get(kind, 0.0) + self.meter.layer(sig, copy.deepcopy(module), shape)
+        return sums
+
+    def layer_sum(self, arch: Architecture) -> float:
+        return sum(self.layer_sums(arch).values())
 
     def calibration_set(self) -> list[Architecture]:
         rng = random.Random(f"latency-calibration:{self.seed}")
@@ -119,27 +134,45 @@ class LayerTablePredictor:
         return list(found.values())
 
     def fit(self) -> Calibration:
-        """Measure the calibration networks whole and fit ``intercept + slope * layer sum``."""
+        """Measure the calibration networks whole and fit the intercept and one slope per kind
+        of layer (a runtime fuses a convolution with the batch norm and activation after it,
+        so those kinds cost less inside a network than alone); kinds that vary too little to
+        fit share one slope."""
         import numpy as np
 
         if self._fit is None:
             archs = self.calibration_set()
-            sums = np.array([self.layer_sum(a) for a in archs])
+            sums = [self.layer_sums(a) for a in archs]
             measured = np.array([self.meter.network(self.space, a, self.num_classes,
                                                     self.input_shape)[0].median_ms
                                  for a in archs])
-            if len(archs) >= 2 and np.ptp(sums) > 0:
+            kinds = sorted({k for row in sums for k in row})
+            table = np.array([[row.get(k, 0.0) for k in kinds] for row in sums])
+            # A kind of its own where it varies across the calibration networks and there
+            # are enough of them; the rest pooled as "other".
+            own = [i for i in np.argsort(-table.std(0)) if table[:, i].std() > 0]
+            own = own[:max(0, len(archs) // 4 - 1)]
+            rest = [i for i in range(len(kinds)) if i not in own]
+            columns = [table[:, i] for i in own] + ([table[:, rest].sum(1)] if rest else [])
+            names = [kinds[i] for i in own] + (["other"] if rest else [])
+            if len(archs) >= 2 and columns:
                 # Least squares on relative errors: small and large networks count alike.
-                rows = np.stack([1.0 / measured, sums / measured], axis=1)
-                intercept, slope = np.linalg.lstsq(rows, np.ones(len(archs)), rcond=None)[0]
+                # Non-negative: a kind of layer never makes a network faster (and kinds that
+                # always come together, a batch norm and its activation, share one weight
+                # instead of two large ones of opposite signs).
+                from scipy.optimize import nnls
+
+                rows = np.stack([np.ones(len(archs))] + columns, axis=1) / measured[:, None]
+                coef = nnls(rows, np.ones(len(archs)))[0]
+                slopes = dict(zip(names, map(float, coef[1:])))
+                self._fit = Calibration(float(coef[0]), slopes)
             else:
-                slope, intercept = 1.0, float(measured.mean() - sums.mean())
-            self._fit = Calibration(float(intercept), float(slope))
+                self._fit = Calibration(float(measured.mean() - table.sum(1).mean()),
+                                        {"other": 1.0})
         return self._fit
 
     def predict(self, arch: Architecture) -> float:
-        fit = self.fit()
-        return max(0.0, fit.intercept + fit.slope * self.layer_sum(arch))
+        return max(0.0, self.fit().predict(self.layer_sums(arch)))
 
 
 def prediction_quality(predicted: Sequence[float], measured: Sequence[float],
