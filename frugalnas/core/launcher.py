@@ -95,6 +95,11 @@ class Launcher(ABC):
     #: How messages name this launcher (``"cluster tcp://10.0.0.5:8786"``).
     where: str = "launcher"
 
+    def shared_storage(self, storage: object) -> str:
+        """The URL of ``storage`` as this launcher's workers reach it, or a ConfigError (one
+        line) when they cannot share it (:func:`check_shared_storage`)."""
+        return check_shared_storage(storage, self.where)
+
     def check(self, job: WorkerJob) -> None:
         """Raise ConfigError (one line) for what would make the job fail on its workers,
         before anything is written: by default, a storage the workers cannot share."""
@@ -155,8 +160,7 @@ def prepare_launch(host: PluginHost, config: StudyConfig, run: dict[str, object]
     launcher = launcher_for(host, config)
     if launcher is None:
         return None
-    storage = run.get("storage")
-    check_shared_storage(storage, launcher.where)
+    storage = launcher.shared_storage(run.get("storage"))
     if run.get("n_jobs") not in (None, 1):
         raise ConfigError(f"n_jobs {run['n_jobs']!r} runs threads in this process; the trials "
                           f"of this run go to the workers of {launcher.where}: give one of them")
@@ -166,7 +170,7 @@ def prepare_launch(host: PluginHost, config: StudyConfig, run: dict[str, object]
                           "or give it seconds > 0")
     timeout = run.get("timeout")
     n_trials = run.get("n_trials", 10)
-    job = WorkerJob(config, storage if isinstance(storage, str) else "",
+    job = WorkerJob(config, storage,
                     str(run.get("study_name") or "frugalnas"),
                     n_trials if isinstance(n_trials, int) else 10, heartbeat=heartbeat,
                     grace=grace, timeout=float(timeout) if isinstance(timeout, (int, float))

@@ -110,6 +110,7 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
     heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat
     check_worker_settings(heartbeat, grace, retries)
     host = host or PluginHost(config.plugins, config.disable_plugins)
+    storage = launcher.shared_storage(storage)
     job = WorkerJob(config, storage, study_name, n_trials, heartbeat=heartbeat, grace=grace,
                     retries=retries, timeout=timeout, isolate=isolate)
     launcher.check(job)

@@ -11,7 +11,8 @@ import subprocess
 import sys
 
 from frugalnas.core.errors import FrugalnasError, one_line
-from frugalnas.core.launcher import LaunchError, Launcher, WorkerJob, positive_workers
+from frugalnas.core.launcher import (LaunchError, Launcher, WorkerJob,
+                                     check_shared_storage, positive_workers)
 
 _CHILD = "from frugalnas.launchers.local import worker_main; worker_main()"
 
@@ -24,6 +25,14 @@ class LocalLauncher(Launcher):
         self.workers = positive_workers(workers if workers is not None else os.cpu_count() or 1,
                                         "number of workers")
         self.where = f"--workers {self.workers}"
+
+    def shared_storage(self, storage: object) -> str:
+        """Workers on this machine share its files: a relative sqlite path is made absolute
+        (as this process resolves it) instead of refused."""
+        if isinstance(storage, str) and storage.startswith("sqlite:///") \
+                and not storage[len("sqlite:///"):].startswith(("/", ":memory:")):
+            storage = "sqlite:///" + os.path.abspath(storage[len("sqlite:///"):])
+        return check_shared_storage(storage, self.where)
 
     def launch(self, job: WorkerJob) -> None:
         payload = pickle.dumps(job)

@@ -226,8 +226,12 @@ def test_launch_from_python_with_local_workers(tmp_path):
     config = StudyConfig.from_mapping({"space": "nb201", "estimator": "nb201-table",
                                        "strategy": "regularized-evolution",
                                        "disable_plugins": ["mlflow"]})
-    with pytest.raises(ConfigError, match="relative path"):
-        launch(config, "sqlite:///s.db", 6, LocalLauncher(2))
+    with pytest.raises(ConfigError, match="is in memory"):
+        launch(config, "sqlite:///:memory:", 6, LocalLauncher(2))
+    # local workers share this machine's files: a relative sqlite path is made absolute
+    import os
+    assert LocalLauncher(2).shared_storage("sqlite:///s.db") == \
+        f"sqlite:///{os.path.abspath('s.db')}"
     assert not (tmp_path / "s.db").exists()
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = launch(config, storage, 6, LocalLauncher(2), study_name="py", heartbeat=1, grace=5)
