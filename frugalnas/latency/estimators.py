@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost
+from frugalnas.core.cost import Cost, count_params
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.space import SearchSpace
@@ -32,6 +32,13 @@ def _shape(input_shape: list[int] | tuple[int, ...]) -> tuple[int, int, int]:
     return (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
 
 
+def _meter(setup: LatencySetup, cache: str | None) -> LatencyMeter:
+    """A meter through the cache file ``cache`` (``None``: :func:`default_cache`; ``""``:
+    no cache)."""
+    path = default_cache() if cache is None else (Path(cache) if cache else None)
+    return LatencyMeter(setup, LatencyCache(path) if path else None)
+
+
 class MeasuredLatency(Estimator):
     """Inference latency of the architecture's network measured on this machine (ONNX
     Runtime or torch), cached on disk per architecture, setup and machine.
@@ -53,8 +60,7 @@ class MeasuredLatency(Estimator):
         check_range("num_classes", num_classes, 1)
         self.num_classes = int(num_classes)
         self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats)
-        path = default_cache() if cache is None else (Path(cache) if cache else None)
-        self.meter = LatencyMeter(self.setup, LatencyCache(path) if path else None)
+        self.meter = _meter(self.setup, cache)
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         import time
@@ -62,14 +68,9 @@ class MeasuredLatency(Estimator):
         start = time.perf_counter()
         result, hit = self.meter.network(context.space, arch, self.num_classes,
                                          self.input_shape)
-        model = context.space.build(arch, self.num_classes, self.input_shape)
-        params = sum(p.numel() for p in model.parameters())
+        params = count_params(context.space.build(arch, self.num_classes, self.input_shape))
         return EstimateResult(result.median_ms, {**result.metrics(), "latency_cached": float(hit)},
                               Cost(seconds=time.perf_counter() - start, params=params))
-
-    def known_metrics(self, arch: Architecture, space: SearchSpace) -> Mapping[str, float]:
-        return {}
-
 
 class PredictedLatency(Estimator):
     """Inference latency predicted from a calibrated per-layer lookup table (ProxylessNAS /
@@ -93,8 +94,7 @@ class PredictedLatency(Estimator):
         check_range("calibration", calibration, 2)
         self.num_classes, self.calibration, self.seed = int(num_classes), int(calibration), seed
         self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats)
-        path = default_cache() if cache is None else (Path(cache) if cache else None)
-        self.meter = LatencyMeter(self.setup, LatencyCache(path) if path else None)
+        self.meter = _meter(self.setup, cache)
         self._predictors: dict[int, LayerTablePredictor] = {}
 
     def predictor(self, space: SearchSpace) -> LayerTablePredictor:

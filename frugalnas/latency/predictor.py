@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from frugalnas.core.architecture import Architecture
@@ -31,14 +31,16 @@ class LatencyMeter:
         self.setup, self.cache = setup, cache
         self._memory: dict[str, Measurement] = {}
 
-    def _cached(self, parts: dict[str, object], model: object,
+    def _cached(self, parts: dict[str, object], make_model: Callable[[], object],
                 input_shape: Sequence[int]) -> tuple[Measurement, bool]:
+        """The measurement under ``parts`` and whether it was cached; ``make_model`` is
+        called only to measure a network that is not."""
         key = cache_key({**parts, "input_shape": list(input_shape), **self.setup.identity()})
         found = self._memory.get(key) or (self.cache.get(key) if self.cache else None)
         if found is not None:
             self._memory[key] = found
             return found, True
-        result = measure(model, input_shape, self.setup)
+        result = measure(make_model(), input_shape, self.setup)
         self._memory[key] = result
         if self.cache is not None:
             self.cache.put(key, result)
@@ -47,16 +49,14 @@ class LatencyMeter:
     def network(self, space: SearchSpace, arch: Architecture, num_classes: int,
                 input_shape: Sequence[int]) -> tuple[Measurement, bool]:
         """The measurement of ``arch``'s network and whether it came from the cache."""
-        parts = {"space": space.name, "arch": str(arch), "classes": num_classes}
-        key_only = cache_key({**parts, "input_shape": list(input_shape),
-                              **self.setup.identity()})
-        if key_only in self._memory or (self.cache is not None and self.cache.get(key_only)):
-            return self._cached(parts, None, input_shape)
-        model = space.build(arch, num_classes, tuple(input_shape))
-        return self._cached(parts, model, input_shape)
+        return self._cached({"space": space.name, "arch": str(arch), "classes": num_classes},
+                            lambda: space.build(arch, num_classes, tuple(input_shape)),
+                            input_shape)
 
     def layer(self, signature: str, module: object, input_shape: Sequence[int]) -> float:
-        return self._cached({"layer": signature}, module, input_shape)[0].median_ms
+        """The table latency of one layer, measured on a copy of ``module`` when not cached."""
+        return self._cached({"layer": signature}, lambda: copy.deepcopy(module),
+                            input_shape)[0].median_ms
 
 
 def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, object, tuple[int, ...]]]:
@@ -117,7 +117,7 @@ class LayerTablePredictor:
         sums: dict[str, float] = {}
         for sig, module, shape in leaf_layers(model, self.input_shape):
             kind = type(module).__name__
-            sums[kind] = sums.get(kind, 0.0) + self.meter.layer(sig, copy.deepcopy(module), shape)
+            sums[kind] = sums.get(kind, 0.0) + self.meter.layer(sig, module, shape)
         return sums
 
     def layer_sum(self, arch: Architecture) -> float:

@@ -185,9 +185,6 @@ class DefineByRunSpace(SearchSpace):
                     pending.append(answers.taken[:depth] + [alt])
             yield self._arch(record)
 
-    def describe(self) -> dict[str, Any]:
-        return {k: describe(d) for k, d in self._dists.items()}
-
 
 def _materialise_lazy(module: nn.Module, input_shape: tuple[int, ...]) -> None:
     """Give lazy modules (``nn.LazyLinear``, ...) their shapes with one forward pass of a
