@@ -315,6 +315,20 @@ def completed_trials(study: Any) -> list[Any]:
     return [t for t in study.trials if getattr(getattr(t, "state", None), "name", "") == "COMPLETE"]
 
 
+class TrialsFailed(RuntimeError):
+    """Trials of a part's study failed (optuna records the failure and goes on)."""
+
+
+def record_failed_trials(run: PartRun, study: Any, step: str) -> None:
+    """An error for the part when any trial of ``study`` failed, with the first reason: a study
+    that goes on after failures must not leave the part looking successful."""
+    failed = [t for t in study.optuna_study.trials if t.state.name == "FAIL"]
+    if failed:
+        reason = failed[0].system_attrs.get("fail_reason", "no reason recorded")
+        run.rec.error(step, TrialsFailed(f"{len(failed)} of {len(study.optuna_study.trials)} "
+                                         f"trials failed; the first: {reason}"))
+
+
 # -- part 1: out-of-core ----------------------------------------------------------------------
 def _bottleneck_cls() -> type:
     import torch.nn.functional as F
@@ -904,6 +918,11 @@ def part_train_throughput(run: PartRun) -> None:
             run.rec.figure("plain_loop", plain)
         except Exception as exc:  # noqa: BLE001
             run.rec.error(f"plain loop {label}", exc)
+        if label == "fp32_loss_read_every_step" and run.left() >= 3:
+            try:
+                run.rec.figure("training_loop_direct", direct_loop(s_short, data, device, sizes))
+            except Exception as exc:  # noqa: BLE001
+                run.rec.error("training loop direct", exc)
     run.rec.note("plain loop: the same network (seeded build), data, SGD (lr 0.05, momentum 0.9, "
                  "Nesterov, weight decay 5e-4) and cosine schedule as the estimator; batches "
                  "gathered on the CPU and copied per step; it reads the loss once per epoch "
@@ -966,6 +985,30 @@ def plain_loop(study: Any, data: Any, device: Any, sizes: dict[str, Any], *, amp
     return {"images_per_s": sizes["plain_epochs"] * n / seconds, "seconds": seconds,
             "epochs": sizes["plain_epochs"], "amp": "bfloat16" if amp else None,
             "channels_last": channels_last}
+
+
+def direct_loop(study: Any, data: Any, device: Any, sizes: dict[str, Any]) -> dict[str, Any]:
+    """images/s of frugalnas's own training loop (``core.training.train`` through the
+    single-device backend) called directly, outside a study: it tells a gap between the
+    estimator and the plain loop that lies in the loop from one that lies around it."""
+    import torch
+
+    from frugalnas.backends.single_device import SingleDeviceBackend
+    from frugalnas.core.training import TrainConfig, train
+
+    torch.manual_seed(0)
+    backend = SingleDeviceBackend(device=str(device))
+    model = study.space.build(study.space.parse(CELL_TRAIN), data.num_classes, data.input_shape)
+    model = backend.prepare(model)
+    train(model, data, backend, TrainConfig(epochs=1, batch_size=sizes["batch"]))   # warm-up
+    synchronize(device)
+    start = time.perf_counter()
+    train(model, data, backend, TrainConfig(epochs=sizes["plain_epochs"], batch_size=sizes["batch"]))
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return {"images_per_s": sizes["plain_epochs"] * len(data.train_x) / seconds, "seconds": seconds,
+            "epochs": sizes["plain_epochs"], "path": "core.training.train + SingleDeviceBackend, "
+                                                      "no study, no estimator"}
 
 
 # -- part 4: proxies and supernet -------------------------------------------------------------
@@ -1100,6 +1143,7 @@ def part_sievo(run: PartRun) -> None:
     start = time.perf_counter()
     study.optimize(n_trials=planned, timeout=max(1.0, run.left()))
     seconds = time.perf_counter() - start
+    record_failed_trials(run, study, "search")
     done = completed_trials(study)
     costs = [t.user_attrs.get("cost", {}) for t in done]
     figures = {"trials_completed": len(done), "trials_planned": planned, "seconds": seconds,
@@ -1282,6 +1326,61 @@ def read_result(path: Path, name: str) -> dict[str, Any]:
         return {"part": name, "status": "running", "reason": None, "figures": {}}
 
 
+# -- reading a run back --------------------------------------------------------------------
+def _num(value: Any, digits: int = 0) -> str:
+    return "-" if not isinstance(value, (int, float)) else f"{value:,.{digits}f}"
+
+
+def summary_lines(data: dict[str, Any]) -> list[str]:
+    """The figures of one ``device.json`` as the tables of docs/benchmarks.md."""
+    lines: list[str] = []
+    for name, part in data.get("parts", {}).items():
+        env = part.get("environment", {})
+        goal = part.get("goal") or {}
+        lines.append(f"== {name}: {part.get('status')} on {env.get('device_name', env.get('device', '?'))}, "
+                     f"torch {env.get('torch', '?')}; goal figure {_num(goal.get('figure'), 3)} "
+                     f"against {_num(goal.get('target'), 3)}: {'met' if part.get('met') else 'not met'}")
+        figures = part.get("figures", {})
+        for model, fig in figures.items():
+            if isinstance(fig, dict) and "modes" in fig:
+                lines.append(f"  {model}: batch {fig['batch']}, budget {_num(fig['budget_bytes'] / 2**20)} MiB, "
+                             f"largest in-core batch under it {fig['batch_fit_in_core']}, plan / best single "
+                             f"{_num(fig.get('ratio_plan_vs_best_single'), 2)}")
+                for mode, r in fig["modes"].items():
+                    if mode.endswith("_uncapped"):
+                        continue
+                    lines.append(f"    {mode:<24} batch {r['batch']:>4}  {_num(r['images_per_s']):>7} images/s  "
+                                 f"peak {_num(r.get('cuda_peak_allocated_bytes', 0) / 2**20):>6} MiB  "
+                                 f"saved {_num(r.get('saved_peak_bytes', 0) / 2**20):>6} MiB  "
+                                 f"budget met {r.get('budget_met', '-')}  {r.get('plan_counts') or ''}")
+        if name == "virtual_nodes":
+            for key in ("cpu_threads_reference", "gpu_vs_cpu"):
+                fig = figures.get(key, {})
+                lines.append(f"  {key}: max abs diff {fig.get('max_abs_diff', '-')}, tolerance "
+                             f"{fig.get('tolerance', '-')}, within {fig.get('within_tolerance', '-')}")
+            for batch, fig in (figures.get("throughput") or {}).items():
+                lines.append(f"  global batch {batch}: native {_num(fig['native_examples_per_s'])}/s, "
+                             f"V=8 {_num(fig['vnode_examples_per_s'])}/s, ratio {_num(fig['ratio'], 3)}")
+        if name == "train_throughput":
+            rows = {"estimator": figures.get("estimator", {}),
+                    "training_loop_direct": figures.get("training_loop_direct", {}),
+                    **{f"plain {k}": v for k, v in (figures.get("plain_loop") or {}).items()}}
+            for label, fig in rows.items():
+                lines.append(f"  {label:<34} {_num(fig.get('images_per_s')):>7} images/s")
+        if name == "proxies_supernet":
+            cells, spos = figures.get("rank_ensemble_selected", {}), figures.get("supernet_spos", {})
+            lines.append(f"  selected ensemble: {_num(cells.get('cells_per_s'), 2)} cells/s "
+                         f"({cells.get('cells_scored')} cells); SPOS: {_num(spos.get('steps_per_s'), 1)} steps/s")
+        if name == "sievo":
+            fig = figures.get("search", {})
+            lines.append(f"  {fig.get('trials_completed')} of {fig.get('trials_planned')} trials in "
+                         f"{_num(fig.get('seconds'), 1)} s; best inherited accuracy "
+                         f"{_num(fig.get('best_inherited_accuracy'), 1)} %")
+        for error in part.get("errors", []):
+            lines.append(f"  error in {error['step']}: {error['error'][:200]}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rehearse", action="store_true",
@@ -1295,10 +1394,22 @@ def main(argv: list[str] | None = None) -> int:
                              f"rehearsal {TOTAL_REHEARSE:.0f})")
     parser.add_argument("--part-box", type=float, default=None,
                         help="seconds for every part instead of its own box")
+    parser.add_argument("--summary", nargs="+", metavar="DEVICE_JSON", default=None,
+                        help="print the figures of earlier runs' device.json files and stop")
     parser.add_argument("--part", choices=sorted(PART_FUNCTIONS), help=argparse.SUPPRESS)
     parser.add_argument("--box", type=float, default=60.0, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.summary:
+        for path in args.summary:
+            try:
+                data = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as exc:
+                parser.error(f"--summary {path}: not a readable device.json ({exc})")
+            print(f"# {path}: {data.get('mode')} run of {data.get('started')}, "
+                  f"{_num(data.get('wall_seconds'))} s")
+            print("\n".join(summary_lines(data)))
+        return 0
     if args.part:
         if not args.result:
             parser.error("--part needs --result FILE")

@@ -166,9 +166,21 @@ class SievoSession:
         return self._flops_of_key[key]
 
     def _trace_shapes(self, x: torch.Tensor) -> None:
-        """Input shapes of every kind of module, from one forward of some candidate."""
-        net = self.network(self.space.sample(random.Random(0)))
-        shapes, hooks = self._input_shapes, []
+        """Input shapes of every kind of module, from one forward of some candidate on the CPU.
+        The probe network has modules of its own (made under a forked RNG), so the store gains
+        no keys and none of its modules, which may sit on several devices, is called. The
+        shapes are kept only when the whole forward succeeded."""
+        local: dict[Key, nn.Module] = {}
+
+        def make(key: Key) -> nn.Module:
+            if key not in local:
+                local[key] = self.supernet.builder.factory(key)
+            return local[key]
+
+        with torch.random.fork_rng(devices=[]):
+            net = self.supernet.builder.subnet(self.space.sample(random.Random(0)), make)
+        shapes: dict[tuple[str, int], tuple[int, ...]] = {}
+        hooks = []
         for i, cell in enumerate(net.cells):
             def pre(module, inputs, output, i=i, name="pre0"):
                 shapes[(name, i)] = tuple(inputs[0].shape[1:])
@@ -182,10 +194,11 @@ class SievoSession:
         try:
             with torch.no_grad():
                 net.eval()
-                net(x.to(next(net.parameters()).device))
+                net(x.detach().cpu())
         finally:
             for h in hooks:
                 h.remove()
+        self._input_shapes.update(shapes)
 
     def calibration_batches(self, dataset: Dataset, batches: int,
                             batch_size: int) -> list[torch.Tensor]:

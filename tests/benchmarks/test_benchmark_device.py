@@ -84,3 +84,25 @@ def test_device_rehearsal_measures_every_part(tmp_path: Path) -> None:
 
     sv = report["parts"]["sievo"]["figures"]["search"]
     assert sv["trials_completed"] == sv["trials_planned"] and sv["best_architecture"].startswith("dag:")
+
+
+def test_summary_reprints_the_shipped_gpu_run() -> None:
+    """``device.py --summary`` reads a device.json back: every part of the shipped H200 run with
+    its device, and the figures docs/benchmarks.md quotes."""
+    shipped = ROOT / "benchmarks" / "results" / "device_h200" / "run1.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device.py"), "--summary",
+                           str(shipped)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for part in PARTS:
+        assert f"== {part}: ok on NVIDIA H200" in done.stdout
+    for model in OOC_MODELS:
+        assert f"  {model}: batch" in done.stdout
+    assert "global batch 2048: native 60,295/s, V=8 35,099/s, ratio 0.582" in done.stdout
+
+
+def test_summary_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "device.py"), "--summary",
+                           str(tmp_path / "nothing.json")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "nothing.json: not a readable device.json" in done.stderr
+    assert "Traceback" not in done.stderr

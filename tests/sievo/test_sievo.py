@@ -135,6 +135,23 @@ def test_flops_of_a_candidate_equal_counting_the_whole_network():
         assert session.flops_per_sample(arch, x) == count_flops(session.network(arch), x[:2]) / 2
 
 
+def test_counting_flops_neither_adds_to_nor_calls_the_store():
+    """The input shapes come from a probe network of its own on the CPU: counting one
+    candidate's FLOPs creates only that candidate's store modules (a store module that sits
+    on an accelerator is never mixed with a CPU one in the probe)."""
+    from frugalnas.sievo.session import SievoSession
+    import random as _random
+
+    study = _study(None, "sievo-flops-store")
+    context = study.context()
+    session = SievoSession(study.space, context.dataset, None)
+    arch = study.space.sample(_random.Random(5))
+    state = torch.get_rng_state()
+    session.flops_per_sample(arch, context.dataset.train_x)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert set(session.store.keys()) == set(session.macro.arch_keys(arch))
+
+
 def test_warmup_trains_every_node_and_is_charged(tmp_path):
     """The warm-up trains uniformly drawn candidates on the whole store before generation 0;
     its steps count in the first trial's cost, and scoring recalibrates batch norm."""
