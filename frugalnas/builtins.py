@@ -7,6 +7,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "nb201": "frugalnas.spaces.nb201",
     "dag": "frugalnas.spaces.dag",
     "define-by-run": "frugalnas.spaces.define_by_run",
+    "mobilenet": "frugalnas.spaces.mobilenet",
     "latency": "frugalnas.latency",
     "datasets": "frugalnas.datasets_plugin",
     "estimators": "frugalnas.estimators",

@@ -23,6 +23,8 @@ from typing import Any
 
 SMALL_NB201 = {"N": 1, "C": 4}
 SMALL_DAG = {"nodes": 2, "channels": 4, "normal_cells": 1, "reductions": 1}
+SMALL_MOBILENET: dict[str, Any] = {"width_mult": 0.25, "stages": [[16, 2, 2], [24, 2, 1]],
+                                    "head_channels": 32}
 SMALL_DATA = {"n": 96, "num_classes": 4, "channels": 3, "size": 8}
 
 
@@ -117,6 +119,7 @@ _STRATEGY_STUDY = dict(space="dag", space_options=SMALL_DAG, estimator="inherite
 BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
     ("search_spaces", "nb201"): CheckSetup(options=SMALL_NB201),
     ("search_spaces", "dag"): CheckSetup(options=SMALL_DAG),
+    ("search_spaces", "mobilenet"): CheckSetup(options=SMALL_MOBILENET),
     ("estimators", "train"): CheckSetup(options={"max_steps": 3, "batch_size": 16}),
     ("estimators", "low-fidelity"): CheckSetup(options={"max_steps": 3, "batch_size": 16,
                                                         "subset": 0.5}),

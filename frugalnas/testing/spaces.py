@@ -20,7 +20,7 @@ class SearchSpaceChecks(Suite):
     kind = "search_spaces"
     checks = ("check_distributions", "check_round_trips", "check_same_seed_same_sample",
               "check_validate_rejects_bad_architectures", "check_mutate", "check_crossover",
-              "check_neighbours", "check_suggest", "check_build")
+              "check_neighbours", "check_suggest", "check_build", "check_weight_sharing")
 
     def __init__(self, space: Any, *, name: str | None = None,
                  input_shapes: tuple[tuple[int, int, int], ...] = ((3, 8, 8), (1, 8, 8)),
@@ -60,8 +60,11 @@ class SearchSpaceChecks(Suite):
 
     # -- checks --------------------------------------------------------------------------
     def check_distributions(self) -> None:
-        from optuna.distributions import (CategoricalDistribution, FloatDistribution,
-                                          IntDistribution)
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
 
         from frugalnas.core.space import SearchSpace
 
@@ -256,6 +259,49 @@ class SearchSpaceChecks(Suite):
                     if v.shape != w.shape or not torch.equal(v, w):
                         self.fail(f"{where} twice under the same torch seed gave different "
                                   f"initial values of {k!r}; initialise from torch's RNG")
+
+
+    def check_weight_sharing(self) -> None:
+        """For a space with a supernet (``has_shared_weights``): networks built over one weight
+        store take every parameter from it, ask only keys the builder lists, share tensors
+        between architectures and give ``(batch, num_classes)`` logits."""
+        if not self.space.has_shared_weights():
+            return
+        import torch
+
+        from frugalnas.nn.weight_store import WeightStore
+
+        shape = self.input_shapes[0]
+        builder = self.space.shared_builder(self.num_classes, shape)
+        listed = {repr(k) for k in builder.keys()}  # noqa: SIM118 - a builder, not a dict
+        asked: list[Any] = []
+        store = WeightStore(builder.factory, seed=self.seed)
+
+        def get(key: Any) -> Any:
+            asked.append(key)
+            return store.get(key)
+
+        nets = []
+        for i in range(2):
+            arch = self._sample(i)
+            net = builder.subnet(arch, get)
+            owned = {id(p) for p in store.parameters()}
+            foreign = [n for n, p in net.named_parameters() if id(p) not in owned]
+            if foreign:
+                self.fail(f"shared_builder().subnet({arch}) has parameters of its own, not the "
+                          f"store's: {foreign[:3]}")
+            out = net(torch.randn(2, *shape, generator=torch.Generator().manual_seed(self.seed)))
+            if tuple(out.shape) != (2, self.num_classes):
+                self.fail(f"the shared network of {arch} gave output {tuple(out.shape)}; "
+                          f"expected (2, {self.num_classes})")
+            nets.append({id(p) for p in net.parameters()})
+        unlisted = sorted({repr(k) for k in asked} - listed)
+        if unlisted:
+            self.fail(f"shared networks asked the store for keys keys() does not list: "
+                      f"{unlisted[:3]}")
+        if not nets[0] & nets[1]:
+            self.fail("the shared networks of two architectures share no parameter: the "
+                      "supernet shares no weights")
 
 
 def check_search_space(space: Any, *, input_shapes: tuple[tuple[int, int, int], ...] = (

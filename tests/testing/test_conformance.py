@@ -312,7 +312,7 @@ def test_a_misspelt_option_must_be_a_config_error(name, message):
 def test_a_plugin_component_is_checked_by_name():
     cases = {c.id: c for c in component_checks(BROKEN_HOST, ["search_spaces"],
                                                plugins=["BrokenPlugin"])}
-    assert "search_spaces:stuck:check_mutate" in cases and len(cases) == 3 * 10
+    assert "search_spaces:stuck:check_mutate" in cases and len(cases) == 3 * 11
     cases["search_spaces:stuck:check_round_trips"]()
     with pytest.raises(ConformanceError, match="mutate"):
         cases["search_spaces:stuck:check_mutate"]()

@@ -1,0 +1,134 @@
+"""The ``mobilenet`` macro space: conditional block decisions, its compact text form, optuna
+samplers on it, its supernet of elastic blocks (a shared network equals its stand-alone
+export bitwise), and studies with weight sharing and training on it."""
+
+import random
+
+import optuna
+import pytest
+import torch
+
+import frugalnas
+from frugalnas.core.errors import ArchitectureParseError, ConfigError
+from frugalnas.nn.weight_store import WeightStore
+from frugalnas.spaces.mobilenet.network import MobileNetNetwork
+from frugalnas.spaces.mobilenet.space import MobileNetSpace, block_keys, depth_key
+from frugalnas.spaces.mobilenet.supernet import export_subnet
+
+SMALL = {"width_mult": 0.25, "stages": [[16, 3, 2], [24, 2, 1]], "head_channels": 32}
+DATA = {"n": 96, "num_classes": 4, "channels": 1, "size": 12}
+
+
+def test_text_form_round_trips_and_holds_only_the_blocks_a_stage_has():
+    space = MobileNetSpace(**SMALL)
+    arch = space.parse("mobilenet:k5e4s|k3e6,k7e3")
+    assert arch.decisions == {
+        "stage1_depth": 1, "stage1_block0_kernel": 5, "stage1_block0_expand": 4,
+        "stage1_block0_se": True, "stage2_depth": 2, "stage2_block0_kernel": 3,
+        "stage2_block0_expand": 6, "stage2_block0_se": False, "stage2_block1_kernel": 7,
+        "stage2_block1_expand": 3, "stage2_block1_se": False}
+    assert space.parse(str(arch)) == arch
+    assert type(arch).from_json(arch.to_json()) == arch
+    rng = random.Random(0)
+    for _ in range(30):
+        a = space.sample(rng)
+        assert space.parse(str(a)) == a
+        depth = a[depth_key(1)]
+        assert block_keys(1, depth - 1)[0] in a.decisions
+        if depth < 3:
+            assert block_keys(1, depth)[0] not in a.decisions
+
+
+def test_inactive_decisions_are_neither_stored_nor_mutated():
+    space = MobileNetSpace(**SMALL)
+    arch = space.parse("k3e3|k3e3")
+    # from_params ignores values of blocks beyond a stage's depth
+    params = {**arch.decisions, "stage1_block2_kernel": 7}
+    assert space.from_params(params) == arch
+    rng = random.Random(3)
+    for _ in range(200):
+        child = space.mutate(arch, rng)
+        changed = {k for k in child.decisions if arch.decisions.get(k) != child[k]}
+        assert len(changed - {k for k in child.decisions if k not in arch.decisions}) == 1
+        assert set(child.decisions) == set(space.active_decisions(child))
+    # a deeper stage gains drawn blocks, a shallower one drops them
+    deeper = space.from_params({**arch.decisions, "stage1_depth": 2, "stage1_block1_kernel": 5,
+                                "stage1_block1_expand": 6, "stage1_block1_se": True})
+    assert str(deeper) == "mobilenet:k3e3,k5e6s|k3e3"
+    assert len(space.neighbours(arch)) == len({n.key for n in space.neighbours(arch)})
+
+
+def test_bad_architectures_and_options_are_refused_in_one_line():
+    space = MobileNetSpace(**SMALL)
+    with pytest.raises(ArchitectureParseError, match="malformed block 'k3x3'"):
+        space.parse("k3x3|k3e3")
+    with pytest.raises(ArchitectureParseError, match=r"invalid value 9 for decision "
+                                                     r"'stage1_block0_kernel'.*3, 5, 7"):
+        space.parse("k9e3|k3e3")
+    with pytest.raises(ArchitectureParseError, match="invalid value 4 for decision 'stage1_depth'"):
+        space.parse("k3e3,k3e3,k3e3,k3e3|k3e3")
+    with pytest.raises(ArchitectureParseError, match="miss decision 'stage2_depth'"):
+        space.from_params({"stage1_depth": 1, "stage1_block0_kernel": 3,
+                           "stage1_block0_expand": 3, "stage1_block0_se": False})
+    with pytest.raises(ConfigError, match="invalid kernels"):
+        MobileNetSpace(kernels=(3, 4))
+    with pytest.raises(ConfigError, match="unknown stages 'v9'"):
+        MobileNetSpace(stages="v9")
+    with pytest.raises(ConfigError, match=r"invalid stage \[16, 0, 2\]"):
+        MobileNetSpace(stages=[[16, 0, 2]])
+
+
+def test_optuna_samplers_see_only_the_active_decisions():
+    space = MobileNetSpace(**SMALL)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, n_startup_trials=4))
+    for i in range(10):
+        trial = study.ask()
+        arch = space.suggest(trial)
+        assert trial.params == arch.decisions
+        study.tell(trial, float(i % 3))
+
+
+def test_shared_network_equals_its_stand_alone_export_bitwise():
+    space = MobileNetSpace(**SMALL)
+    builder = space.shared_builder(4, (1, 12, 12))
+    store = WeightStore(builder.factory, seed=0)
+    x = torch.randn(3, 1, 12, 12, generator=torch.Generator().manual_seed(0))
+    rng = random.Random(1)
+    for _ in range(4):
+        arch = space.sample(rng)
+        net = builder.subnet(arch, store.get)
+        net.train()
+        net(x).sum().backward()   # moves batch-norm statistics, leaves gradients
+        net.eval()
+        alone = export_subnet(net).eval()
+        assert isinstance(alone, MobileNetNetwork)
+        assert not {id(p) for p in alone.parameters()} & {id(p) for p in store.parameters()}
+        assert torch.equal(net(x), alone(x))
+        # the export has the stand-alone build's structure
+        built = space.build(arch, 4, (1, 12, 12))
+        assert [tuple(p.shape) for p in alone.parameters()] == \
+            [tuple(p.shape) for p in built.parameters()]
+
+
+def test_mobilenet_v2_point_and_resolution():
+    space = MobileNetSpace(width_mult=0.35, resolution=32)
+    v2 = space.mobilenet_v2()
+    assert str(v2) == ("mobilenet:k3e6,k3e6|k3e6,k3e6,k3e6|k3e6,k3e6,k3e6,k3e6|"
+                       "k3e6,k3e6,k3e6|k3e6,k3e6,k3e6|k3e6")
+    net = space.build(v2, 10, (1, 28, 28))
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert net.stem[0].size == 32
+
+
+@pytest.mark.slow
+def test_supernet_and_training_studies_on_the_space(tmp_path):
+    for estimator, options in (("supernet", {"epochs": 1, "batch_size": 32, "bn_batches": 1}),
+                               ("train", {"epochs": 1, "batch_size": 32})):
+        study = frugalnas.create_study(
+            space="mobilenet", space_options=SMALL, strategy="regularized-evolution",
+            strategy_options={"population_size": 3, "sample_size": 2}, estimator=estimator,
+            estimator_options=options, dataset="synthetic", dataset_options=DATA, seed=0)
+        study.optimize(n_trials=4)
+        done = [t for t in study.trials if t.state.name == "COMPLETE"]
+        assert len(done) == 4
+        assert all(0.0 <= t.values[0] <= 100.0 for t in done)
