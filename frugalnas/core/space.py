@@ -139,7 +139,7 @@ class SearchSpace(ABC):
         from ``get(key)`` modules) and, for differentiable search, ``mixed(get, alphas)``.
         Spaces that support weight sharing override this; see docs/weight_sharing.md."""
         raise ConfigError(f"search space {self.name!r} does not support weight sharing (it has "
-                          "no shared_builder); built-in spaces that do: nb201, dag")
+                          "no shared_builder); built-in spaces that do: nb201, dag, mobilenet")
 
     def active_decisions(self, arch: Architecture) -> dict[str, BaseDistribution]:
         """The decisions ``arch`` holds, in order: every decision of :meth:`distributions`
@@ -151,6 +151,13 @@ class SearchSpace(ABC):
     def has_shared_weights(self) -> bool:
         """Whether the space overrides :meth:`shared_builder` (supports weight sharing)."""
         return type(self).shared_builder is not SearchSpace.shared_builder
+
+    def shrinking_phases(self) -> list[tuple[str, Callable[[random.Random], Architecture]]]:
+        """Progressive shrinking (Once-for-All, Cai et al., ICLR 2020): the supernet's
+        training phases in order, each a name and a sampler of the architectures trained in
+        it, from the largest network alone to the whole space. The default is none: the
+        space does not support it, and the ``supernet`` estimator refuses the option."""
+        return []
 
     def darts_relaxation(self) -> Relaxation | None:
         """The space's own continuous relaxation for the ``darts`` strategy (an object with

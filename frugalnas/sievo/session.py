@@ -77,7 +77,7 @@ def check_weight_sharing(space: Any, what: str = "estimator 'inherited'") -> Non
         name = space.name if isinstance(space, SearchSpace) else space
         raise ConfigError(f"{what} needs a search space with weight sharing (a "
                           f"shared_builder); space {name!r} has none; "
-                          "built-in spaces that have one: nb201, dag")
+                          "built-in spaces that have one: nb201, dag, mobilenet")
 
 
 class SievoSession:

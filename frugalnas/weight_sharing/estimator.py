@@ -50,7 +50,9 @@ class SupernetEstimator(Estimator):
     ``hybrid_weight`` and the ensemble's ``1 - hybrid_weight``. ``finetune_steps``: score a
     private copy of the candidate's inherited weights trained that many SGD steps further
     (the training options' SGD, a cosine schedule, the same batches for every candidate); the
-    supernet itself is never changed by scoring."""
+    supernet itself is never changed by scoring. ``progressive_shrinking``: train the
+    one-shot epochs in the space's progressive-shrinking phases (Once-for-All: the largest
+    network first, then ever more of the space; spaces that declare phases: mobilenet)."""
 
     name = "supernet"
     provides: tuple[str, ...] = ("valid_accuracy", "supernet_epochs")
@@ -62,7 +64,7 @@ class SupernetEstimator(Estimator):
                  few_shot_groups: int | None = None, few_shot_epochs: int = 0,
                  bn_batches: int = 4, checkpoint: str | None = None,
                  hybrid_proxies: Sequence[str] | str | None = None, hybrid_weight: float = 0.5,
-                 finetune_steps: int = 0, host: Any = None):
+                 finetune_steps: int = 0, progressive_shrinking: bool = False, host: Any = None):
         check_range("epochs", epochs, 0)
         check_range("finetune_steps", finetune_steps, 0)
         check_range("few_shot_epochs", few_shot_epochs, 0)
@@ -78,6 +80,7 @@ class SupernetEstimator(Estimator):
         self.few_shot_split, self.few_shot_groups = few_shot_split, few_shot_groups
         self.checkpoint = checkpoint
         self.finetune_steps = int(finetune_steps)
+        self.progressive_shrinking = bool(progressive_shrinking)
         self.supernet_: Supernet | None = None
         check_range("hybrid_weight", hybrid_weight, 0.0, 1.0)
         self.hybrid_weight = float(hybrid_weight)
@@ -102,7 +105,8 @@ class SupernetEstimator(Estimator):
     def options(self) -> dict[str, Any]:
         return {"epochs": self.epochs, "few_shot_epochs": self.few_shot_epochs,
                 "train": vars(self.config), "sharing": self.sharing,
-                "few_shot": [self.few_shot_split, self.few_shot_groups]}
+                "few_shot": [self.few_shot_split, self.few_shot_groups],
+                **({"progressive": True} if self.progressive_shrinking else {})}
 
     def trained_supernet(self, context: TrialContext) -> Supernet:
         """The study's supernet, trained (or loaded from its checkpoint) on first use."""
@@ -111,7 +115,8 @@ class SupernetEstimator(Estimator):
         data = context.dataset
         split = FewShotSplit.create(context.space, self.few_shot_split, self.few_shot_groups)
         supernet = Supernet(context.space, data.num_classes, data.input_shape, self.sharing,
-                            seed=context.seed, few_shot=split)
+                            seed=context.seed, few_shot=split,
+                            progressive=self.progressive_shrinking)
         path = self.checkpoint_path(context)
         with _locked(path):
             if path is not None and path.exists() and supernet.load(path):
@@ -136,7 +141,11 @@ class SupernetEstimator(Estimator):
         if type(space).shared_builder is SearchSpace.shared_builder:
             raise ConfigError(f"estimator 'supernet' needs a search space with shared weights; "
                               f"search space {space.name!r} has none (spaces with them: nb201, "
-                              "dag)")
+                              "dag, mobilenet)")
+        if self.progressive_shrinking and not space.shrinking_phases():
+            raise ConfigError(f"progressive_shrinking needs a space with shrinking phases "
+                              f"(SearchSpace.shrinking_phases); search space {space.name!r} has "
+                              "none (spaces with them: mobilenet)")
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         supernet = self.trained_supernet(context)

@@ -106,8 +106,13 @@ class Supernet:
 
     def __init__(self, space: SearchSpace, num_classes: int, input_shape: tuple[int, int, int],
                  sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None,
-                 *, eager: bool = True):
+                 *, eager: bool = True, progressive: bool = False):
         self.space, self.seed, self.few_shot = space, int(seed), few_shot
+        self.phases = space.shrinking_phases() if progressive else []
+        if progressive and not self.phases:
+            raise ConfigError(f"search space {space.name!r} has no progressive-shrinking "
+                              "phases (SearchSpace.shrinking_phases); built-in spaces that "
+                              "have them: mobilenet")
         self.builder = space.shared_builder(num_classes, input_shape, sharing)
         self.sharing, self.eager = sharing, bool(eager)
         self.stores: list[WeightStore] = [self._new_store()]
@@ -194,7 +199,11 @@ class Supernet:
         def pick(step: int) -> tuple[nn.Module, torch.optim.Optimizer]:
             epoch = step // per_epoch
             rng = draws.setdefault(epoch, random.Random(f"spos:{self.seed}:{phase}:{epoch}"))
-            arch = self.space.sample(rng)
+            if self.phases and phase == "one-shot":  # progressive shrinking
+                arch = self.phases[min(len(self.phases) - 1,
+                                       epoch * len(self.phases) // max(1, n_epochs))][1](rng)
+            else:
+                arch = self.space.sample(rng)
             index = self.stores.index(self.store_for(arch))
             for group in optimizers[index].param_groups:
                 group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * min(step, total) / total))
@@ -247,10 +256,13 @@ class Supernet:
     # -- checkpoints ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """Plain values that must match for a checkpoint to be reused."""
-        return {"version": CHECKPOINT_VERSION, "space": self.space.describe(),
-                "sharing": self.sharing, "seed": self.seed,
-                "few_shot": None if self.few_shot is None else
-                [list(self.few_shot.decisions), self.few_shot.groups]}
+        out = {"version": CHECKPOINT_VERSION, "space": self.space.describe(),
+               "sharing": self.sharing, "seed": self.seed,
+               "few_shot": None if self.few_shot is None else
+               [list(self.few_shot.decisions), self.few_shot.groups]}
+        if self.phases:   # only then, so checkpoints without progressive shrinking still match
+            out["progressive"] = [name for name, _ in self.phases]
+        return out
 
     def save(self, path: str | Path, **meta: Any) -> None:
         """Write the stores and the training history atomically."""

@@ -122,7 +122,8 @@ def test_mobilenet_v2_point_and_resolution():
 
 @pytest.mark.slow
 def test_supernet_and_training_studies_on_the_space(tmp_path):
-    for estimator, options in (("supernet", {"epochs": 1, "batch_size": 32, "bn_batches": 1}),
+    for estimator, options in (("supernet", {"epochs": 4, "batch_size": 32, "bn_batches": 1,
+                                             "progressive_shrinking": True}),
                                ("train", {"epochs": 1, "batch_size": 32})):
         study = frugalnas.create_study(
             space="mobilenet", space_options=SMALL, strategy="regularized-evolution",
@@ -132,3 +133,29 @@ def test_supernet_and_training_studies_on_the_space(tmp_path):
         done = [t for t in study.trials if t.state.name == "COMPLETE"]
         assert len(done) == 4
         assert all(0.0 <= t.values[0] <= 100.0 for t in done)
+
+
+def test_progressive_shrinking_phases_widen_step_by_step():
+    space = MobileNetSpace(**SMALL)
+    phases = dict(space.shrinking_phases())
+    assert list(phases) == ["largest", "elastic kernel", "elastic depth", "elastic expand"]
+    rng = random.Random(0)
+    assert {phases["largest"](rng) for _ in range(5)} == {space.largest()}
+    kernel = [phases["elastic kernel"](rng) for _ in range(40)]
+    assert {a["stage1_depth"] for a in kernel} == {3}
+    assert {a["stage1_block0_expand"] for a in kernel} == {6}
+    assert len({a["stage1_block0_kernel"] for a in kernel}) == 3
+    depth = [phases["elastic depth"](rng) for _ in range(40)]
+    assert len({a["stage1_depth"] for a in depth}) == 3
+    assert {a["stage1_block0_expand"] for a in depth} == {6}
+    expand = [phases["elastic expand"](rng) for _ in range(40)]
+    assert len({a["stage1_block0_expand"] for a in expand}) == 3
+
+
+def test_progressive_shrinking_is_refused_where_a_space_has_no_phases():
+    with pytest.raises(ConfigError, match="progressive_shrinking needs a space with shrinking "
+                                          "phases.*'nb201' has none"):
+        frugalnas.create_study(space="nb201", space_options={"N": 1, "C": 4},
+                               estimator="supernet",
+                               estimator_options={"epochs": 1, "progressive_shrinking": True},
+                               dataset="synthetic", dataset_options=DATA)

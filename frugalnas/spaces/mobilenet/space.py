@@ -350,6 +350,23 @@ class MobileNetSpace(SearchSpace):
         return self._complete({}, lambda key, dist: (
             dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]))
 
+    def shrinking_phases(self) -> list[tuple[str, Any]]:
+        """Once-for-All's order: the largest network, then elastic kernels (and SE), then
+        elastic depth, then elastic expansion ratios (the whole space)."""
+        def fixed(drawn: set[str]) -> Any:
+            def sampler(rng: random.Random) -> Architecture:
+                def answer(key: str, dist: BaseDistribution) -> Any:
+                    kind = "depth" if key.endswith("_depth") else key.rsplit("_", 1)[1]
+                    if kind in drawn:
+                        return draw(dist, rng)
+                    return dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]
+                return self._complete({}, answer)
+            return sampler
+
+        return [("largest", fixed(set())), ("elastic kernel", fixed({"kernel", "se"})),
+                ("elastic depth", fixed({"kernel", "se", "depth"})),
+                ("elastic expand", fixed({"kernel", "se", "depth", "expand"}))]
+
     def mobilenet_v2(self) -> Architecture:
         """MobileNetV2's own point of the space (every stage at full depth, kernel 3, ratio 6,
         no SE), when the space holds it."""
