@@ -24,7 +24,7 @@ from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasEr
 from frugalnas.core.kinds import KINDS, OPTION_GROUPS
 from frugalnas.core.plugins import PluginHost, refused_plugins
 from frugalnas.core.secrets import mask_text, mask_value, option_roles
-from frugalnas.core.storage_url import check_storage_url
+from frugalnas.core.storage_url import check_storage_url, is_dask_url
 
 
 def _parse_value(raw: str) -> Any:
@@ -234,6 +234,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     launch = prepare_launch(host, config, run, heartbeat=heartbeat, grace=args.grace,
                             isolate=args.isolate)
+    if launch is not None and is_dask_url(run.get("storage")):
+        run["storage"] = launch.job.storage  # "dask": the scheduler of the launcher's cluster
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
@@ -298,9 +300,9 @@ def _run_heartbeat(args: argparse.Namespace, storage: str | None) -> int | None:
     journal file, which has no heartbeats."""
     from frugalnas.core.worker import check_worker_settings
 
-    database = isinstance(storage, str) and storage.startswith(("sqlite:///", "postgresql",
-                                                                "mysql")) \
-        and ":memory:" not in storage
+    database = (isinstance(storage, str) and storage.startswith(("sqlite:///", "postgresql",
+                                                                 "mysql"))
+                and ":memory:" not in storage) or is_dask_url(storage)
     heartbeat: int | None = args.heartbeat
     if heartbeat is None:
         heartbeat = DEFAULT_RUN_HEARTBEAT if database else None

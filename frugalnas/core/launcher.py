@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from frugalnas.core.config import StudyConfig
 from frugalnas.core.errors import ConfigError, FrugalnasError, PluginError
-from frugalnas.core.storage_url import masked
+from frugalnas.core.storage_url import is_dask_url, masked
 
 if TYPE_CHECKING:
     from frugalnas.core.plugins import PluginHost
@@ -84,6 +84,10 @@ def check_shared_storage(storage: object, where: str) -> str:
         return storage
     if storage.startswith(("postgresql", "mysql")):
         return storage
+    if is_dask_url(storage):
+        raise ConfigError(f"{where} cannot use storage {storage!r}: it keeps the study in the "
+                          "memory of a Dask scheduler, which only that cluster's workers share; "
+                          f"give --cluster tcp://HOST:PORT with it, or {valid}")
     raise ConfigError(f"{where} cannot use storage {masked(storage)!r}: its workers need "
                       f"heartbeats, so that a dead worker's trial is failed and run again; "
                       f"give {valid}")
@@ -159,6 +163,12 @@ def prepare_launch(host: PluginHost, config: StudyConfig, run: dict[str, object]
     against the run's settings before anything is written, or ``None``."""
     launcher = launcher_for(host, config)
     if launcher is None:
+        if is_dask_url(run.get("storage")):
+            raise ConfigError(f"storage {run.get('storage')!r} keeps the study in the memory of "
+                              "a Dask scheduler, which only the workers of that cluster share: "
+                              "give --cluster tcp://HOST:PORT with it, or a storage of this "
+                              "process: in memory (no --storage), sqlite:///PATH, "
+                              "journal:PATH, postgresql://... or mysql://...")
         return None
     storage = launcher.shared_storage(run.get("storage"))
     if run.get("n_jobs") not in (None, 1):

@@ -37,6 +37,10 @@ DRIVERS: dict[str, dict[str, tuple[str, str]]] = {
 }
 #: A driver without C extensions, suggested when none is installed.
 PURE_PYTHON = {"postgresql": "pg8000", "mysql": "pymysql"}
+#: A study kept in the memory of a Dask scheduler: ``dask`` with ``frugalnas run --cluster``
+#: (the cluster's scheduler), or ``dask:tcp://HOST:PORT`` (frugalnas.core.dask_storage).
+DASK_STORAGE = "dask"
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 #: Common misspellings of a scheme.
 ALIASES = {"postgres": "postgresql", "psql": "postgresql", "pg": "postgresql",
            "sqlite3": "sqlite", "mariadb": "mysql", "journal": "journal"}
@@ -50,6 +54,11 @@ def masked(url: str) -> str:
     creds, at, tail = rest.rpartition("@")
     user, colon, _ = creds.partition(":")
     return f"{head}://{user}{':***' if colon else ''}{at}{tail}"
+
+
+def is_dask_url(url: Any) -> bool:
+    """Whether ``url`` names a study kept by a Dask scheduler (``dask``, ``dask:ADDRESS``)."""
+    return isinstance(url, str) and (url == DASK_STORAGE or url.startswith(DASK_STORAGE + ":"))
 
 
 def check_storage_url(url: Any, must_exist: bool = False) -> None:
@@ -68,6 +77,15 @@ def check_storage_url(url: Any, must_exist: bool = False) -> None:
         raise ConfigError(f"invalid storage URL {url!r}; valid: {VALID}")
     if url.startswith("journal:"):
         _check_file("journal", url[len("journal:"):], url, must_exist)
+        return
+    if is_dask_url(url):
+        address = url[len(DASK_STORAGE) + 1:]
+        scheme, sep, rest = address.partition("://")
+        host, colon, port = rest.rpartition(":")
+        if address and not (scheme in DASK_SCHEMES and sep and host and colon and port.isdigit()):
+            raise ConfigError(f"invalid storage URL {shown!r}; a study in a Dask scheduler's "
+                              "memory is dask (with --cluster tcp://HOST:PORT) or "
+                              f"dask:tcp://HOST:PORT (schemes: {', '.join(DASK_SCHEMES)})")
         return
     if "://" not in url:
         raise ConfigError(f"invalid storage URL {shown!r}{_hint_for_path(url)}; valid: {VALID}")
@@ -163,6 +181,10 @@ def open_storage(url: Any) -> Any:
         from optuna.storages.journal import JournalFileBackend
 
         return optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
+    if is_dask_url(url):
+        from frugalnas.core.dask_storage import open_dask_storage
+
+        return open_dask_storage(url)
     return url
 
 

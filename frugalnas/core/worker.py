@@ -5,7 +5,8 @@ trials plus the ones running now. Three things are shared through the storage:
 
 * **The quota.** The check and the creation of a trial happen under one lock (a file lock
   beside a sqlite or journal file; a PostgreSQL advisory lock or a MySQL named lock for
-  server databases), so the workers together run exactly ``n_trials``.
+  server databases; a lock kept by the Dask scheduler for a study in its memory), so the
+  workers together run exactly ``n_trials``.
 * **The proposals.** The same lock is held from the creation of a trial until its
   architecture is recorded, so each strategy sees every architecture other workers
   evaluated or are running, and a proposal that repeats one anyway (an optuna sampler that
@@ -46,7 +47,7 @@ from frugalnas.core.config import ISOLATION_MODES
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
 from frugalnas.core.runner import storage_failures_stop
-from frugalnas.core.storage_url import storage_error
+from frugalnas.core.storage_url import is_dask_url, storage_error
 from frugalnas.core.trial_architecture import architecture_from
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ class StorageLock:
 
     sqlite and journal files: an ``fcntl`` lock on a file beside them (the processes of one
     machine). PostgreSQL: a session advisory lock; MySQL: a named lock (every machine that
-    reaches the database). ``None`` (an in-memory storage): a lock of this process only.
+    reaches the database). ``dask:ADDRESS``: a lock kept by that Dask scheduler, released
+    when the holder's Dask client leaves. ``None`` (an in-memory storage): a lock of this process only.
     A lock held by a process that dies is released by the operating system (file locks) or
     by the database when the connection drops (advisory and named locks). ``purpose`` names
     independent locks on one storage. Acquire and release in the same thread.
@@ -117,6 +119,12 @@ class StorageLock:
             self._kind = "database"
             text = url if purpose == "trials" else f"{url}#{purpose}"
             self._key = int(hashlib.sha1(text.encode()).hexdigest()[:15], 16)
+        elif is_dask_url(url):
+            # A lock kept by the Dask scheduler, released when its holder's client leaves.
+            from frugalnas.core.dask_storage import SchedulerLock, scheduler_address
+
+            self._kind = "dask"
+            self._dask = SchedulerLock(scheduler_address(url), f"frugalnas-{purpose}")
         else:
             raise ConfigError(f"unsupported storage URL {url!r} for workers; valid: "
                               f"{SUPPORTED_URLS}")
@@ -156,6 +164,8 @@ class StorageLock:
         url = self.url
         if self._kind == "local" or url is None:  # the url is None exactly for "local"
             return None
+        if self._kind == "dask":
+            return self._dask.acquire()
         if self._kind == "file":
             fh = open(self._path, "a+")
             try:
@@ -218,7 +228,8 @@ def study_lock(study: Any, purpose: str) -> StorageLock:
     if url is None:
         inner = getattr(optuna_compat.storage_of(ostudy), "inner", None)
         url = getattr(inner, "journal_url", None)
-    if url is not None and not url.startswith(("sqlite:///", "journal:", "postgresql", "mysql")):
+    if url is not None and not url.startswith(("sqlite:///", "journal:", "postgresql", "mysql")) \
+            and not is_dask_url(url):
         url = None
     return storage_lock(url, purpose)
 
@@ -464,6 +475,10 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         storage = optuna.storages.JournalStorage(JournalFileBackend(url[len("journal:"):]))
         storage.journal_url = url  # type: ignore[attr-defined]
         return storage
+    if is_dask_url(url):
+        from frugalnas.core.dask_storage import open_dask_storage
+
+        return open_dask_storage(url, heartbeat=heartbeat, grace=grace, on_stale=on_stale)
     if not url.startswith(("sqlite:///", "postgresql", "mysql")):
         raise ConfigError(f"unsupported storage URL {url!r}; valid: {SUPPORTED_URLS}")
     kwargs: dict[str, Any] = {}

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 from frugalnas.core.errors import ConfigError, one_line
 from frugalnas.core.launcher import LaunchError, Launcher, WorkerJob, positive_workers
-from frugalnas.core.storage_url import masked
+from frugalnas.core.storage_url import DASK_STORAGE, is_dask_url, masked
 
 SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 #: Seconds to reach the scheduler before a run is refused.
@@ -43,6 +44,12 @@ def _format(resources: dict[str, float]) -> str:
 
 def storage_problem(storage: str) -> str | None:
     """Run on a Dask worker: why this machine cannot use ``storage``, or ``None``."""
+    if is_dask_url(storage):
+        try:
+            import optuna_integration.dask  # noqa: F401
+        except ImportError as exc:
+            return f"optuna-integration's DaskStorage does not import there ({one_line(exc)})"
+        return None
     if storage.startswith("sqlite:///"):
         folder = Path(storage[len("sqlite:///"):]).parent
         if not folder.is_dir():
@@ -108,11 +115,34 @@ class DaskLauncher(Launcher):
                               f"\"{_format(self.resources)}\"`")
         return eligible
 
+    def shared_storage(self, storage: object) -> str:
+        """``dask`` (a study kept in this cluster's scheduler) becomes ``dask:ADDRESS``;
+        other storages must be ones the workers share (:func:`check_shared_storage`)."""
+        if is_dask_url(storage):
+            own = f"{DASK_STORAGE}:{self.address}"
+            if storage not in (DASK_STORAGE, own):
+                raise ConfigError(f"storage {storage!r} is kept by another Dask scheduler than "
+                                  f"{self.where}'s; give {DASK_STORAGE} (or {own}) to keep the "
+                                  "study in this cluster's scheduler")
+            return own
+        return super().shared_storage(storage)
+
     def check(self, job: WorkerJob) -> None:
-        super().check(job)
+        if not is_dask_url(job.storage):
+            super().check(job)
         client = self._client()
         try:
             eligible = self._eligible(client)
+            if is_dask_url(job.storage):
+                from frugalnas.core.dask_storage import install
+
+                try:
+                    client.run_on_scheduler(install)
+                except Exception as exc:
+                    raise ConfigError(f"the Dask scheduler at {self.address} cannot keep the "
+                                      f"study ({one_line(exc)}); install frugalnas and "
+                                      "optuna-integration where the scheduler runs, or give "
+                                      "a database storage") from None
             try:
                 problems = client.run(storage_problem, job.storage, workers=list(eligible))
             except Exception as exc:
@@ -150,5 +180,10 @@ class DaskLauncher(Launcher):
             if errors:
                 raise LaunchError(f"{len(errors)} of {count} worker task(s) on the Dask "
                                   f"cluster at {self.address} failed: {errors[0]}")
+            if is_dask_url(job.storage):
+                print(f"frugalnas: note: study {job.study_name!r} is kept in the memory of the "
+                      f"Dask scheduler at {self.address} and is lost when it stops; copy it "
+                      "to a file with optuna.copy_study while it runs (docs/cluster.md)",
+                      file=sys.stderr, flush=True)
         finally:
             client.close()

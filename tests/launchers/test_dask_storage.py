@@ -1,0 +1,157 @@
+"""A study kept in the memory of a Dask scheduler (`--storage dask`), with real processes: a
+`dask scheduler` and `dask worker` processes on 127.0.0.1 (the cluster fixture of
+test_cluster.py) running the exact quota with one worker SIGKILLed mid-trial and replaced;
+the scheduler's lock and heartbeats on their own; and the bad inputs, one line before anything
+is written."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from frugalnas.core.storage_url import open_storage
+from ops_support.checks import assert_exactly_n_distinct, assert_mlflow_follows_storage
+from ops_support.faults import read_log
+from ops_support.servers import free_port
+from test_cluster import _frugalnas, _refused, _run_file, cluster  # noqa: F401 (a fixture)
+
+
+def _copy_to_file(address: str, name: str, folder: Path) -> str:
+    """The scheduler's study copied to a sqlite file (how a user keeps it); its URL."""
+    storage = f"sqlite:///{folder / 'copy.db'}"
+    optuna.copy_study(from_study_name=name, from_storage=open_storage(f"dask:{address}"),
+                      to_storage=storage)
+    return storage
+
+
+@pytest.mark.slow
+def test_dask_storage_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(cluster, tmp_path):
+    _run_file(tmp_path, seconds=1.0)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    log = tmp_path / "trials.log"
+    run = _frugalnas(tmp_path, "--cluster", cluster.address, "--resources", "GPU=1",
+                     "--storage", "dask", "--study-name", "d", "--n-trials", "24",
+                     "--tracking-uri", uri, "--heartbeat", "1", "--grace", "4",
+                     "--isolate", "none")
+    worker_pids = {p.pid for p in cluster.procs[1:]}
+    victim, deadline = None, time.monotonic() + 150
+    while victim is None:  # the first Dask worker seen evaluating a trial dies 0.4 s into it
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        started = [(n, pid) for e, n, pid in (read_log(log) if log.exists() else [])
+                   if e == "start" and pid in worker_pids]
+        if started:
+            killed_trial, victim = started[0]
+        time.sleep(0.05)
+    time.sleep(0.4)
+    next(p for p in cluster.procs if p.pid == victim).send_signal(signal.SIGKILL)
+    cluster.add_worker("GPU=1")
+    out, err = run.communicate(timeout=150)
+
+    assert run.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert "24 trial(s) completed this run" in out
+    assert f"results: optuna study 'd' in dask:{cluster.address}" in out
+    assert "is kept in the memory of the Dask scheduler" in err
+    # no optuna database was made: only the MLflow stores are files
+    assert {p.name for p in tmp_path.glob("*.db")} <= {"mlflow.db", "default-mlflow.db"}
+    events = read_log(log)
+    assert ("end", killed_trial, victim) not in events  # it died in the middle of that trial
+    evaluated = {n for e, n, _ in events if e == "start"}
+    storage = _copy_to_file(cluster.address, "d", tmp_path)
+    trials = assert_exactly_n_distinct(storage, "d", 24, evaluated=evaluated)
+    killed = next(t for t in trials if t.number == killed_trial)
+    assert killed.state == TrialState.FAIL
+    retried = [t for t in trials if optuna.storages.RetryFailedTrialCallback.retried_trial_number(t)
+               == killed_trial]
+    assert [t.user_attrs["architecture"] for t in retried] == [killed.user_attrs["architecture"]]
+    assert_mlflow_follows_storage(storage, uri, "d")
+
+
+def _client(address: str):
+    from distributed import Client
+
+    return Client(address, timeout=10, set_as_default=False)
+
+
+@pytest.mark.slow
+def test_scheduler_lock_is_exclusive_and_freed_when_its_holder_leaves(cluster):
+    from frugalnas.core.dask_storage import SchedulerLock
+
+    first, second = SchedulerLock(cluster.address, "t"), SchedulerLock(cluster.address, "t")
+    release = first.acquire()
+    got = threading.Event()
+    waiter = threading.Thread(target=lambda: (second.acquire(), got.set()), daemon=True)
+    waiter.start()
+    assert not got.wait(1.0)  # another client holds it
+    release()
+    assert got.wait(10)  # handed over once released
+    # a holder whose client leaves (its process died) frees the lock at once
+    third = SchedulerLock(cluster.address, "u")
+    third.acquire()
+    third._client.close()
+    fourth = SchedulerLock(cluster.address, "u")
+    done = threading.Event()
+    threading.Thread(target=lambda: (fourth.acquire(), done.set()), daemon=True).start()
+    assert done.wait(10)
+
+
+def _fail_stale(study: optuna.Study) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+@pytest.mark.slow
+def test_scheduler_heartbeats_fail_a_silent_trial_after_the_grace(cluster):
+    from frugalnas.core.dask_storage import open_dask_storage
+
+    stale: list[int] = []
+    storage = open_dask_storage(f"dask:{cluster.address}", heartbeat=1, grace=2,
+                                on_stale=lambda study, trial: stale.append(trial.number))
+    study = optuna.create_study(study_name="hb", storage=storage)
+    with warnings.catch_warnings():  # optuna says heartbeats are meant for Study.optimize
+        warnings.simplefilter("ignore", UserWarning)
+        live, silent = study.ask(), study.ask()
+    storage.record_heartbeat(live._trial_id)
+    storage.record_heartbeat(silent._trial_id)
+    _fail_stale(study)
+    assert stale == []  # both beat within the grace
+    for _ in range(3):
+        time.sleep(1.0)
+        storage.record_heartbeat(live._trial_id)
+    _fail_stale(study)
+    assert stale == [silent.number]
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {live.number: TrialState.RUNNING, silent.number: TrialState.FAIL}
+    # another process failing it too finds it finished (no second callback)
+    _fail_stale(study)
+    assert stale == [silent.number]
+
+
+def test_dask_storage_without_a_cluster_is_one_line(tmp_path, capsys):
+    line = _refused(capsys, tmp_path, "--storage", "dask")
+    assert "storage 'dask' keeps the study in the memory of a Dask scheduler" in line
+    assert "--cluster tcp://HOST:PORT" in line and "sqlite:///PATH" in line
+    line = _refused(capsys, tmp_path, "--storage", "dask", "--workers", "2")
+    assert "--workers 2 cannot use storage 'dask'" in line and "--cluster" in line
+    assert "postgresql://" in line
+    line = _refused(capsys, tmp_path, "--storage", "dask:localhost")
+    assert "invalid storage URL 'dask:localhost'" in line and "dask:tcp://HOST:PORT" in line
+    nobody = f"tcp://127.0.0.1:{free_port()}"
+    line = _refused(capsys, tmp_path, "--storage", f"dask:{nobody}")
+    assert "keeps the study in the memory of a Dask scheduler" in line
+
+
+@pytest.mark.slow
+def test_dask_storage_of_another_scheduler_is_one_line(cluster, tmp_path, capsys):
+    other = f"dask:tcp://127.0.0.1:{free_port()}"
+    line = _refused(capsys, tmp_path, "--cluster", cluster.address, "--storage", other)
+    assert f"storage '{other}' is kept by another Dask scheduler" in line
+    assert "give dask" in line
