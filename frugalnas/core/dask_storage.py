@@ -103,10 +103,16 @@ class Coordinator(SchedulerPlugin):
         inner = self.scheduler.extensions["optuna"].storages[storage]
         now = time.monotonic()
         out = []
-        for trial in inner.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+        running = inner.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
+        for trial in running:
             seen = self.beats.setdefault((storage, trial._trial_id), now)
             if now - seen > grace:
                 out.append(trial._trial_id)
+        # Forget the finished trials of this study; a trial not RUNNING yet beats again.
+        ids = {t._trial_id for t in inner.get_all_trials(study_id, deepcopy=False)} \
+            - {t._trial_id for t in running}
+        for key in [k for k in self.beats if k[0] == storage and k[1] in ids]:
+            del self.beats[key]
         return out
 
 

@@ -155,3 +155,29 @@ def test_dask_storage_of_another_scheduler_is_one_line(cluster, tmp_path, capsys
     line = _refused(capsys, tmp_path, "--cluster", cluster.address, "--storage", other)
     assert f"storage '{other}' is kept by another Dask scheduler" in line
     assert "give dask" in line
+
+
+@pytest.mark.slow
+def test_launch_from_python_keeps_the_study_in_the_scheduler(cluster, tmp_path):
+    from frugalnas.core.config import StudyConfig
+    from frugalnas.core.errors import ConfigError
+    from frugalnas.core.study import load_study
+    from frugalnas.launchers import launch
+    from frugalnas.launchers.dask_cluster import DaskLauncher
+    from frugalnas.launchers.local import LocalLauncher
+
+    config = StudyConfig.from_mapping({"space": "nb201", "estimator": "nb201-table",
+                                       "strategy": "regularized-evolution",
+                                       "disable_plugins": ["mlflow"]})
+    with pytest.raises(ConfigError, match="memory of a Dask scheduler"):
+        launch(config, "dask", 6, LocalLauncher(2))
+    on_cluster = DaskLauncher(cluster.address, resources={"GPU": 1})
+    study = launch(config, "dask", 6, on_cluster, study_name="py", heartbeat=1, grace=5)
+    assert len(study.completed_trials()) == 6
+    # the same call again continues the study the scheduler keeps, up to its new quota
+    study = launch(config, "dask", 9, DaskLauncher(cluster.address, resources={"GPU": 1}),
+                   study_name="py", heartbeat=1, grace=5)
+    assert len(study.completed_trials()) == 9
+    reopened = load_study(study_name="py", storage=f"dask:{cluster.address}")
+    assert len(reopened.completed_trials()) == 9
+    assert_exactly_n_distinct(_copy_to_file(cluster.address, "py", tmp_path), "py", 9)
