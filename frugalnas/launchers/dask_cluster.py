@@ -178,8 +178,11 @@ class DaskLauncher(Launcher):
                 client.cancel(futures)
                 raise
             if errors:
+                lost = ("; the study the scheduler kept in memory is lost with it"
+                        if is_dask_url(job.storage)
+                        and "scheduler-connection-lost" in errors[0] else "")
                 raise LaunchError(f"{len(errors)} of {count} worker task(s) on the Dask "
-                                  f"cluster at {self.address} failed: {errors[0]}")
+                                  f"cluster at {self.address} failed: {errors[0]}{lost}")
             if is_dask_url(job.storage):
                 print(f"frugalnas: note: study {job.study_name!r} is kept in the memory of the "
                       f"Dask scheduler at {self.address} and is lost when it stops; copy it "

@@ -181,3 +181,22 @@ def test_launch_from_python_keeps_the_study_in_the_scheduler(cluster, tmp_path):
     reopened = load_study(study_name="py", storage=f"dask:{cluster.address}")
     assert len(reopened.completed_trials()) == 9
     assert_exactly_n_distinct(_copy_to_file(cluster.address, "py", tmp_path), "py", 9)
+
+
+@pytest.mark.slow
+def test_a_scheduler_that_stops_ends_the_run_in_one_line_naming_the_lost_study(cluster, tmp_path):
+    _run_file(tmp_path, seconds=1.0)
+    log = tmp_path / "trials.log"
+    run = _frugalnas(tmp_path, "--cluster", cluster.address, "--storage", "dask", "--study-name",
+                     "gone", "--n-trials", "20", "--no-tracking", "--heartbeat", "1",
+                     "--isolate", "none")
+    deadline = time.monotonic() + 120
+    while not (log.exists() and read_log(log)):  # trials are running on the workers
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.05)
+    cluster.procs[0].kill()  # the scheduler, and the study in its memory
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("frugalnas: error: ") and "scheduler-connection-lost" in last, err
+    assert last.endswith("the study the scheduler kept in memory is lost with it"), last
