@@ -96,7 +96,8 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
            isolate: str = "none", host: PluginHost | None = None) -> Study:
     """Run the study ``study_name`` of ``config`` on ``storage`` until it holds ``n_trials``
     trials, on the workers of ``launcher`` (``LocalLauncher(4)``, ``DaskLauncher(
-    "tcp://HOST:PORT")``); returns the study as this process sees it afterwards. Everything
+    "tcp://HOST:PORT")``); returns the study as this process sees it afterwards. With a
+    ``DaskLauncher``, ``storage="dask"`` keeps the study in the memory of its scheduler. Everything
     that can be checked (the storage the workers share, the cluster, its resources) is
     checked before the study is created. A worker that dies loses its running trial, which
     is failed after ``grace`` seconds without a heartbeat (``heartbeat``: seconds between

@@ -5,6 +5,9 @@ the task's resources (``resources={"GPU": 1}``) while it runs trials, one at a t
 Dask worker dies, its trial's heartbeat stops: another worker fails the trial once the grace
 has passed and, with retries, proposes its architecture again; the scheduler gives the dead
 worker's task to another (or a replacement) worker, where it joins the study again.
+
+The storage ``dask`` keeps the study in the scheduler's memory (``dask:ADDRESS``, see
+:mod:`frugalnas.core.dask_storage`): no database server, the same guarantees.
 """
 
 from __future__ import annotations
