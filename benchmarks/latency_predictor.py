@@ -1,13 +1,18 @@
-"""Quality of the per-layer latency predictor against fresh measurements, on this CPU.
+"""Quality of the latency predictors against fresh measurements, on this CPU.
 
 A define-by-run space (the small CNN of examples/own_network by default, or the ResNet-like
-family) at MNIST's 28x28, ONNX Runtime, batch 1, 1 thread: the predictor is calibrated on
-``--calibration`` random architectures, then ``--held-out`` other architectures (a different
-seed) are predicted and measured. Prints the share of predictions within +-10 % of the
-measured median, Kendall's tau, the mean relative error, and the time per prediction and per
-measurement.
+family) at MNIST's 28x28, ONNX Runtime, batch 1, 1 thread. Each predictor (the fused-kernel
+table and the per-layer table) is calibrated on ``--calibration`` random architectures, then
+``--held-out`` other architectures (a different seed) are predicted, and measured twice, in
+two separate runs of ``--rounds`` interleaved rounds each (fresh networks and runtime sessions
+the second time). Prints, side by side, the share of predictions within +-10 % of the first
+run's measured median, Kendall's tau and the mean relative error, and the same figures for
+the second run against the first: the measurement's own repeatability, the ceiling for any
+predictor. A one-round measurement repeated (``measured-latency``'s default) shows what the
+rounds buy. Also the time per prediction and per measurement.
 
     python benchmarks/latency_predictor.py [--space small_cnn|resnet_family] [--held-out 100]
+        [--rounds 5] [--calibration 20]
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "own_n
 
 from frugalnas.latency.cache import LatencyCache  # noqa: E402
 from frugalnas.latency.measure import LatencySetup  # noqa: E402
-from frugalnas.latency.predictor import (LatencyMeter, LayerTablePredictor,  # noqa: E402
-                                         prediction_quality)
+from frugalnas.latency.predictor import (KernelTablePredictor, LatencyMeter,  # noqa: E402
+                                         LayerTablePredictor, prediction_quality)
 from frugalnas.spaces import define  # noqa: E402
 
 
@@ -35,46 +40,75 @@ def main() -> None:
     parser.add_argument("--calibration", type=int, default=20)
     parser.add_argument("--runtime", choices=["onnxruntime", "torch"], default="onnxruntime")
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     module = __import__(args.space)
     space = define(getattr(module, args.space))()
     shape = (1, 28, 28)
     setup = LatencySetup(runtime=args.runtime, batch_size=1, threads=1, warmup=10,
-                         repeats=args.repeats)
+                         repeats=args.repeats, rounds=args.rounds)
+    rows: list[tuple[str, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         meter = LatencyMeter(setup, LatencyCache(Path(tmp) / "latency.sqlite"))
-        predictor = LayerTablePredictor(space, meter, 10, shape, calibration=args.calibration)
-        start = time.perf_counter()
-        fit = predictor.fit()
-        fit_s = time.perf_counter() - start
-        calibration = {a.key for a in predictor.calibration_set()}
+        predictors = {"kernel table": KernelTablePredictor(space, meter, 10, shape,
+                                                           calibration=args.calibration),
+                      "layer table": LayerTablePredictor(space, meter, 10, shape,
+                                                         calibration=args.calibration)}
+        calibration = {a.key for a in predictors["kernel table"].calibration_set()}
         rng, held = random.Random("held-out"), {}
         while len(held) < args.held_out:
             a = space.sample(rng)
             if a.key not in calibration:
                 held.setdefault(a.key, a)
         archs = list(held.values())
+        fits, predicted, seconds = {}, {}, {}
+        for name, predictor in predictors.items():
+            start = time.perf_counter()
+            fits[name] = predictor.fit()
+            seconds[name + " fit"] = time.perf_counter() - start
+            start = time.perf_counter()
+            if isinstance(predictor, KernelTablePredictor):
+                predictor.prepare(archs)  # the new kernels measured together
+            predicted[name] = [predictor.predict(a) for a in archs]
+            seconds[name + " first"] = time.perf_counter() - start
+            start = time.perf_counter()
+            again = [predictor.predict(a) for a in archs]  # every layer in the table now
+            seconds[name + " table"] = time.perf_counter() - start
+            assert again == predicted[name]
         start = time.perf_counter()
-        predicted = [predictor.predict(a) for a in archs]
-        predict_s = time.perf_counter() - start
-        start = time.perf_counter()
-        again = [predictor.predict(a) for a in archs]  # every layer in the table now
-        table_s = time.perf_counter() - start
-        assert again == predicted
-        start = time.perf_counter()
-        measured = [meter.network(space, a, 10, shape)[0].median_ms for a in archs]
+        first = [m.median_ms for m, _ in meter.networks(space, archs, 10, shape)]
         measure_s = time.perf_counter() - start
-    q = prediction_quality(predicted, measured)
+        second = [m.median_ms for m, _ in LatencyMeter(setup).networks(space, archs, 10, shape)]
+        one = LatencySetup(runtime=args.runtime, batch_size=1, threads=1, warmup=10,
+                           repeats=args.repeats)
+        single = [[m.median_ms for m, _ in LatencyMeter(one).networks(space, archs, 10, shape)]
+                  for _ in range(2)]
+    for name in predictors:
+        rows.append((f"{name} vs run 1", prediction_quality(predicted[name], first)))
+        rows.append((f"{name} vs run 2", prediction_quality(predicted[name], second)))
+    rows.append(("run 2 vs run 1 (ceiling)", prediction_quality(second, first)))
+    rows.append(("one round, twice", prediction_quality(single[1], single[0])))
+    kernel_fit, layer_fit = fits["kernel table"], fits["layer table"]
     print(f"space {args.space}, {args.runtime}, batch 1, 1 thread, input {shape}; "
-          f"calibration {args.calibration} networks ({fit_s:.1f} s; intercept "
-          f"{fit.intercept:.4f} ms, slopes "
-          f"{', '.join(f'{k} {v:.2f}' for k, v in fit.slopes.items())})")
+          f"{args.rounds} rounds of {args.repeats} calls; calibration {args.calibration} "
+          f"networks")
+    print(f"kernel table: per-call overhead {kernel_fit.overhead:.4f} ms, intercept "
+          f"{kernel_fit.intercept:.4f} ms, slope {kernel_fit.slope:.3f} (fit "
+          f"{seconds['kernel table fit']:.1f} s); layer table: intercept "
+          f"{layer_fit.intercept:.4f} ms, slopes "
+          f"{', '.join(f'{k} {v:.2f}' for k, v in layer_fit.slopes.items())} (fit "
+          f"{seconds['layer table fit']:.1f} s)")
     print(f"held-out networks: {len(archs)}; measured median latency "
-          f"{min(measured):.3f}-{max(measured):.3f} ms")
-    print(f"within +-10 %: {q['within'] * 100:.0f} %   Kendall tau: {q['kendall_tau']:.3f}   "
-          f"mean |relative error|: {q['mean_abs_rel_error'] * 100:.1f} %")
-    print(f"per prediction: {predict_s / len(archs) * 1e3:.1f} ms (first, new layers measured), "
-          f"{table_s / len(archs) * 1e3:.1f} ms (table only); per measurement: "
+          f"{min(first):.3f}-{max(first):.3f} ms")
+    print(f"{'':28s} {'within +-10 %':>14s} {'Kendall tau':>12s} {'mean |rel. error|':>18s}")
+    for label, q in rows:
+        print(f"{label:28s} {q['within'] * 100:13.0f}% {q['kendall_tau']:12.3f} "
+              f"{q['mean_abs_rel_error'] * 100:17.1f}%")
+    for name in predictors:
+        print(f"{name}: per prediction {seconds[name + ' first'] / len(archs) * 1e3:.1f} ms "
+              f"(first, new entries measured), {seconds[name + ' table'] / len(archs) * 1e3:.1f}"
+              f" ms (table only)")
+    print(f"per measurement ({args.rounds} rounds, interleaved): "
           f"{measure_s / len(archs) * 1e3:.0f} ms")
 
 

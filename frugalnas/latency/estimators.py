@@ -8,12 +8,13 @@ from pathlib import Path
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.cost import Cost, count_params
-from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache
 from frugalnas.latency.measure import LatencySetup
-from frugalnas.latency.predictor import LatencyMeter, LayerTablePredictor
+from frugalnas.latency.predictor import (KernelTablePredictor, LatencyMeter,
+                                         LayerTablePredictor)
 
 METRICS = ("latency_ms", "latency_ms_iqr", "latency_ms_min")
 
@@ -43,7 +44,7 @@ class MeasuredLatency(Estimator):
     """Inference latency of the architecture's network measured on this machine (ONNX
     Runtime or torch), cached on disk per architecture, setup and machine.
 
-    Batch size, threads, warm-up calls and repetitions are options.
+    Batch size, threads, warm-up calls, repetitions and rounds are options.
 
     ``value`` and ``latency_ms`` are the median per-call milliseconds; ``latency_ms_iqr`` the
     spread, ``latency_ms_min`` the fastest call. ``cache=""`` measures every time."""
@@ -55,11 +56,12 @@ class MeasuredLatency(Estimator):
 
     def __init__(self, input_shape: list[int] = (3, 32, 32), num_classes: int = 10,  # type: ignore[assignment]
                  runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
-                 warmup: int = 10, repeats: int = 50, cache: str | None = None):
+                 warmup: int = 10, repeats: int = 50, cache: str | None = None,
+                 rounds: int = 1):
         self.input_shape = _shape(input_shape)
         check_range("num_classes", num_classes, 1)
         self.num_classes = int(num_classes)
-        self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats)
+        self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats, rounds)
         self.meter = _meter(self.setup, cache)
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
@@ -72,12 +74,17 @@ class MeasuredLatency(Estimator):
         return EstimateResult(result.median_ms, {**result.metrics(), "latency_cached": float(hit)},
                               Cost(seconds=time.perf_counter() - start, params=params))
 
-class PredictedLatency(Estimator):
-    """Inference latency predicted from a calibrated per-layer lookup table (ProxylessNAS /
-    nn-Meter style); free once the table holds the layers.
+TABLES = ("kernels", "layers")
 
-    The table is calibrated on ``calibration`` networks measured whole; a constrained study
-    screens candidates with the prediction before evaluating them. Measurements go through the same on-disk cache as
+
+class PredictedLatency(Estimator):
+    """Inference latency predicted from a calibrated lookup table of fused kernels
+    (``table="kernels"``, nn-Meter style) or of single layers (``table="layers"``,
+    ProxylessNAS style); free once the table holds the network's kernels.
+
+    The table is calibrated on ``calibration`` networks measured whole, in ``rounds``
+    interleaved rounds with the table; a constrained study screens candidates with the
+    prediction before evaluating them. Measurements go through the same on-disk cache as
     ``measured-latency``."""
 
     name = "latency-predictor"
@@ -88,20 +95,24 @@ class PredictedLatency(Estimator):
     def __init__(self, input_shape: list[int] = (3, 32, 32), num_classes: int = 10,  # type: ignore[assignment]
                  runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
                  warmup: int = 10, repeats: int = 50, calibration: int = 20,
-                 cache: str | None = None, seed: int = 0):
+                 cache: str | None = None, seed: int = 0, table: str = "kernels",
+                 rounds: int = 5):
         self.input_shape = _shape(input_shape)
         check_range("num_classes", num_classes, 1)
         check_range("calibration", calibration, 2)
+        check_choice("table", table, TABLES)
         self.num_classes, self.calibration, self.seed = int(num_classes), int(calibration), seed
-        self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats)
+        self.table = table
+        self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats, rounds)
         self.meter = _meter(self.setup, cache)
-        self._predictors: dict[int, LayerTablePredictor] = {}
+        self._predictors: dict[int, KernelTablePredictor | LayerTablePredictor] = {}
 
-    def predictor(self, space: SearchSpace) -> LayerTablePredictor:
+    def predictor(self, space: SearchSpace) -> KernelTablePredictor | LayerTablePredictor:
         found = self._predictors.get(id(space))
         if found is None:
-            found = LayerTablePredictor(space, self.meter, self.num_classes, self.input_shape,
-                                        self.calibration, self.seed)
+            kind = KernelTablePredictor if self.table == "kernels" else LayerTablePredictor
+            found = kind(space, self.meter, self.num_classes, self.input_shape,
+                         self.calibration, self.seed)
             self._predictors[id(space)] = found
         return found
 

@@ -2,7 +2,10 @@
 
 :func:`measure` runs ``warmup`` untimed calls and then ``repeats`` timed ones of one batch,
 with a fixed number of threads, and reports the median and the spread (interquartile range)
-of the per-call times. ONNX Runtime runs the network exported to ONNX (torch's TorchScript
+of the per-call times. With ``rounds`` above 1 it does so several times and reports the
+median of the rounds' medians; :func:`measure_many` interleaves the rounds of several networks
+(round 1 of every network, then round 2, ...), so that a machine whose speed drifts over
+seconds (a shared or virtual machine) slows them all alike instead of a few of them. ONNX Runtime runs the network exported to ONNX (torch's TorchScript
 exporter, so no onnxscript is needed), as a deployed model would run; torch runs it in eval
 mode under ``torch.inference_mode``.
 """
@@ -36,6 +39,7 @@ class Measurement:
     threads: int
     warmup: int
     repeats: int
+    rounds: int = 1
 
     def metrics(self) -> dict[str, float]:
         return {"latency_ms": self.median_ms, "latency_ms_iqr": self.iqr_ms,
@@ -47,13 +51,15 @@ class Measurement:
 
 @dataclass(frozen=True)
 class LatencySetup:
-    """How to measure: runtime, batch size, threads, warm-up calls and timed repetitions."""
+    """How to measure: runtime, batch size, threads, warm-up calls, timed repetitions, and
+    rounds (each of ``warmup`` then ``repeats`` calls; the median is that of the rounds')."""
 
     runtime: str = "onnxruntime"
     batch_size: int = 1
     threads: int = 1
     warmup: int = 10
     repeats: int = 50
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         check_choice("runtime", self.runtime, RUNTIMES)
@@ -61,11 +67,16 @@ class LatencySetup:
         check_range("threads", self.threads, 1)
         check_range("warmup", self.warmup, 0)
         check_range("repeats", self.repeats, 3)
+        check_range("rounds", self.rounds, 1)
 
     def identity(self) -> dict[str, str | int]:
         """What a measurement depends on besides the network: this setup, the machine and
         the runtime's version (a cache key part)."""
-        return {**asdict(self), "machine": machine_name(), "version": runtime_version(self.runtime)}
+        parts: dict[str, str | int] = {**asdict(self), "machine": machine_name(),
+                                       "version": runtime_version(self.runtime)}
+        if self.rounds == 1:
+            del parts["rounds"]  # one round: keys as without the option, caches stay valid
+        return parts
 
 
 @cache
@@ -97,26 +108,48 @@ def runtime_version(runtime: str) -> str:
 def measure(model: object, input_shape: Sequence[int], setup: LatencySetup) -> Measurement:
     """The latency of ``model`` (a ``torch.nn.Module``) on a batch of ``setup.batch_size``
     inputs of ``input_shape`` (without the batch axis); the model's mode is restored."""
+    return measure_many([(model, input_shape)], setup)[0]
+
+
+def measure_many(models: Sequence[tuple[object, Sequence[int]]],
+                 setup: LatencySetup) -> list[Measurement]:
+    """The latencies of several ``(model, input_shape)``, measured in interleaved rounds:
+    each round times every model once (``warmup`` then ``repeats`` calls), and a model's
+    median is the median of its rounds' medians. The models' modes are restored."""
+    import numpy as np
     import torch
 
-    if not isinstance(model, torch.nn.Module):
-        raise ConfigError(f"measure needs a torch.nn.Module, got {type(model).__name__}")
-    x = torch.randn(setup.batch_size, *map(int, input_shape))
-    training = model.training
-    model.eval()
+    for model, _ in models:
+        if not isinstance(model, torch.nn.Module):
+            raise ConfigError(f"measure needs a torch.nn.Module, got {type(model).__name__}")
+    modes = [model.training for model, _ in models]  # type: ignore[attr-defined]
+    times: list[list[float]] = [[] for _ in models]
+    medians: list[list[float]] = [[] for _ in models]
     try:
-        call = (_onnx_call(model, x, setup.threads) if setup.runtime == "onnxruntime"
-                else _torch_call(model, x, setup.threads))
-        times = _timed(call, setup.warmup, setup.repeats)
+        calls = []
+        for model, input_shape in models:
+            assert isinstance(model, torch.nn.Module)
+            model.eval()
+            x = torch.randn(setup.batch_size, *map(int, input_shape))
+            calls.append(_onnx_call(model, x, setup.threads) if setup.runtime == "onnxruntime"
+                         else _torch_call(model, x, setup.threads))
+        for _ in range(setup.rounds):
+            for i, call in enumerate(calls):
+                timed = _timed(call, setup.warmup, setup.repeats)
+                times[i] += timed
+                medians[i].append(float(np.median(timed)))
     finally:
-        model.train(training)
-    import numpy as np
-
-    ms = np.asarray(times) * 1e3
-    q1, q3 = np.percentile(ms, [25, 75])
-    return Measurement(float(np.median(ms)), float(q3 - q1), float(ms.min()), float(ms.mean()),
-                       setup.runtime, setup.batch_size, setup.threads, setup.warmup,
-                       setup.repeats)
+        for (model, _), training in zip(models, modes):
+            model.train(training)  # type: ignore[attr-defined]
+    results = []
+    for per_call, per_round in zip(times, medians):
+        ms = np.asarray(per_call) * 1e3
+        q1, q3 = np.percentile(ms, [25, 75])
+        results.append(Measurement(float(np.median(per_round)) * 1e3, float(q3 - q1),
+                                   float(ms.min()), float(ms.mean()), setup.runtime,
+                                   setup.batch_size, setup.threads, setup.warmup,
+                                   setup.repeats, setup.rounds))
+    return results
 
 
 def _timed(call: Callable[[], object], warmup: int, repeats: int) -> list[float]:

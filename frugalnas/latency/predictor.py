@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache, cache_key
-from frugalnas.latency.measure import LatencySetup, Measurement, measure
+from frugalnas.latency.kernels import Kernel, network_kernels
+from frugalnas.latency.measure import LatencySetup, Measurement, measure_many
+
+#: A measurement to look up or take: its cache key parts, how to build the module, the input
+#: shape (without the batch axis).
+Item = tuple[dict[str, object], Callable[[], object], Sequence[int]]
 
 
 class LatencyMeter:
@@ -35,28 +40,81 @@ class LatencyMeter:
                 input_shape: Sequence[int]) -> tuple[Measurement, bool]:
         """The measurement under ``parts`` and whether it was cached; ``make_model`` is
         called only to measure a network that is not."""
-        key = cache_key({**parts, "input_shape": list(input_shape), **self.setup.identity()})
-        found = self._memory.get(key) or (self.cache.get(key) if self.cache else None)
-        if found is not None:
-            self._memory[key] = found
-            return found, True
-        result = measure(make_model(), input_shape, self.setup)
-        self._memory[key] = result
-        if self.cache is not None:
-            self.cache.put(key, result)
-        return result, False
+        return self.cached_many([(parts, make_model, input_shape)])[0]
+
+    def cached_many(self, items: Sequence[Item]) -> list[tuple[Measurement, bool]]:
+        """The measurement under each item's key parts and whether it was cached; the items
+        not cached are built and measured together, in interleaved rounds
+        (:func:`~frugalnas.latency.measure.measure_many`)."""
+        keys = [cache_key({**parts, "input_shape": list(shape), **self.setup.identity()})
+                for parts, _, shape in items]
+        found: dict[str, tuple[Measurement, bool]] = {}
+        missing: dict[str, tuple[Callable[[], object], Sequence[int]]] = {}
+        for key, (_, make_model, shape) in zip(keys, items):
+            if key in found or key in missing:
+                continue
+            hit = self._memory.get(key) or (self.cache.get(key) if self.cache else None)
+            if hit is not None:
+                self._memory[key] = hit
+                found[key] = (hit, True)
+            else:
+                missing[key] = (make_model, shape)
+        if missing:
+            measured = measure_many([(make(), shape) for make, shape in missing.values()],
+                                    self.setup)
+            for key, result in zip(missing, measured):
+                self._memory[key] = result
+                if self.cache is not None:
+                    self.cache.put(key, result)
+                found[key] = (result, False)
+        return [found[key] for key in keys]
 
     def network(self, space: SearchSpace, arch: Architecture, num_classes: int,
                 input_shape: Sequence[int]) -> tuple[Measurement, bool]:
         """The measurement of ``arch``'s network and whether it came from the cache."""
-        return self._cached({"space": space.name, "arch": str(arch), "classes": num_classes},
-                            lambda: space.build(arch, num_classes, tuple(input_shape)),
-                            input_shape)
+        return self.networks(space, [arch], num_classes, input_shape)[0]
+
+    def networks(self, space: SearchSpace, archs: Sequence[Architecture], num_classes: int,
+                 input_shape: Sequence[int]) -> list[tuple[Measurement, bool]]:
+        """:meth:`network` for several architectures, those not cached measured together."""
+        return self.cached_many([self.network_item(space, a, num_classes, input_shape)
+                                 for a in archs])
+
+    @staticmethod
+    def network_item(space: SearchSpace, arch: Architecture, num_classes: int,
+                     input_shape: Sequence[int]) -> Item:
+        """What :meth:`cached_many` needs to measure ``arch``'s network."""
+        return ({"space": space.name, "arch": str(arch), "classes": num_classes},
+                lambda: space.build(arch, num_classes, tuple(input_shape)), input_shape)
+
+    @staticmethod
+    def kernel_item(kernel: Kernel) -> Item:
+        """What :meth:`cached_many` needs to measure ``kernel`` alone."""
+        return ({"kernel": kernel.signature}, kernel.module, kernel.input_shape)
+
+    @staticmethod
+    def probe_item() -> Item:
+        """What :meth:`cached_many` needs to measure the per-call overhead (a flatten of 16
+        numbers: a call that does almost nothing)."""
+        from torch import nn
+
+        return ({"probe": "flatten"}, nn.Flatten, (16,))
 
     def layer(self, signature: str, module: object, input_shape: Sequence[int]) -> float:
         """The table latency of one layer, measured on a copy of ``module`` when not cached."""
         return self._cached({"layer": signature}, lambda: copy.deepcopy(module),
                             input_shape)[0].median_ms
+
+    def kernels(self, kernels: Sequence[Kernel]) -> list[float]:
+        """The table latencies of ``kernels`` (each measured alone, as one module, when not
+        cached; the new ones together)."""
+        return [m.median_ms for m, _ in self.cached_many([self.kernel_item(k)
+                                                          for k in kernels])]
+
+    def call_overhead(self) -> float:
+        """The runtime's per-call overhead (:meth:`probe_item`), which each kernel measured
+        alone pays once but a network pays once for all its kernels."""
+        return self.cached_many([self.probe_item()])[0][0].median_ms
 
 
 def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, object, tuple[int, ...]]]:
@@ -77,12 +135,14 @@ def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, ob
     for m in model.modules():
         if not any(True for _ in m.children()):
             hooks.append(m.register_forward_pre_hook(record))
-    training = model.training
+    training, threads = model.training, torch.get_num_threads()
     model.eval()
+    torch.set_num_threads(1)  # see kernels.network_kernels
     try:
         with torch.no_grad():
             model(torch.zeros(1, *map(int, input_shape)))
     finally:
+        torch.set_num_threads(threads)
         model.train(training)
         for h in hooks:
             h.remove()
@@ -124,14 +184,7 @@ class LayerTablePredictor:
         return sum(self.layer_sums(arch).values())
 
     def calibration_set(self) -> list[Architecture]:
-        rng = random.Random(f"latency-calibration:{self.seed}")
-        found: dict[str, Architecture] = {}
-        for _ in range(self.calibration_size * 20):
-            a = self.space.sample(rng)
-            found.setdefault(a.key, a)
-            if len(found) >= self.calibration_size:
-                break
-        return list(found.values())
+        return calibration_set(self.space, self.calibration_size, self.seed)
 
     def fit(self) -> Calibration:
         """Measure the calibration networks whole and fit the intercept and one slope per kind
@@ -173,6 +226,95 @@ class LayerTablePredictor:
 
     def predict(self, arch: Architecture) -> float:
         return max(0.0, self.fit().predict(self.layer_sums(arch)))
+
+
+def calibration_set(space: SearchSpace, size: int, seed: int) -> list[Architecture]:
+    """Up to ``size`` distinct random architectures of ``space``, the same for one seed."""
+    rng = random.Random(f"latency-calibration:{seed}")
+    found: dict[str, Architecture] = {}
+    for _ in range(size * 20):
+        a = space.sample(rng)
+        found.setdefault(a.key, a)
+        if len(found) >= size:
+            break
+    return list(found.values())
+
+
+@dataclass
+class KernelFit:
+    """``intercept + slope * sum over kernels of (table latency - overhead)``."""
+
+    overhead: float
+    intercept: float
+    slope: float
+
+    def predict(self, latencies: Sequence[float]) -> float:
+        return self.intercept + self.slope * sum(max(0.0, t - self.overhead) for t in latencies)
+
+
+class KernelTablePredictor:
+    """Predicts the latency of a space's networks from a table of fused kernels (nn-Meter
+    style): each kernel (a convolution or linear layer with the batch norms and activations
+    the runtime fuses into it, :mod:`frugalnas.latency.kernels`) is measured once alone, keyed
+    by its layers' full configuration and input shape. A kernel measured alone pays the
+    runtime's per-call overhead, a network only once, so a network's prediction is
+    ``intercept + slope * sum(kernel latency - per-call overhead)``; the two numbers are fitted
+    by non-negative least squares on the relative error to ``calibration`` networks measured
+    whole (without calibration networks they are the overhead and 1). The calibration
+    networks, their kernels and the overhead probe are measured together, in interleaved
+    rounds, so a machine whose speed drifts affects table and networks alike."""
+
+    def __init__(self, space: SearchSpace, meter: LatencyMeter, num_classes: int,
+                 input_shape: Sequence[int], calibration: int = 20, seed: int = 0):
+        self.space, self.meter = space, meter
+        self.num_classes, self.input_shape = int(num_classes), tuple(int(s) for s in input_shape)
+        self.calibration_size, self.seed = int(calibration), int(seed)
+        self._fit: KernelFit | None = None
+
+    def kernels(self, arch: Architecture) -> list[Kernel]:
+        """The kernels ``arch``'s network runs, in order."""
+        return network_kernels(self.space.build(arch, self.num_classes, self.input_shape),
+                               self.input_shape)
+
+    def prepare(self, archs: Sequence[Architecture]) -> None:
+        """Measure the kernels of ``archs`` missing from the table, together (interleaved
+        rounds), so that later predictions of them cost no measurement."""
+        self.meter.kernels([k for a in archs for k in self.kernels(a)])
+
+    def calibration_set(self) -> list[Architecture]:
+        return calibration_set(self.space, self.calibration_size, self.seed)
+
+    def fit(self) -> KernelFit:
+        """Measure the calibration networks whole, with their kernels and the overhead probe,
+        and fit the intercept and slope."""
+        import numpy as np
+
+        if self._fit is None:
+            archs = self.calibration_set()
+            kernels = [self.kernels(a) for a in archs]
+            meter = self.meter
+            nets = [meter.network_item(self.space, a, self.num_classes, self.input_shape)
+                    for a in archs]
+            table = [meter.kernel_item(k) for ks in kernels for k in ks]
+            done = meter.cached_many(nets + table + [meter.probe_item()])
+            overhead = done[-1][0].median_ms
+            measured = np.array([m.median_ms for m, _ in done[:len(nets)]])
+            sums = np.array([sum(max(0.0, t - overhead) for t in self.meter.kernels(ks))
+                             for ks in kernels])
+            fit = KernelFit(overhead, overhead, 1.0)
+            if len(archs) >= 2 and sums.std() > 0:
+                from scipy.optimize import nnls
+
+                # relative errors: small and large networks count alike
+                rows = np.stack([np.ones(len(archs)), sums], axis=1) / measured[:, None]
+                coef = nnls(rows, np.ones(len(archs)))[0]
+                fit = KernelFit(overhead, float(coef[0]), float(coef[1]))
+            self._fit = fit
+        return self._fit
+
+    def predict(self, arch: Architecture) -> float:
+        fit = self.fit()
+        return max(0.0, fit.predict(self.meter.kernels(self.kernels(arch))))
 
 
 def prediction_quality(predicted: Sequence[float], measured: Sequence[float],
