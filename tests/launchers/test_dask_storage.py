@@ -102,6 +102,35 @@ def test_scheduler_lock_is_exclusive_and_freed_when_its_holder_leaves(cluster):
     assert done.wait(10)
 
 
+@pytest.mark.slow
+def test_scheduler_lock_of_a_sigkilled_dask_worker_is_released(cluster, tmp_path):
+    import os
+
+    from frugalnas.core.dask_storage import SchedulerLock
+    from ops_support.dask_tasks import hold_lock
+
+    client = _client(cluster.address)
+    try:
+        marker = tmp_path / "held"
+        task = client.submit(hold_lock, cluster.address, "w", str(marker), pure=False)
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text()):
+            assert time.monotonic() < deadline and not task.done(), task
+            time.sleep(0.05)
+        waiting = SchedulerLock(cluster.address, "w")
+        got = threading.Event()
+        threading.Thread(target=lambda: (waiting.acquire(), got.set()), daemon=True).start()
+        assert not got.wait(1.0)  # the task's worker holds it
+        client.cancel(task)  # not run again elsewhere once its worker dies; it still holds it
+        assert not got.wait(0.5)
+        os.kill(int(marker.read_text()), signal.SIGKILL)
+        start = time.monotonic()
+        assert got.wait(15)  # released when the scheduler loses the dead worker's client
+        assert time.monotonic() - start < 5
+    finally:
+        client.close()
+
+
 def _fail_stale(study: optuna.Study) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
