@@ -195,7 +195,7 @@ def open_dask_storage(url: str, *, heartbeat: int | None = None, grace: int | No
             return ids
 
         def __reduce__(self) -> tuple[Any, ...]:
-            return (open_dask_storage, (url,), {})
+            return (open_dask_storage, (url,))
 
     client = connect(address)
     _register(client, address)

@@ -16,6 +16,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from frugalnas.core.cli import main
 from frugalnas.core.storage_url import open_storage
 from ops_support.checks import assert_exactly_n_distinct, assert_mlflow_follows_storage
 from ops_support.faults import read_log
@@ -187,7 +188,7 @@ def test_dask_storage_of_another_scheduler_is_one_line(cluster, tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_launch_from_python_keeps_the_study_in_the_scheduler(cluster, tmp_path):
+def test_launch_from_python_keeps_the_study_in_the_scheduler(cluster, tmp_path, capsys):
     from frugalnas.core.config import StudyConfig
     from frugalnas.core.errors import ConfigError
     from frugalnas.core.study import load_study
@@ -209,6 +210,12 @@ def test_launch_from_python_keeps_the_study_in_the_scheduler(cluster, tmp_path):
     assert len(study.completed_trials()) == 9
     reopened = load_study(study_name="py", storage=f"dask:{cluster.address}")
     assert len(reopened.completed_trials()) == 9
+    # the results line's command reads it while the scheduler runs
+    capsys.readouterr()
+    assert main(["report", "--storage", f"dask:{cluster.address}", "--study-name", "py"]) == 0
+    out = capsys.readouterr().out
+    assert "study py: 9 of 9 completed trial(s)" in out
+    assert all(str(t.architecture) in out for t in reopened.completed_trials())
     assert_exactly_n_distinct(_copy_to_file(cluster.address, "py", tmp_path), "py", 9)
 
 
