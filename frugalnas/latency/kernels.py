@@ -53,24 +53,6 @@ class Kernel:
         layers = [copy.deepcopy(m) for m in self.modules]
         return layers[0] if len(layers) == 1 else nn.Sequential(*layers)
 
-    def features(self) -> dict[str, float]:
-        """Configuration features of the kernel: multiply-accumulates, parameters, and
-        the numbers of input and output elements."""
-        from math import prod
-
-        params = sum(int(p.numel()) for m in self.modules
-                     for p in m.parameters())
-        first = self.modules[0]
-        macs = 0.0
-        weight = getattr(first, "weight", None)
-        if weight is not None and weight.dim() >= 2:
-            # a convolution's or linear layer's weight times the output positions
-            positions = prod(self.output_shape[1:]) if len(self.output_shape) > 1 else 1
-            macs = float(weight.numel()) * positions
-        return {"macs": macs, "params": float(params),
-                "in_elems": float(prod(self.input_shape)),
-                "out_elems": float(prod(self.output_shape or self.input_shape))}
-
 
 def network_kernels(model: object, input_shape: Sequence[int]) -> list[Kernel]:
     """The kernels of ``model`` in the order a forward pass on one input of ``input_shape``

@@ -51,8 +51,10 @@ def test_batch_norm_and_activation_join_the_convolution_they_follow(space):
     first = kernels[0]
     assert first.input_shape == (1, 8, 8) and first.output_shape == (4, 8, 8)
     assert "Conv2d(1, 4" in first.signature and first.signature.endswith("@(1, 8, 8)")
-    # multiply-accumulates of the convolution: weights times output positions
-    assert first.features()["macs"] == 4 * 1 * 3 * 3 * 8 * 8
+    # another configuration, another table entry
+    other = network_kernels(space.build(space.parse("chain:width=24,blocks=1"), 3, (1, 8, 8)),
+                            (1, 8, 8))
+    assert other[0].kind == first.kind and other[0].signature != first.signature
 
 
 def test_a_kernel_alone_computes_what_its_layers_compute(space):
