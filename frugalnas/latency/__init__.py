@@ -1,7 +1,7 @@
 """Latency on the machine at hand (plugin "latency"): the ``measured-latency`` estimator
 (ONNX Runtime or torch, cached on disk per architecture, setup and machine) and the
-``latency-predictor`` estimator (a calibrated per-layer lookup table). Both work on every
-model space; docs/latency.md shows how to use them as an objective or a constraint."""
+``latency-predictor`` estimator (a calibrated lookup table of fused kernels). Both work on
+every model space; docs/latency.md shows how to use them as an objective or a constraint."""
 
 from __future__ import annotations
 
@@ -20,6 +20,6 @@ def frugalnas_estimators() -> dict[str, Any]:
             "Runtime or torch), cached on disk per architecture, setup and machine."),
         "latency-predictor": LazyFactory(
             "frugalnas.latency.estimators:PredictedLatency",
-            "Inference latency predicted from a calibrated per-layer lookup table "
-            "(ProxylessNAS / nn-Meter style); free once the table holds the layers."),
+            "Inference latency predicted from a calibrated lookup table of fused kernels "
+            "(nn-Meter style) or layers; free once the table holds the network's kernels."),
     }

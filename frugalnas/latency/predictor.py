@@ -1,8 +1,10 @@
-"""A latency predictor fitted from measurements: a per-layer lookup table, calibrated.
+"""Latency predictors fitted from measurements: lookup tables of layers or of fused kernels,
+calibrated on a few networks measured whole.
 
-After ProxylessNAS (Cai et al., ICLR 2019) and nn-Meter (Zhang et al., MobiSys 2021): a
-network's latency is predicted from the latencies of its layers, each measured once alone at
-its input shape and kept in a table. The sum of a network's layer latencies misses what runs
+:class:`KernelTablePredictor` (the ``latency-predictor`` estimator's default) is described in
+its docstring. :class:`LayerTablePredictor` keys its table by single layers, after
+ProxylessNAS (Cai et al., ICLR 2019): a network's latency is predicted from the latencies of
+its layers, each measured once alone at its input shape and kept in a table. The sum of a network's layer latencies misses what runs
 between layers (residual additions, the runtime's per-call overhead, fused operators), so the
 prediction is ``intercept + sum over layer kinds of slope[kind] * (their summed table
 latency)``, fitted by least squares on the relative error to a few networks measured whole
