@@ -8,9 +8,13 @@ scratch with the same budget. Results are appended, one JSON line per (cell, see
 run cut short by ``--budget``, a kill or a time limit resumes where it stopped, from any
 machine. When every (cell, seed) is done, ``--pack`` writes
 ``frugalnas/data/ground_truth/<name>.json`` (accuracies to 3 decimals, the command and seeds).
+Spaces: ``nb201`` and ``dag`` cells (``--N``, ``--C``, ``--nodes``, ``--reductions``) and
+``mobilenet`` networks (``--width``: the width multiplier; ``--resize 0`` keeps 28x28 MNIST).
 
     python benchmarks/ground_truth.py --name nb201-mnist5k --space nb201 --N 1 --C 8 \\
         --cells 100 --seeds 0,1 --epochs 2 --resize 16 --workers 2 --budget 3000 --pack
+    python benchmarks/ground_truth.py --name mobilenet-mnist5k --space mobilenet --width 0.35 \\
+        --resize 0 --cells 50 --seeds 0,1 --epochs 2 --workers 1 --budget 3000 --pack
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ SHIPPED = REPO / "frugalnas" / "data" / "ground_truth"
 def space_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.space == "nb201":
         return {"N": args.N, "C": args.C}
+    if args.space == "mobilenet":
+        return {"width_mult": args.width}
     return {"nodes": args.nodes, "channels": args.C, "reductions": args.reductions}
 
 
@@ -86,11 +92,12 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--name", required=True, help="ground-truth name (file names)")
-    p.add_argument("--space", choices=("nb201", "dag"), default="nb201")
+    p.add_argument("--space", choices=("nb201", "dag", "mobilenet"), default="nb201")
     p.add_argument("--N", type=int, default=1)
     p.add_argument("--C", type=int, default=8)
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--reductions", type=int, default=1)
+    p.add_argument("--width", type=float, default=0.35, help="mobilenet: width multiplier")
     p.add_argument("--dataset", default="mnist5k")
     p.add_argument("--resize", type=int, default=16, help="image side (0: as stored)")
     p.add_argument("--cells", type=int, default=100)
@@ -108,8 +115,14 @@ def main() -> int:
 
     seeds = [int(s) for s in args.seeds.split(",")]
     cache = args.cache or RESULTS / f"{args.name}.jsonl"
+    from frugalnas.core.errors import FrugalnasError
+
+    try:
+        cells = sample_cells(args)
+    except FrugalnasError as exc:  # a bad space option: one line, nothing written
+        print(f"frugalnas: error: {exc}", file=sys.stderr)
+        return 2
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cells = sample_cells(args)
     done = read_cache(cache)
     todo = [(a, s) for a in cells for s in seeds if (a, s) not in done]
     print(f"{args.name}: {len(cells)} cells x {len(seeds)} seeds; {len(done)} done, "

@@ -9,8 +9,14 @@ K=2 and K=4 (split on ``edge_1_0``), and a hybrid that averages the percentile r
 inherited accuracy and of a zero-cost rank ensemble (``--proxies``, the ``rank-ensemble``
 default members). Scores are kept in ``--cache`` so a rerun only computes what is new.
 
+On ``--space mobilenet`` (elastic blocks, one store; ``--space-options`` default
+``{"width_mult": 0.35}``, 28x28 inputs) the variants are SPOS with uniform sampling
+(``per-operation``) and Once-for-All's progressive shrinking (``progressive-shrinking``).
+
     python benchmarks/weight_sharing_ranking.py --ground-truth nb201-mnist5k --epochs 10
     python benchmarks/weight_sharing_ranking.py --partial benchmarks/results/ground_truth/nb201-mnist5k.jsonl
+    python benchmarks/weight_sharing_ranking.py --space mobilenet \\
+        --partial benchmarks/results/ground_truth/mobilenet-mnist5k.jsonl --epochs 4 --proxies ''
 
 ``--partial`` reads the partial results of ``benchmarks/ground_truth.py`` (cells with every seed).
 """
@@ -39,10 +45,18 @@ VARIANTS = {
     "across-inputs": {"sharing": "operation-across-inputs"},
     "few-shot K=2": {"sharing": "operation", "groups": 2},
     "few-shot K=4": {"sharing": "operation", "groups": 4},
+    "progressive-shrinking": {"sharing": "operation", "progressive": True},
+}
+#: Per space: the variants it supports (the first ones listed are the default) and its
+#: default space options and input side (0: as stored).
+SPACES = {
+    "nb201": (("per-operation", "across-inputs", "few-shot K=2", "few-shot K=4"),
+              '{"N": 1, "C": 8}', 16),
+    "mobilenet": (("per-operation", "progressive-shrinking"), '{"width_mult": 0.35}', 0),
 }
 
 
-def from_cache(path: Path) -> GroundTruth:
+def from_cache(path: Path, space: str, space_options: dict) -> GroundTruth:
     rows: dict[str, dict[int, dict]] = {}
     for line in path.read_text().splitlines():
         try:
@@ -52,7 +66,7 @@ def from_cache(path: Path) -> GroundTruth:
         rows.setdefault(row["arch"], {})[int(row["seed"])] = row
     seeds = sorted({s for r in rows.values() for s in r})
     archs = [a for a, r in rows.items() if all(s in r for s in seeds)]
-    return GroundTruth(path.stem, "nb201", {"N": 1, "C": 8}, "mnist5k", 0.0, seeds, archs,
+    return GroundTruth(path.stem, space, space_options, "mnist5k", 0.0, seeds, archs,
                        np.array([[rows[a][s]["valid"] for s in seeds] for a in archs]),
                        np.array([[rows[a][s].get("test", np.nan) for s in seeds] for a in archs]))
 
@@ -64,7 +78,7 @@ def trained_supernet(args: argparse.Namespace, space, data, backend, name: str,
     split = FewShotSplit.create(space, ["edge_1_0"], spec["groups"]) if "groups" in spec else None
     seed_everything(args.seed)
     supernet = Supernet(space, data.num_classes, data.input_shape, spec["sharing"],
-                        seed=args.seed, few_shot=split)
+                        seed=args.seed, few_shot=split, progressive=spec.get("progressive", False))
     path = None
     if args.checkpoints is not None:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -85,11 +99,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ground-truth", default="nb201-mnist5k")
     p.add_argument("--partial", type=Path, help="partial ground truth (jsonl of ground_truth.py)")
-    p.add_argument("--space-options", default='{"N": 1, "C": 8}')
-    p.add_argument("--resize", type=int, default=16)
+    p.add_argument("--space", choices=tuple(SPACES), default="nb201")
+    p.add_argument("--space-options", default=None, help="JSON (default: per --space)")
+    p.add_argument("--resize", type=int, default=None, help="image side (0: as stored; "
+                   "default: 16 for nb201, 0 for mobilenet)")
     p.add_argument("--epochs", type=int, default=10, help="one-shot epochs")
     p.add_argument("--few-shot-epochs", type=int, default=5)
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=None, help="comma-separated (default: every variant "
+                   "the space supports)")
     p.add_argument("--proxies", default="synflow,naswot,jacob_cov,params",
                    help="rank-ensemble members for the hybrid rows ('' for none)")
     p.add_argument("--hybrid-weight", type=float, default=0.5,
@@ -109,14 +126,19 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    unknown = [v for v in args.variants.split(",") if v not in VARIANTS]
+    supported, default_options, default_resize = SPACES[args.space]
+    args.variants = args.variants or ",".join(supported)
+    args.space_options = args.space_options or default_options
+    args.resize = default_resize if args.resize is None else args.resize
+    unknown = [v for v in args.variants.split(",") if v not in supported]
     if unknown:
-        p.error(f"unknown --variants {unknown}; valid: {', '.join(VARIANTS)}")
+        p.error(f"unknown --variants {unknown} for space {args.space}; valid: {', '.join(supported)}")
     torch.set_num_threads(args.threads)
 
-    gt = from_cache(args.partial) if args.partial else load_ground_truth(args.ground_truth)
+    gt = (from_cache(args.partial, args.space, json.loads(args.space_options)) if args.partial
+          else load_ground_truth(args.ground_truth))
     host = PluginHost()
-    space = host.create("search_spaces", "nb201", **json.loads(args.space_options))
+    space = host.create("search_spaces", args.space, **json.loads(args.space_options))
     data = host.create("datasets", "mnist5k", seed=0,
                        **({"resize": args.resize} if args.resize else {}))
     archs = [space.parse(a) for a in gt.architectures]

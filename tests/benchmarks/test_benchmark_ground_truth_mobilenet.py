@@ -1,0 +1,80 @@
+"""benchmarks/ground_truth.py and benchmarks/weight_sharing_ranking.py on the mobilenet space:
+real stand-alone trainings (a few steps each) and a real supernet, in temporary caches."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+@pytest.mark.slow
+def test_ground_truth_trains_mobilenet_networks_and_resumes(tmp_path):
+    cache = tmp_path / "gt.jsonl"
+    args = ("--name", "mobilenet-tiny", "--space", "mobilenet", "--width", "0.35", "--resize",
+            "0", "--cells", "2", "--seeds", "0", "--epochs", "0.05", "--workers", "1",
+            "--cache", str(cache))
+    first = run("ground_truth.py", *args)
+    assert first.returncode == 0, first.stderr
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert len(rows) == 2 and len({r["arch"] for r in rows}) == 2
+    assert all(r["arch"].startswith("mobilenet:") and r["seed"] == 0 for r in rows)
+    assert all(0.0 <= r["valid"] <= 100.0 and 0.0 <= r["test"] <= 100.0 for r in rows)
+    assert "2 to train" in first.stdout
+    # Resumed: nothing is trained again and the cache is unchanged.
+    again = run("ground_truth.py", *args)
+    assert again.returncode == 0, again.stderr
+    assert "2 done, 0 to train" in again.stdout
+    assert [json.loads(line) for line in cache.read_text().splitlines()] == rows
+
+
+def test_ground_truth_refuses_a_bad_width_without_writing(tmp_path):
+    cache = tmp_path / "sub" / "gt.jsonl"
+    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", "--width", "9",
+              "--cache", str(cache))
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "frugalnas: error: invalid width_mult 9.0; valid range: [0.05, 4.0]"]
+    assert not cache.parent.exists()
+
+
+@pytest.mark.slow
+def test_weight_sharing_ranking_scores_both_mobilenet_variants(tmp_path):
+    # A partial reference of three networks and two seeds (values as ground_truth.py writes).
+    archs = ["mobilenet:k3e3|k3e3|k3e3|k3e3|k3e3|k3e3",
+             "mobilenet:k5e4s,k3e6|k7e6|k3e3,k5e4|k3e3|k7e6s|k3e4",
+             "mobilenet:k7e6s,k7e6s|k7e6s,k7e6s,k7e6s|k7e6s|k7e6s|k7e6s|k7e6s"]
+    partial = tmp_path / "mobilenet-tiny.jsonl"
+    partial.write_text("".join(json.dumps({"arch": a, "seed": s, "valid": 90.0 + i + s,
+                                           "test": 89.0 + i, "seconds": 1.0}) + "\n"
+                               for i, a in enumerate(archs) for s in (0, 1)))
+    scores = tmp_path / "scores.json"
+    out = run("weight_sharing_ranking.py", "--space", "mobilenet", "--partial", str(partial),
+              "--epochs", "0", "--proxies", "", "--bn-batches", "1", "--threads", "1",
+              "--cache", str(scores))
+    assert out.returncode == 0, out.stderr
+    assert "3 cells x 2 seeds; seed-vs-seed tau 1.000" in out.stdout
+    assert "per-operation" in out.stdout and "progressive-shrinking" in out.stdout
+    entries = json.loads(scores.read_text())
+    assert len(entries) == 2
+    assert all(len(e["scores"]) == 3 and all(0.0 <= v <= 100.0 for v in e["scores"])
+               for e in entries.values())
+    assert all('{"width_mult": 0.35}' in key for key in entries)
+
+
+@pytest.mark.slow  # the script imports torch and scipy before it parses arguments
+def test_weight_sharing_ranking_refuses_a_variant_the_space_lacks(tmp_path):
+    out = run("weight_sharing_ranking.py", "--space", "mobilenet", "--variants", "few-shot K=2",
+              "--partial", str(tmp_path / "none.jsonl"), "--cache", str(tmp_path / "s.json"))
+    assert out.returncode == 2
+    assert "unknown --variants ['few-shot K=2'] for space mobilenet; valid: per-operation, " \
+           "progressive-shrinking" in out.stderr
+    assert not (tmp_path / "s.json").exists()
