@@ -159,3 +159,27 @@ def test_progressive_shrinking_is_refused_where_a_space_has_no_phases():
                                estimator="supernet",
                                estimator_options={"epochs": 1, "progressive_shrinking": True},
                                dataset="synthetic", dataset_options=DATA)
+
+
+def test_the_review_draws_the_macro_network_stage_by_stage():
+    space = MobileNetSpace(**SMALL)
+    arch = space.parse("k5e4s,k3e3|k7e6")
+    assert space.cell_graph(arch) == [("stem", "stage 1", "k5e4s, k3e3"),
+                                      ("stage 1", "stage 2", "k7e6")]
+
+
+def test_the_shipped_example_passes_its_dry_run(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).parents[2] / "examples" / "mobilenet_search.toml"
+    folder = tmp_path / "run"
+    folder.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "run", str(example),
+                           "--dry-run"], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["space"]["options"]["width_mult"] == 0.35
+    assert not list(folder.iterdir())   # a dry run writes nothing

@@ -321,6 +321,13 @@ class MobileNetSpace(SearchSpace):
                 out.append(self.from_params({**d, **copied, depth_key(s): depth + 1}))
         return out
 
+    def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
+        """The macro network as a chain for drawings: one edge per stage from the stem
+        onwards, labelled with the stage's blocks (``k5e4s, k3e3``)."""
+        body = self.genotype.create(self.name, arch.decisions)._format_body().split("|")
+        nodes = ["stem", *(f"stage {s}" for s in range(1, len(body) + 1))]
+        return [(nodes[i], nodes[i + 1], blocks.replace(",", ", ")) for i, blocks in enumerate(body)]
+
     def enumerate(self) -> Iterator[Architecture]:
         raise NotImplementedError(f"space {self.name!r} has about {self.size():.1e} "
                                   "architectures: too many to enumerate")
