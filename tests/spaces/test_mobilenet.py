@@ -178,8 +178,24 @@ def test_the_shipped_example_passes_its_dry_run(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "run", str(example),
-                           "--dry-run"], cwd=folder, capture_output=True, text=True, timeout=300)
+                           "--dry-run"], cwd=folder, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["space"]["options"]["width_mult"] == 0.35
     assert not list(folder.iterdir())   # a dry run writes nothing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend, options", [("out-of-core", {"budget_fraction": 0.3}),
+                                              ("virtual-node", {"virtual_nodes": 4})])
+def test_mobilenet_networks_train_on_the_other_backends(backend, options):
+    """The out-of-core backend plans over the network's declared blocks (stem, each MBConv,
+    head); virtual nodes split its batches."""
+    study = frugalnas.create_study(
+        space="mobilenet", space_options=SMALL, estimator="train",
+        estimator_options={"max_steps": 2, "batch_size": 16}, backend=backend,
+        backend_options=options, dataset="synthetic", dataset_options=DATA,
+        disable_plugins=("mlflow", "progress"))
+    study.optimize(n_trials=2)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
