@@ -77,11 +77,12 @@ class PartSpec:
 
 
 PARTS: tuple[PartSpec, ...] = (
-    PartSpec("out_of_core", "out-of-core: planned swap/recompute mix vs single policies", 130, 40),
+    PartSpec("out_of_core", "out-of-core: planned swap/recompute mix vs single policies", 100, 40),
     PartSpec("virtual_nodes", "virtual nodes: GPU vs CPU weights, 1 vs 2 processes, throughput", 80, 40),
     PartSpec("train_throughput", "train estimator vs a plain PyTorch loop", 75, 40),
     PartSpec("proxies_supernet", "selected rank ensemble cells/s, supernet steps/s", 100, 40),
     PartSpec("sievo", "SI-EvoNAS search at CIFAR size", 80, 40),
+    PartSpec("mobilenet", "mobilenet space: elastic supernet on the device, steps/s, a search", 45, 40),
 )
 TOTAL_DEVICE = 480.0     # the whole run on the H200 (8 minutes)
 TOTAL_REHEARSE = 170.0   # a bound for a broken rehearsal; it normally takes about a minute
@@ -1160,10 +1161,91 @@ def part_sievo(run: PartRun) -> None:
                  float(len(done)), float(planned))
 
 
+# -- part 6: the mobilenet space -------------------------------------------------------------
+def mobilenet_sizes(rehearse: bool) -> dict[str, Any]:
+    if rehearse:
+        return {"width_mult": 0.25, "stages": [[16, 2, 2], [24, 2, 1]], "head_channels": 32,
+                "image": 12, "n": 240, "batch": 32, "supernet_epochs": 4, "trials": 4}
+    return {"width_mult": 1.0, "stages": "v2", "head_channels": 1280, "image": 32, "n": 8000,
+            "batch": 128, "supernet_epochs": 4, "trials": 20}
+
+
+def part_mobilenet(run: PartRun) -> None:
+    """The elastic supernet of the ``mobilenet`` space on the device: shared networks against
+    their stand-alone exports, SPOS steps/s with progressive shrinking, and a short search
+    (supernet estimator, regularized evolution)."""
+    device = begin(run)
+    import_frugalnas(run, allow_light=False)
+    import random
+
+    import torch
+
+    import frugalnas
+    from frugalnas.backends.single_device import SingleDeviceBackend
+    from frugalnas.core.training import TrainConfig
+    from frugalnas.spaces.mobilenet.supernet import export_subnet
+    from frugalnas.weight_sharing.supernet import Supernet
+
+    sizes = run.rec.sizes(mobilenet_sizes(run.rehearse))
+    space_options = {k: sizes[k] for k in ("width_mult", "stages", "head_channels")}
+    host = frugalnas.PluginHost(disable_plugins=blocked_plugins())
+    space = host.create("search_spaces", "mobilenet", **space_options)
+    data = host.create("datasets", "synthetic", seed=0, n=sizes["n"], size=sizes["image"],
+                       valid_fraction=0.1, test_fraction=0.1)
+    supernet = Supernet(space, data.num_classes, data.input_shape, seed=0, progressive=True)
+    backend = SingleDeviceBackend(str(device))
+    supernet.to(device)
+    x = data.split("valid")[0][:64].to(device)
+    diffs = []
+    for i in range(3):
+        net = supernet.subnet(space.sample(random.Random(i))).eval()
+        with torch.no_grad():
+            diffs.append(float((net(x) - export_subnet(net).to(device).eval()(x)).abs().max()))
+    run.rec.figure("shared_vs_export", {"max_abs_logit_diff": max(diffs), "networks": 3,
+                                        "note": "eval mode, the same weights; bitwise on the CPU"})
+    cfg = TrainConfig(batch_size=sizes["batch"], lr=0.05)
+    supernet.train(data, backend, cfg, epochs=1)
+    synchronize(device)
+    start = time.perf_counter()
+    supernet.train(data, backend, cfg, epochs=2)
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    steps = math.ceil(len(data.train_x) / cfg.batch_size)
+    run.rec.figure("supernet_progressive", {"steps_per_s": steps / seconds, "steps": steps,
+                                            "batch": cfg.batch_size,
+                                            "supernet_params": supernet.num_parameters()})
+    if run.left() < 5:
+        run.rec.note("time box reached before the search")
+        return
+    study = new_study(space="mobilenet", space_options=space_options, strategy="regularized-evolution",
+                      strategy_options={"population_size": 8, "sample_size": 3}, estimator="supernet",
+                      estimator_options={"epochs": sizes["supernet_epochs"], "batch_size": sizes["batch"],
+                                         "progressive_shrinking": True, "bn_batches": 2},
+                      dataset="synthetic",
+                      dataset_options={"n": sizes["n"], "size": sizes["image"],
+                                       "valid_fraction": 0.1, "test_fraction": 0.1},
+                      backend="single-device", backend_options={"device": str(device)}, seed=0)
+    start = time.perf_counter()
+    study.optimize(n_trials=sizes["trials"], timeout=max(1.0, run.left()))
+    seconds = time.perf_counter() - start
+    record_failed_trials(run, study, "search")
+    done = completed_trials(study)
+    figure: dict[str, Any] = {"trials_completed": len(done), "trials_planned": sizes["trials"],
+                              "seconds": seconds}
+    if done:
+        best = max(done, key=lambda t: t.values[0])
+        figure.update(best_supernet_accuracy=float(best.values[0]),
+                      best_architecture=str(best.architecture))
+    run.rec.figure("search", figure)
+    run.rec.goal("the supernet trained with progressive shrinking and every planned candidate "
+                 "scored on the device within the box (figure: trials completed)",
+                 float(len(done)), float(sizes["trials"]))
+
+
 PART_FUNCTIONS: dict[str, Callable[[PartRun], None]] = {
     "out_of_core": part_out_of_core, "virtual_nodes": part_virtual_nodes,
     "train_throughput": part_train_throughput, "proxies_supernet": part_proxies_supernet,
-    "sievo": part_sievo,
+    "sievo": part_sievo, "mobilenet": part_mobilenet,
 }
 
 
@@ -1376,6 +1458,13 @@ def summary_lines(data: dict[str, Any]) -> list[str]:
             lines.append(f"  {fig.get('trials_completed')} of {fig.get('trials_planned')} trials in "
                          f"{_num(fig.get('seconds'), 1)} s; best inherited accuracy "
                          f"{_num(fig.get('best_inherited_accuracy'), 1)} %")
+        if name == "mobilenet":
+            sv, steps, srch = (figures.get(k, {}) for k in ("shared_vs_export", "supernet_progressive",
+                                                             "search"))
+            lines.append(f"  shared vs export: max logit difference {sv.get('max_abs_logit_diff')}; "
+                         f"supernet {_num(steps.get('steps_per_s'), 1)} steps/s; search "
+                         f"{srch.get('trials_completed')} of {srch.get('trials_planned')} trials in "
+                         f"{_num(srch.get('seconds'), 1)} s")
         for error in part.get("errors", []):
             lines.append(f"  error in {error['step']}: {error['error'][:200]}")
     return lines
