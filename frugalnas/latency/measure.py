@@ -3,9 +3,11 @@
 :func:`measure` runs ``warmup`` untimed calls and then ``repeats`` timed ones of one batch,
 with a fixed number of threads, and reports the median and the spread (interquartile range)
 of the per-call times. With ``rounds`` above 1 it does so several times and reports the
-median of the rounds' medians; :func:`measure_many` interleaves the rounds of several networks
-(round 1 of every network, then round 2, ...), so that a machine whose speed drifts over
-seconds (a shared or virtual machine) slows them all alike instead of a few of them. ONNX Runtime runs the network exported to ONNX (torch's TorchScript
+lowest of the rounds' medians: other work on the machine only ever slows a round down, so the
+fastest round is the closest to the machine's own speed, and on a shared or virtual machine,
+whose speed drifts over seconds, it is far more repeatable than one round.
+:func:`measure_many` interleaves the rounds of several networks (round 1 of every network,
+then round 2, ...), so that such drift meets them all alike instead of a few of them. ONNX Runtime runs the network exported to ONNX (torch's TorchScript
 exporter, so no onnxscript is needed), as a deployed model would run; torch runs it in eval
 mode under ``torch.inference_mode``.
 """
@@ -52,7 +54,8 @@ class Measurement:
 @dataclass(frozen=True)
 class LatencySetup:
     """How to measure: runtime, batch size, threads, warm-up calls, timed repetitions, and
-    rounds (each of ``warmup`` then ``repeats`` calls; the median is that of the rounds')."""
+    rounds (each of ``warmup`` then ``repeats`` calls; the result is the fastest round's
+    median)."""
 
     runtime: str = "onnxruntime"
     batch_size: int = 1
@@ -115,7 +118,7 @@ def measure_many(models: Sequence[tuple[object, Sequence[int]]],
                  setup: LatencySetup) -> list[Measurement]:
     """The latencies of several ``(model, input_shape)``, measured in interleaved rounds:
     each round times every model once (``warmup`` then ``repeats`` calls), and a model's
-    median is the median of its rounds' medians. The models' modes are restored."""
+    median is the lowest of its rounds' medians. The models' modes are restored."""
     import numpy as np
     import torch
 
@@ -145,7 +148,7 @@ def measure_many(models: Sequence[tuple[object, Sequence[int]]],
     for per_call, per_round in zip(times, medians):
         ms = np.asarray(per_call) * 1e3
         q1, q3 = np.percentile(ms, [25, 75])
-        results.append(Measurement(float(np.median(per_round)) * 1e3, float(q3 - q1),
+        results.append(Measurement(min(per_round) * 1e3, float(q3 - q1),
                                    float(ms.min()), float(ms.mean()), setup.runtime,
                                    setup.batch_size, setup.threads, setup.warmup,
                                    setup.repeats, setup.rounds))
