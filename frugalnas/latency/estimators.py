@@ -46,8 +46,9 @@ class MeasuredLatency(Estimator):
 
     Batch size, threads, warm-up calls, repetitions and rounds are options.
 
-    ``value`` and ``latency_ms`` are the median per-call milliseconds; ``latency_ms_iqr`` the
-    spread, ``latency_ms_min`` the fastest call. ``cache=""`` measures every time."""
+    ``value`` and ``latency_ms`` are the median per-call milliseconds (with ``rounds`` above
+    1, the fastest round's); ``latency_ms_iqr`` the spread, ``latency_ms_min`` the fastest
+    call. ``cache=""`` measures every time."""
 
     name = "measured-latency"
     needs_dataset = False
@@ -73,6 +74,7 @@ class MeasuredLatency(Estimator):
         params = count_params(context.space.build(arch, self.num_classes, self.input_shape))
         return EstimateResult(result.median_ms, {**result.metrics(), "latency_cached": float(hit)},
                               Cost(seconds=time.perf_counter() - start, params=params))
+
 
 TABLES = ("kernels", "layers")
 

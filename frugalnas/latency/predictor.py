@@ -96,8 +96,9 @@ class LatencyMeter:
 
     @staticmethod
     def probe_item() -> Item:
-        """What :meth:`cached_many` needs to measure the per-call overhead (a flatten of 16
-        numbers: a call that does almost nothing)."""
+        """What :meth:`cached_many` needs to measure the runtime's per-call overhead (a
+        flatten of 16 numbers: a call that does almost nothing), which each kernel measured
+        alone pays once but a network pays once for all its kernels."""
         from torch import nn
 
         return ({"probe": "flatten"}, nn.Flatten, (16,))
@@ -112,11 +113,6 @@ class LatencyMeter:
         cached; the new ones together)."""
         return [m.median_ms for m, _ in self.cached_many([self.kernel_item(k)
                                                           for k in kernels])]
-
-    def call_overhead(self) -> float:
-        """The runtime's per-call overhead (:meth:`probe_item`), which each kernel measured
-        alone pays once but a network pays once for all its kernels."""
-        return self.cached_many([self.probe_item()])[0][0].median_ms
 
 
 def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, object, tuple[int, ...]]]:
