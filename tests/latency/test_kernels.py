@@ -66,6 +66,18 @@ def test_a_kernel_alone_computes_what_its_layers_compute(space):
     assert model[0] is kernel.modules[0]  # the network's own layers, copied only to measure
 
 
+def test_a_fused_kernel_costs_less_than_its_layers_measured_alone(space, tmp_path):
+    """ONNX Runtime runs the convolution, its batch norm and ReLU as one operator: measured as
+    one kernel they cost less than the three layers measured one by one (three calls)."""
+    model = space.build(space.parse("chain:width=24,blocks=0"), 3, (1, 16, 16))
+    kernel = network_kernels(model, (1, 16, 16))[0]
+    meter = LatencyMeter(LatencySetup(warmup=5, repeats=30, rounds=3))
+    fused = meter.kernels([kernel])[0]
+    alone = [meter.layer(sig, m, (1, 16, 16) if i == 0 else (24, 16, 16))
+             for i, (sig, m) in enumerate(zip(kernel.signatures, kernel.modules))]
+    assert fused < sum(alone)
+
+
 @pytest.mark.parametrize("runtime", ["onnxruntime", "torch"])
 def test_interleaved_rounds_measure_each_network_and_restore_modes(runtime):
     small, large = nn.Conv2d(1, 4, 3), nn.Sequential(nn.Conv2d(1, 64, 5), nn.BatchNorm2d(64))
