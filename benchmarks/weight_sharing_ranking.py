@@ -173,9 +173,13 @@ def main() -> int:
             print(f"  {label:26s} tau {gt.kendall_tau(results[label]):+.3f}  (cached; train "
                   f"{entry['seconds']:.0f} s)", flush=True)
             continue
-        if base not in trained:
-            trained[base] = trained_supernet(args, space, data, backend, name, base)
-        supernet, seconds = trained[base]
+        # A supernet depends on the space, data and training, not on the cells it scores, so
+        # a checkpoint serves every reference (a partial one as it grows included).
+        training = (f"{args.space} {args.space_options} resize {args.resize} {name} epochs "
+                    f"{args.epochs} few-shot {args.few_shot_epochs} lr {args.lr} seed {args.seed}")
+        if training not in trained:
+            trained[training] = trained_supernet(args, space, data, backend, name, training)
+        supernet, seconds = trained[training]
         start = time.perf_counter()
         scores = np.array([supernet.accuracy(a, data, backend, bn_batches=args.bn_batches,
                                              finetune_steps=steps, finetune=finetune)
