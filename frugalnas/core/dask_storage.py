@@ -31,7 +31,7 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.errors import ConfigError, one_line
-from frugalnas.core.optuna_compat import BaseHeartbeat
+from frugalnas.core.optuna_compat import BaseHeartbeat, trial_id
 from frugalnas.core.storage_url import DASK_STORAGE, is_dask_url
 
 #: The name of the scheduler's optuna storage that holds frugalnas's studies.
@@ -105,12 +105,12 @@ class Coordinator(SchedulerPlugin):
         out = []
         running = inner.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,))
         for trial in running:
-            seen = self.beats.setdefault((storage, trial._trial_id), now)
+            seen = self.beats.setdefault((storage, trial_id(trial)), now)
             if now - seen > grace:
-                out.append(trial._trial_id)
+                out.append(trial_id(trial))
         # Forget the finished trials of this study; a trial not RUNNING yet beats again.
-        ids = {t._trial_id for t in inner.get_all_trials(study_id, deepcopy=False)} \
-            - {t._trial_id for t in running}
+        ids = {trial_id(t) for t in inner.get_all_trials(study_id, deepcopy=False)} \
+            - {trial_id(t) for t in running}
         for key in [k for k in self.beats if k[0] == storage and k[1] in ids]:
             del self.beats[key]
         return out
