@@ -4,9 +4,10 @@ The checks (in the spirit of scikit-learn's ``check_estimator`` / ``parametrize_
 verify that a component keeps the contract the rest of frugalnas relies on; each raises a
 :class:`ConformanceError` (an ``AssertionError``) that names the component, the check and
 what went wrong. Check one object with ``check_search_space``, ``check_estimator``,
-``check_strategy``, ``check_backend``, ``check_proxy``, ``check_surrogate`` or
-``check_dataset``; check a registered component by name with :func:`check_component`; turn
-every registered component into pytest cases with :func:`parametrize_with_checks`::
+``check_strategy``, ``check_backend``, ``check_proxy``, ``check_surrogate``,
+``check_dataset`` or ``check_elastic_block``; check a registered component by name with
+:func:`check_component`; turn every registered component into pytest cases with
+:func:`parametrize_with_checks`::
 
     from frugalnas import PluginHost
     from frugalnas.testing import parametrize_with_checks
@@ -37,6 +38,7 @@ _LAZY = {
     "CheckSetup": "frugalnas.testing.setups",
     "BUILTIN_SETUPS": "frugalnas.testing.setups",
     "check_search_space": "frugalnas.testing.spaces",
+    "check_elastic_block": "frugalnas.testing.elastic",
     "check_estimator": "frugalnas.testing.estimators",
     "check_strategy": "frugalnas.testing.strategies",
     "check_backend": "frugalnas.testing.backends",

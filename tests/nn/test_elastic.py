@@ -119,3 +119,45 @@ def test_a_configuration_outside_the_block_is_refused():
         block(x, MBConvConfig(9, 3))
     with pytest.raises(ConfigError, match="squeeze-excite asked of a block built without it"):
         block(x, MBConvConfig(3, 3, True))
+
+
+# -- the conformance suite's elastic-block checks -----------------------------------------
+def test_built_in_elastic_blocks_pass_the_conformance_checks():
+    from frugalnas.testing import check_elastic_block
+
+    block = ElasticMBConv(8, 8)
+    _randomise(block)
+    assert check_elastic_block(block, CONFIGS[::5], (8, 6, 6)) == [
+        "check_export_matches_forward", "check_export_is_independent",
+        "check_configurations_train_shared_weights"]
+    stage = ElasticStage([ElasticMBConv(8, 16, stride=2), ElasticMBConv(16, 16)])
+    check_elastic_block(stage, [[MBConvConfig(3, 3)], [MBConvConfig(7, 6, True)] * 2], (8, 6, 6))
+
+
+def test_a_block_whose_export_differs_fails_naming_the_configuration():
+    from frugalnas.testing import ConformanceError, check_elastic_block
+
+    class Sloppy(ElasticMBConv):
+        def export(self, config):   # forgets the kernel transforms
+            alone = super().export(config)
+            with torch.no_grad():
+                alone.depthwise[0].weight.mul_(1.5)
+            return alone
+
+    with pytest.raises(ConformanceError, match=r"check_export_matches_forward.*"
+                                               r"MBConvConfig\(kernel=3, expand=3, se=False\)"):
+        check_elastic_block(Sloppy(8, 8), [MBConvConfig(3, 3)], (8, 5, 5))
+
+
+def test_an_export_that_shares_the_blocks_tensors_fails():
+    from frugalnas.testing import ConformanceError, check_elastic_block
+
+    class Sharing(ElasticMBConv):
+        def export(self, config):
+            alone = super().export(config)
+            alone.project[1] = self.project_bn   # the block's own batch norm
+            return alone
+
+    with pytest.raises(ConformanceError, match="shares .*project"):
+        check_elastic_block(Sharing(8, 8), [MBConvConfig(3, 6)], (8, 5, 5),
+                            checks=["check_export_is_independent"])
