@@ -78,3 +78,20 @@ def test_weight_sharing_ranking_refuses_a_variant_the_space_lacks(tmp_path):
     assert "unknown --variants ['few-shot K=2'] for space mobilenet; valid: per-operation, " \
            "progressive-shrinking" in out.stderr
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.slow  # imports torch, optuna and scipy
+def test_the_shipped_mobilenet_ground_truth_loads_with_its_command_and_ceiling():
+    from frugalnas.spaces.mobilenet.space import MobileNetSpace
+    from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
+
+    assert "mobilenet-mnist5k" in shipped_names()
+    gt = load_ground_truth("mobilenet-mnist5k")
+    assert gt.space == "mobilenet" and gt.space_options == {"width_mult": 0.35}
+    assert gt.seeds == [0, 1] and gt.valid.shape == (50, 2) and gt.test.shape == (50, 2)
+    assert gt.command.startswith("python benchmarks/ground_truth.py --name mobilenet-mnist5k "
+                                 "--space mobilenet --width 0.35 --resize 0")
+    space = MobileNetSpace(width_mult=0.35)
+    assert len({str(space.parse(a)) for a in gt.architectures}) == 50
+    assert 80.0 < gt.mean_valid.mean() < 100.0
+    assert 0.2 < gt.tau_ceiling() < 0.6
