@@ -115,11 +115,16 @@ class ElasticBatchNorm2d(nn.BatchNorm2d):
         c = x.shape[1]
         if c == self.num_features:
             return super().forward(x)
+        # The running-statistics update of nn.BatchNorm2d: ``momentum=None`` (batch-norm
+        # recalibration sets it) averages cumulatively over the batches seen.
+        factor = 0.0
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
+            factor = (1.0 / float(self.num_batches_tracked) if self.momentum is None
+                      else self.momentum)
         use_batch = self.training or not self.track_running_stats
         return F.batch_norm(x, self.running_mean[:c], self.running_var[:c], self.weight[:c],
-                            self.bias[:c], use_batch, self.momentum or 0.0, self.eps)
+                            self.bias[:c], use_batch, factor, self.eps)
 
     def export(self, channels: int) -> nn.BatchNorm2d:
         """A plain ``nn.BatchNorm2d`` of the first ``channels``, with their statistics."""

@@ -161,3 +161,18 @@ def test_an_export_that_shares_the_blocks_tensors_fails():
     with pytest.raises(ConformanceError, match="shares .*project"):
         check_elastic_block(Sharing(8, 8), [MBConvConfig(3, 6)], (8, 5, 5),
                             checks=["check_export_is_independent"])
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_sliced_running_statistics_follow_batch_norm_for_every_momentum(momentum):
+    """Batch-norm recalibration averages cumulatively (momentum None): a slice of an elastic
+    batch norm must then update its statistics exactly as a plain batch norm of that width."""
+    bn = ElasticBatchNorm2d(10, momentum=momentum)
+    alone = torch.nn.BatchNorm2d(6, momentum=momentum)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        y = torch.randn(4, 6, 3, 3, generator=g) * 2 + 1
+        assert torch.equal(bn.train()(y), alone.train()(y))
+    assert torch.equal(bn.running_mean[:6], alone.running_mean)
+    assert torch.equal(bn.running_var[:6], alone.running_var)
+    assert not torch.equal(alone.running_mean, torch.zeros(6))
