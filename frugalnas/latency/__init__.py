@@ -21,5 +21,6 @@ def frugalnas_estimators() -> dict[str, Any]:
         "latency-predictor": LazyFactory(
             "frugalnas.latency.estimators:PredictedLatency",
             "Inference latency predicted from a calibrated lookup table of fused kernels "
-            "(nn-Meter style) or layers; free once the table holds the network's kernels."),
+            '(``table="kernels"``, nn-Meter style) or of single layers (``table="layers"``, '
+            "ProxylessNAS style); free once the table holds the network's kernels."),
     }

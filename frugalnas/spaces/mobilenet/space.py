@@ -117,7 +117,11 @@ def _parse_stages(stages: Any) -> tuple[Stage, ...]:
 
 
 class MobileNetSpace(SearchSpace):
-    """Inverted-residual stages with searched depth (``min_depth`` up to each stage's
+    """MobileNetV2/V3-like macro space: per stage depth, per block kernel 3/5/7, expansion
+    3/4/6 and squeeze-excite; options width_mult, resolution, stages, kernels, expand_ratios,
+    se, min_depth. Weight sharing through elastic blocks.
+
+    Inverted-residual stages with searched depth (``min_depth`` up to each stage's
     depth), kernels (``kernels``), expansion ratios (``expand_ratios``) and squeeze-excite
     (``se``: searched when true, never used when false). ``width_mult`` scales every
     channel count (rounded to multiples of 8). ``resolution`` resizes the input first
