@@ -200,13 +200,13 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"| MobileNetV2 0.35 | {stat(base)} | "
               f"{stat([r['baseline']['latency_interleaved_ms'] for r in results])} | 1 |")
         for name in ("at most its latency", "half its latency"):
-            pairs = [(r["targets"][name]["best_interleaved"], r["baseline"]) for r in results
-                     if r["targets"][name].get("best_interleaved")]
+            chosen = [r for r in results if r["targets"][name].get("best_interleaved")]
+            pairs = [(r["targets"][name]["best_interleaved"], r["baseline"]) for r in chosen]
             print(f"| searched, {name} ({len(pairs)} of {len(results)} seeds) | "
                   f"{stat([b['test'] for b, _ in pairs])} | "
                   f"{stat([b['latency_interleaved_ms'] for b, _ in pairs])} | "
                   f"{stat([b['latency_interleaved_ms'] / a['latency_interleaved_ms'] for b, a in pairs])} |")
-            for (b, a), r in zip(pairs, results):
+            for (b, a), r in zip(pairs, chosen):
                 print(f"  seed {r['seed']}: {b['architecture']} {b['test']:.2f} % against "
                       f"{a['test']:.2f} %")
     onnx = [b["onnx"] for r in results for b in [r["baseline"]] + [
