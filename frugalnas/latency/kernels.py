@@ -13,7 +13,7 @@ on a residual sum starts a kernel of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,8 +81,20 @@ def network_kernels(model: object, input_shape: Sequence[int]) -> list[Kernel]:
         # the output object is kept alive until the pass ends, so identity is safe
         last._output = output
 
-    hooks = [m.register_forward_hook(record) for m in model.modules()
-             if not any(True for _ in m.children())]
+    probe_leaves(model, input_shape, lambda m: m.register_forward_hook(record))
+    for k in kernels:
+        k._output = None
+    return kernels
+
+
+def probe_leaves(model: object, input_shape: Sequence[int], hook: Callable[[Any], Any]) -> None:
+    """One forward pass of a zero example through ``model`` in evaluation mode, without
+    gradients, with ``hook(module)`` (which registers a hook and returns its handle) on every
+    leaf module; the hooks, the model's mode and torch's thread count are restored after."""
+    import torch
+
+    assert isinstance(model, torch.nn.Module)
+    hooks = [hook(m) for m in model.modules() if not any(True for _ in m.children())]
     training, threads = model.training, torch.get_num_threads()
     model.eval()
     # one thread: on a busy machine more threads wait on each other for a tiny batch
@@ -95,6 +107,3 @@ def network_kernels(model: object, input_shape: Sequence[int]) -> list[Kernel]:
         model.train(training)
         for h in hooks:
             h.remove()
-    for k in kernels:
-        k._output = None
-    return kernels

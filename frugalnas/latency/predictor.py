@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache, cache_key
-from frugalnas.latency.kernels import Kernel, network_kernels
+from frugalnas.latency.kernels import Kernel, network_kernels, probe_leaves
 from frugalnas.latency.measure import LatencySetup, Measurement, measure_many
 
 #: A measurement to look up or take: its cache key parts, how to build the module, the input
@@ -121,7 +121,6 @@ def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, ob
     import torch
 
     calls: list[tuple[str, object, tuple[int, ...]]] = []
-    hooks = []
 
     def record(module: torch.nn.Module, args: tuple[object, ...]) -> None:
         x = args[0] if args else None
@@ -129,21 +128,7 @@ def leaf_layers(model: object, input_shape: Sequence[int]) -> list[tuple[str, ob
             shape = tuple(int(s) for s in x.shape[1:])
             calls.append((f"{module!r}@{shape}", module, shape))
 
-    assert isinstance(model, torch.nn.Module)
-    for m in model.modules():
-        if not any(True for _ in m.children()):
-            hooks.append(m.register_forward_pre_hook(record))
-    training, threads = model.training, torch.get_num_threads()
-    model.eval()
-    torch.set_num_threads(1)  # see kernels.network_kernels
-    try:
-        with torch.no_grad():
-            model(torch.zeros(1, *map(int, input_shape)))
-    finally:
-        torch.set_num_threads(threads)
-        model.train(training)
-        for h in hooks:
-            h.remove()
+    probe_leaves(model, input_shape, lambda m: m.register_forward_pre_hook(record))
     return calls
 
 
