@@ -1078,10 +1078,23 @@ def part_proxies_supernet(run: PartRun) -> None:
                  None if scored is None else float(scored), float(sizes["cells"]))
 
 
+def timed_supernet_epoch(supernet: Any, data: Any, device: Any, cfg: Any) -> tuple[int, float]:
+    """SPOS training of ``supernet``: one epoch to warm up, then one timed; returns the timed
+    epoch's steps and seconds."""
+    from frugalnas.backends.single_device import SingleDeviceBackend
+
+    backend = SingleDeviceBackend(str(device))
+    supernet.train(data, backend, cfg, epochs=1)
+    synchronize(device)
+    start = time.perf_counter()
+    supernet.train(data, backend, cfg, epochs=2)   # resumes: the second epoch only
+    synchronize(device)
+    return math.ceil(len(data.train_x) / cfg.batch_size), time.perf_counter() - start
+
+
 def supernet_steps(run: PartRun, device: Any, sizes: dict[str, Any]) -> None:
     """SPOS steps/s of the NB201 supernet: one epoch to warm up, one timed."""
     import frugalnas
-    from frugalnas.backends.single_device import SingleDeviceBackend
     from frugalnas.core.training import TrainConfig
     from frugalnas.weight_sharing.supernet import Supernet
 
@@ -1090,15 +1103,8 @@ def supernet_steps(run: PartRun, device: Any, sizes: dict[str, Any]) -> None:
     data = host.create("datasets", "synthetic", seed=0, n=sizes["supernet_n"], size=sizes["image"],
                        valid_fraction=0.1, test_fraction=0.1)
     supernet = Supernet(space, data.num_classes, data.input_shape, seed=0)
-    backend = SingleDeviceBackend(str(device))
     cfg = TrainConfig(batch_size=sizes["supernet_batch"], lr=0.05)
-    supernet.train(data, backend, cfg, epochs=1)
-    synchronize(device)
-    start = time.perf_counter()
-    supernet.train(data, backend, cfg, epochs=2)
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    steps = math.ceil(len(data.train_x) / cfg.batch_size)
+    steps, seconds = timed_supernet_epoch(supernet, data, device, cfg)
     run.rec.figure("supernet_spos", {"steps_per_s": steps / seconds, "steps": steps,
                                      "seconds": seconds, "batch": cfg.batch_size,
                                      "supernet_params": supernet.num_parameters()})
@@ -1181,7 +1187,6 @@ def part_mobilenet(run: PartRun) -> None:
     import torch
 
     import frugalnas
-    from frugalnas.backends.single_device import SingleDeviceBackend
     from frugalnas.core.training import TrainConfig
     from frugalnas.spaces.mobilenet.supernet import export_subnet
     from frugalnas.weight_sharing.supernet import Supernet
@@ -1193,7 +1198,6 @@ def part_mobilenet(run: PartRun) -> None:
     data = host.create("datasets", "synthetic", seed=0, n=sizes["n"], size=sizes["image"],
                        valid_fraction=0.1, test_fraction=0.1)
     supernet = Supernet(space, data.num_classes, data.input_shape, seed=0, progressive=True)
-    backend = SingleDeviceBackend(str(device))
     supernet.to(device)
     x = data.split("valid")[0][:64].to(device)
     diffs = []
@@ -1203,16 +1207,10 @@ def part_mobilenet(run: PartRun) -> None:
             diffs.append(float((net(x) - export_subnet(net).to(device).eval()(x)).abs().max()))
     run.rec.figure("shared_vs_export", {"max_abs_logit_diff": max(diffs), "networks": 3,
                                         "note": "eval mode, the same weights; bitwise on the CPU"})
-    cfg = TrainConfig(batch_size=sizes["batch"], lr=0.05)
-    supernet.train(data, backend, cfg, epochs=1)
-    synchronize(device)
-    start = time.perf_counter()
-    supernet.train(data, backend, cfg, epochs=2)
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    steps = math.ceil(len(data.train_x) / cfg.batch_size)
+    steps, seconds = timed_supernet_epoch(supernet, data, device,
+                                          TrainConfig(batch_size=sizes["batch"], lr=0.05))
     run.rec.figure("supernet_progressive", {"steps_per_s": steps / seconds, "steps": steps,
-                                            "batch": cfg.batch_size,
+                                            "batch": sizes["batch"],
                                             "supernet_params": supernet.num_parameters()})
     if run.left() < 5:
         run.rec.note("time box reached before the search")
