@@ -97,18 +97,19 @@ def _frugalnas(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.slow
-def test_cluster_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(cluster, tmp_path):
+def _run_killing_a_worker(cluster, tmp_path, storage, name, uri):
+    """``frugalnas run`` of 24 one-second trials on ``cluster``; the first Dask worker seen
+    evaluating a trial is SIGKILLed 0.4 s into it and replaced. Returns the finished run,
+    its output and error, the killed trial's number and the victim's pid."""
     _run_file(tmp_path, seconds=1.0)
-    storage, uri = f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
     log = tmp_path / "trials.log"
     run = _frugalnas(tmp_path, "--cluster", cluster.address, "--resources", "GPU=1",
-                     "--storage", storage, "--study-name", "c", "--n-trials", "24",
+                     "--storage", storage, "--study-name", name, "--n-trials", "24",
                      "--tracking-uri", uri, "--heartbeat", "1", "--grace", "4",
                      "--isolate", "none")
     worker_pids = {p.pid for p in cluster.procs[1:]}
     victim, deadline = None, time.monotonic() + 150
-    while victim is None:  # the first Dask worker seen evaluating a trial dies 0.4 s into it
+    while victim is None:
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()
         started = [(n, pid) for e, n, pid in (read_log(log) if log.exists() else [])
                    if e == "start" and pid in worker_pids]
@@ -119,20 +120,34 @@ def test_cluster_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(cluster,
     next(p for p in cluster.procs if p.pid == victim).send_signal(signal.SIGKILL)
     cluster.add_worker("GPU=1")
     out, err = run.communicate(timeout=150)
+    return run, out, err, killed_trial, victim
 
-    assert run.returncode == 0, err
-    assert "Traceback" not in err, err
-    assert "24 trial(s) completed this run" in out
+
+def _assert_only_the_killed_trial_repeats(storage, name, uri, log, killed_trial, victim):
+    """Exactly 24 distinct architectures; the killed trial died mid-evaluation, is FAIL and
+    its architecture ran once more; MLflow follows the storage."""
     events = read_log(log)
     assert ("end", killed_trial, victim) not in events  # it died in the middle of that trial
     evaluated = {n for e, n, _ in events if e == "start"}
-    trials = assert_exactly_n_distinct(storage, "c", 24, evaluated=evaluated)
+    trials = assert_exactly_n_distinct(storage, name, 24, evaluated=evaluated)
     killed = next(t for t in trials if t.number == killed_trial)
     assert killed.state == TrialState.FAIL
     retried = [t for t in trials if optuna.storages.RetryFailedTrialCallback.retried_trial_number(t)
                == killed_trial]
     assert [t.user_attrs["architecture"] for t in retried] == [killed.user_attrs["architecture"]]
-    assert_mlflow_follows_storage(storage, uri, "c")
+    assert_mlflow_follows_storage(storage, uri, name)
+
+
+@pytest.mark.slow
+def test_cluster_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(cluster, tmp_path):
+    storage, uri = f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run, out, err, killed_trial, victim = _run_killing_a_worker(cluster, tmp_path, storage,
+                                                                "c", uri)
+    assert run.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert "24 trial(s) completed this run" in out
+    _assert_only_the_killed_trial_repeats(storage, "c", uri, tmp_path / "trials.log",
+                                          killed_trial, victim)
 
 
 @pytest.mark.slow

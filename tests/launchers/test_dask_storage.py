@@ -18,10 +18,11 @@ from optuna.trial import TrialState
 
 from frugalnas.core.cli import main
 from frugalnas.core.storage_url import open_storage
-from ops_support.checks import assert_exactly_n_distinct, assert_mlflow_follows_storage
+from ops_support.checks import assert_exactly_n_distinct
 from ops_support.faults import read_log
 from ops_support.servers import free_port
-from test_cluster import _frugalnas, _refused, _run_file, cluster  # noqa: F401 (a fixture)
+from test_cluster import (_assert_only_the_killed_trial_repeats, _frugalnas, _refused,  # noqa: F401 (a fixture)
+                          _run_file, _run_killing_a_worker, cluster)
 
 
 def _copy_to_file(address: str, name: str, folder: Path) -> str:
@@ -34,27 +35,9 @@ def _copy_to_file(address: str, name: str, folder: Path) -> str:
 
 @pytest.mark.slow
 def test_dask_storage_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(cluster, tmp_path):
-    _run_file(tmp_path, seconds=1.0)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    log = tmp_path / "trials.log"
-    run = _frugalnas(tmp_path, "--cluster", cluster.address, "--resources", "GPU=1",
-                     "--storage", "dask", "--study-name", "d", "--n-trials", "24",
-                     "--tracking-uri", uri, "--heartbeat", "1", "--grace", "4",
-                     "--isolate", "none")
-    worker_pids = {p.pid for p in cluster.procs[1:]}
-    victim, deadline = None, time.monotonic() + 150
-    while victim is None:  # the first Dask worker seen evaluating a trial dies 0.4 s into it
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        started = [(n, pid) for e, n, pid in (read_log(log) if log.exists() else [])
-                   if e == "start" and pid in worker_pids]
-        if started:
-            killed_trial, victim = started[0]
-        time.sleep(0.05)
-    time.sleep(0.4)
-    next(p for p in cluster.procs if p.pid == victim).send_signal(signal.SIGKILL)
-    cluster.add_worker("GPU=1")
-    out, err = run.communicate(timeout=150)
-
+    run, out, err, killed_trial, victim = _run_killing_a_worker(cluster, tmp_path, "dask", "d",
+                                                                uri)
     assert run.returncode == 0, err
     assert "Traceback" not in err, err
     assert "24 trial(s) completed this run" in out
@@ -62,17 +45,9 @@ def test_dask_storage_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(clu
     assert "is kept in the memory of the Dask scheduler" in err
     # no optuna database was made: only the MLflow stores are files
     assert {p.name for p in tmp_path.glob("*.db")} <= {"mlflow.db", "default-mlflow.db"}
-    events = read_log(log)
-    assert ("end", killed_trial, victim) not in events  # it died in the middle of that trial
-    evaluated = {n for e, n, _ in events if e == "start"}
     storage = _copy_to_file(cluster.address, "d", tmp_path)
-    trials = assert_exactly_n_distinct(storage, "d", 24, evaluated=evaluated)
-    killed = next(t for t in trials if t.number == killed_trial)
-    assert killed.state == TrialState.FAIL
-    retried = [t for t in trials if optuna.storages.RetryFailedTrialCallback.retried_trial_number(t)
-               == killed_trial]
-    assert [t.user_attrs["architecture"] for t in retried] == [killed.user_attrs["architecture"]]
-    assert_mlflow_follows_storage(storage, uri, "d")
+    _assert_only_the_killed_trial_repeats(storage, "d", uri, tmp_path / "trials.log",
+                                          killed_trial, victim)
 
 
 def _client(address: str):
