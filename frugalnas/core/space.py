@@ -75,11 +75,12 @@ class SearchSpace(ABC):
         return arch
 
     def validate(self, arch: Architecture) -> None:
-        """Raise ArchitectureParseError unless ``arch`` belongs to this space."""
+        """Raise ArchitectureParseError unless ``arch`` belongs to this space: it holds
+        exactly its :meth:`active_decisions`, in order, each with a valid value."""
         if arch.space != self.name:
             raise ArchitectureParseError(
                 f"architecture of space {arch.space!r} given to space {self.name!r}")
-        dists = self.distributions()
+        dists = self.active_decisions(arch)
         decisions = arch.decisions
         if list(decisions) != list(dists):
             # Not str(arch): a space's text form may need the very decisions that are missing.

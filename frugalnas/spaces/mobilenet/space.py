@@ -178,8 +178,8 @@ class MobileNetSpace(SearchSpace):
         return out
 
     def head_width(self) -> int:
-        return max(self.head_channels, self.scaled_channels(self.head_channels)) \
-            if self.width_mult > 1.0 else self.head_channels
+        return self.scaled_channels(self.head_channels) if self.width_mult > 1.0 \
+            else self.head_channels
 
     def stem_stride_for(self, input_shape: Sequence[int]) -> int:
         if self.stem_stride is not None:
@@ -248,29 +248,16 @@ class MobileNetSpace(SearchSpace):
         return self._complete(params, refuse)
 
     def validate(self, arch: Architecture) -> None:
-        if arch.space != self.name:
-            raise ArchitectureParseError(
-                f"architecture of space {arch.space!r} given to space {self.name!r}")
+        """The depths first (which blocks an architecture holds follows from them), then
+        :meth:`SearchSpace.validate` over the active decisions."""
         decisions = arch.decisions
         for s, stage in enumerate(self.stages, start=1):
             key, dist = depth_key(s), IntDistribution(self.min_depth, stage.depth)
-            if key in decisions and not contains(dist, decisions[key]):
+            if arch.space == self.name and key in decisions and not contains(dist, decisions[key]):
                 raise ArchitectureParseError(
                     f"invalid value {decisions[key]!r} for decision {key!r} of space "
                     f"{self.name!r}; valid: {describe_distribution(dist)}")
-        active = self._active(decisions)
-        if list(decisions) != list(active):
-            missing = [k for k in active if k not in decisions]
-            extra = [k for k in decisions if k not in active]
-            raise ArchitectureParseError(
-                f"architecture for space {self.name!r} has decisions {list(decisions)} "
-                f"(missing {missing}, unexpected {extra}); with its depths the space expects "
-                f"{list(active)} ({len(self.stages)} stages)")
-        for key, dist in active.items():
-            if not contains(dist, decisions[key]):
-                raise ArchitectureParseError(
-                    f"invalid value {decisions[key]!r} for decision {key!r} of space "
-                    f"{self.name!r}; valid: {describe_distribution(dist)}")
+        super().validate(arch)
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
         """Ask ``trial`` for each stage's depth, then for the blocks that depth keeps."""
