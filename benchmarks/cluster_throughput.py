@@ -4,7 +4,8 @@ Each trial sleeps ``--seconds`` (1 s) and then looks its architecture up in the 
 table, so the figures measure how well the launcher, the shared sqlite storage and the
 workers' exclusive proposals scale, not the machine's cores: two cores suffice. A
 ``LocalCluster`` on 127.0.0.1 (one thread per worker process, no dashboard) is started once and
-its workers are warmed up (frugalnas and this plugin imported) before timing; then the same
+its workers are warmed up (one throwaway trial each, so that frugalnas, this plugin and
+optuna's RDB storage are imported) before timing; then the same
 study runs ``--per-worker`` trials per worker on 1 worker and on ``--workers`` workers, each
 through ``frugalnas.launchers.launch`` with a ``DaskLauncher`` and a fresh sqlite storage.
 Two rates are printed per size: over the launch's wall time (each worker's start-up on the
@@ -59,11 +60,19 @@ def frugalnas_estimators() -> dict[str, Any]:
 
 
 def _warm() -> str:
-    """Run on each Dask worker before timing: the imports a worker's first trial needs."""
-    from frugalnas.core.plugins import PluginHost
+    """Run on each Dask worker before timing: one throwaway trial on a throwaway sqlite
+    storage, so that the imports a worker's first trial needs (frugalnas, this plugin,
+    optuna's RDB storage with SQLAlchemy and alembic) are done, as on a cluster that has
+    run a study before. A cold worker pays them once, about a second of CPU."""
+    from frugalnas.core.config import StudyConfig
+    from frugalnas.core.launcher import WorkerJob
 
-    host = PluginHost([PLUGIN], ["mlflow", "progress"])
-    host.create_estimator("bench-sleep", {"seconds": 0.0})
+    with tempfile.TemporaryDirectory() as tmp:
+        config = StudyConfig.from_mapping({
+            "space": "nb201", "strategy": "random", "estimator": "bench-sleep",
+            "estimator_options": {"seconds": 0.0}, "plugins": [PLUGIN],
+            "disable_plugins": ["mlflow", "progress"]})
+        WorkerJob(config, f"sqlite:///{tmp}/warm.db", "warm", 1, heartbeat=1, grace=10).run()
     return str(os.getpid())
 
 

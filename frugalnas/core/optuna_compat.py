@@ -71,16 +71,21 @@ class TrialFeed:
     def read(self, study: optuna.Study, again: Collection[int] = ()) -> list[FrozenTrial]:
         """The trials numbered :attr:`next_number` or above, and those numbered in ``again``
         (below it), in number order; :attr:`next_number` moves past the last one."""
-        trials = self._fetch(study, sorted(n for n in again if n < self.next_number))
+        return self.read_storage(storage_of(study), study._study_id, again)
+
+    def read_storage(self, storage: BaseStorage, study_id: int,
+                     again: Collection[int] = ()) -> list[FrozenTrial]:
+        """:meth:`read` for the study ``study_id`` of ``storage`` (for a storage wrapper that
+        has no ``optuna.Study``)."""
+        trials = self._fetch(storage, study_id, sorted(n for n in again if n < self.next_number))
         if trials and trials[-1].number >= self.next_number:
             self.next_number = trials[-1].number + 1
         return trials
 
-    def _fetch(self, study: optuna.Study, wanted: list[int]) -> list[FrozenTrial]:
-        storage = storage_of(study)
+    def _fetch(self, storage: BaseStorage, study_id: int, wanted: list[int]) -> list[FrozenTrial]:
         # frugalnas's worker storage (core/worker.py) keeps the storage it wraps as ``inner``.
         storage = getattr(storage, "inner", storage)
-        study_id, start = study._study_id, self.next_number
+        start = self.next_number
         if isinstance(storage, InMemoryStorage):
             with storage._lock:
                 listed = storage._studies[study_id].trials  # trial number == position
@@ -104,7 +109,9 @@ class TrialFeed:
             return self._note_ids([t for t in storage.get_all_trials(study_id, deepcopy=False)
                                    if t.number >= start or t.number in keep])
         keep = set(wanted)
-        return [t for t in fresh_trials(study) if t.number >= start or t.number in keep]
+        # Storages without a read cache (journal, gRPC, Dask) read every trial fresh.
+        return [t for t in storage.get_all_trials(study_id, deepcopy=False)
+                if t.number >= start or t.number in keep]
 
     def _note_ids(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
         for t in trials:

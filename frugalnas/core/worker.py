@@ -268,6 +268,20 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         self._beating: tuple[int, threading.Event] | None = None
         self._keys: dict[str, str | None] = {}
         self.study_id: int | None = None
+        # The study's trials as last read under the lock; each proposal reads only the trials
+        # created since and those unfinished then, so its cost does not grow with the study.
+        self._feed = optuna_compat.TrialFeed()
+        self._feed_study: int | None = None
+        self._trials: dict[int, FrozenTrial] = {}
+
+    def _read_trials(self, study_id: int) -> list[FrozenTrial]:
+        """Every trial of ``study_id``, fresh from the storage: held under the lock."""
+        if self._feed_study != study_id:
+            self._feed, self._trials, self._feed_study = optuna_compat.TrialFeed(), {}, study_id
+        unfinished = [n for n, t in self._trials.items() if not t.state.is_finished()]
+        for t in self._feed.read_storage(self.inner, study_id, unfinished):
+            self._trials[t.number] = t
+        return list(self._trials.values())
 
     # -- the quota and the exclusive proposal --------------------------------------------
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
@@ -276,9 +290,9 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         waiting = template_trial is not None and template_trial.state == TrialState.WAITING
         self.lock.acquire()
         try:
-            counted = self.inner.get_all_trials(study_id, deepcopy=False, states=COUNTED_STATES)
-            if len(counted) >= self.n_trials and not waiting:
-                raise QuotaReached(f"study has {len(counted)} of {self.n_trials} trials")
+            counted = sum(t.state in COUNTED_STATES for t in self._read_trials(study_id))
+            if counted >= self.n_trials and not waiting:
+                raise QuotaReached(f"study has {counted} of {self.n_trials} trials")
             if template_trial is None and heartbeat_interval(self.inner) is not None:
                 trial_id = self._create_with_heartbeat(study_id)
             else:
@@ -422,8 +436,8 @@ class QuotaStorage(BaseStorage, BaseHeartbeat):
         key = self._key(str(text))
         if key is None:
             return None
-        for t in self.inner.get_all_trials(study_id, deepcopy=False, states=TAKEN_STATES):
-            if optuna_compat.trial_id(t) == trial_id:
+        for t in self._read_trials(study_id):
+            if t.state not in TAKEN_STATES or optuna_compat.trial_id(t) == trial_id:
                 continue
             if self._key(t.user_attrs.get(ARCHITECTURE_ATTR), t.params) == key:
                 return t

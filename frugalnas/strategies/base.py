@@ -23,7 +23,6 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from scipy.stats import spearmanr
 
 from frugalnas.core import optuna_compat
 from frugalnas.core.strategy import Strategy, StrategyServices
@@ -587,6 +586,8 @@ class ArchSampler(Strategy):
         fit = fitness([hist.values[i] for i in rows], study.directions)
         if np.ptp(margin) == 0 or np.ptp(fit) == 0:
             return False
+        from scipy.stats import spearmanr  # scipy.stats costs a worker's start-up a second
+
         return bool(spearmanr(fit, margin)[0] > 0)
 
     def prefer_feasible(self, study: optuna.Study, hist: History,

@@ -1,7 +1,8 @@
-"""The command line answers what needs no component without importing torch, MLflow, LightGBM
-or scikit-learn: ``--help``, a misspelt flag, ``plugins`` and an unknown component name each
-run in a fresh interpreter whose imported modules are read at exit. The built-in plugins
-register lazy references whose summaries and options are those of the components they name."""
+"""The command line answers what needs no component without importing optuna, torch, MLflow,
+LightGBM, scikit-learn or scipy: ``--help``, a misspelt flag, ``plugins`` and an unknown
+component name each run in a fresh interpreter whose imported modules are read at exit. The
+built-in plugins register lazy references whose summaries and options are those of the
+components they name."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from frugalnas.core.plugins import PluginHost
 from frugalnas.core.registry import LazyFactory
 
 #: What the answers below must not import.
-HEAVY = ("torch", "mlflow", "lightgbm", "sklearn")
+HEAVY = ("torch", "mlflow", "lightgbm", "sklearn", "scipy", "optuna")
 
 #: Runs ``frugalnas ARGS`` as the console script does and writes the imported modules' top-level
 #: names to the file given first.

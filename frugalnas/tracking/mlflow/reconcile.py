@@ -26,12 +26,14 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from optuna.trial import FrozenTrial
+from typing import TYPE_CHECKING, Any
 
 from frugalnas.core.trial_constraints import feasible_flag
-from frugalnas.core.trial_report import FINISHED_STATES, TrialReport
+
+if TYPE_CHECKING:  # the mlflow plugin loads for --help, which needs no optuna
+    from optuna.trial import FrozenTrial
+
+    from frugalnas.core.trial_report import TrialReport
 
 #: MLflow's longest parameter value; a longer architecture string is also written whole as
 #: the artifact ``architecture.txt``.
@@ -125,6 +127,8 @@ def report_of(tracker: Any, frozen: FrozenTrial) -> TrialReport:
     """The :class:`TrialReport` of a finished trial as the storage records it (the same one
     the study hands the plugins for a stale trial)."""
     study = tracker.study
+    from frugalnas.core.trial_report import TrialReport
+
     return TrialReport.from_frozen(frozen, study.space, study.config.objectives)
 
 
@@ -369,7 +373,7 @@ def unchecked_trials(trials: list[FrozenTrial],
     """The finished trials of ``trials`` whose run this process has not written or checked
     in the state the storage now gives (``known``: trial number -> (state, run id))."""
     return [t for t in trials
-            if t.state in FINISHED_STATES and known.get(t.number, ("",))[0] != t.state.name]
+            if t.state.is_finished() and known.get(t.number, ("",))[0] != t.state.name]
 
 
 def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
@@ -399,7 +403,7 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
     changes = {"created": 0, "repaired": 0, "removed": 0}
     missing: list[FrozenTrial] = []
     for frozen in trials:
-        if frozen.state not in FINISHED_STATES or frozen.number in skip:
+        if not frozen.state.is_finished() or frozen.number in skip:
             if unsettled is not None and frozen.number in by_number:
                 unsettled[frozen.number] = by_number[frozen.number]
             continue

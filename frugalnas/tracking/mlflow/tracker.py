@@ -65,7 +65,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frugalnas.core.errors import ConfigError, OperationalFailure
 from frugalnas.core.plugins import hookimpl
@@ -73,12 +73,14 @@ from frugalnas.core.secrets import OptionRoles, mask_text, option_roles, without
 from frugalnas.core.storage_url import masked, operational_failure
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
-from frugalnas.core.trial_report import TrialReport
 from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
                                                  TAG_STUDY_ID, TAG_TRIAL, create_runs,
                                                  reconcile, trial_run, trial_runs,
                                                  unchecked_trials, write)
 from frugalnas.tracking.mlflow.review import StudyReview, entry_of_report, entry_of_trial
+
+if TYPE_CHECKING:  # the plugin loads for --help, which needs no optuna
+    from frugalnas.core.trial_report import TrialReport
 
 PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri", "hypervolume_reference", "ui_url", "units")
