@@ -285,6 +285,8 @@ class ArchSampler(Strategy):
         self._onehot_rows: dict[str, np.ndarray] = {}
         self._cmodel: tuple[tuple[int, ...], ConstraintModel] | None = None
         self._scale_memo: tuple[tuple[int, int, int], np.ndarray] | None = None
+        self._boundary_memo: tuple[tuple[int, int], bool] | None = None
+        self._screen_each = True  # False while naming several candidates with known constraints
         self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
         self._known_margins: dict[str, tuple[float, ...] | None] = {}
         self._knows: bool | None = None
@@ -319,21 +321,29 @@ class ArchSampler(Strategy):
 
     def propose(self, study: optuna.Study, trial: FrozenTrial, k: int) -> list[Architecture]:
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
-        it would choose them; none already evaluated or running (while the space has room)."""
+        it would choose them; none already evaluated or running (while the space has room).
+        With known constraints and ``k`` > 1, each mutation is repaired towards feasibility
+        but not screened (:meth:`screened_mutation`): the caller chooses among the
+        candidates itself (:meth:`feasible_candidates`), so ``k`` screens would multiply the
+        work of a proposal by ``screen_size`` for nothing."""
         check_range("k", k, 1)
         with self._proposing:
             hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
                                 finished=self._finished)
             rng = self._rng(trial)
             out: list[Architecture] = []
-            for _ in range(k):
-                arch = self._next(study, trial, hist, rng)
-                if arch.key in hist.seen:  # the strategy repeated itself: any unseen one
-                    arch = self.fresh_random(hist, rng)
-                if arch.key in hist.seen:  # the space is exhausted
-                    break
-                hist.seen.add(arch.key)
-                out.append(arch)
+            self._screen_each = k == 1 or not self.constraints_known()
+            try:
+                for _ in range(k):
+                    arch = self._next(study, trial, hist, rng)
+                    if arch.key in hist.seen:  # the strategy repeated itself: any unseen one
+                        arch = self.fresh_random(hist, rng)
+                    if arch.key in hist.seen:  # the space is exhausted
+                        break
+                    hist.seen.add(arch.key)
+                    out.append(arch)
+            finally:
+                self._screen_each = True
             return out
 
     def _rng(self, trial: FrozenTrial) -> random.Random:
@@ -581,14 +591,20 @@ class ArchSampler(Strategy):
         Michalewicz, "Evolutionary computation at the edge of feasibility", PPSN 1996)."""
         if len(hist) < 3:
             return False
+        # Asked once per screened child: computed once per history length.
+        key = (id(hist.values), len(hist))
+        if self._boundary_memo is not None and self._boundary_memo[0] == key:
+            return self._boundary_memo[1]
         rows, diffs = self._constraint_rows(hist)
         margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
         fit = fitness([hist.values[i] for i in rows], study.directions)
-        if np.ptp(margin) == 0 or np.ptp(fit) == 0:
-            return False
-        from scipy.stats import spearmanr  # scipy.stats costs a worker's start-up a second
+        active = False
+        if np.ptp(margin) > 0 and np.ptp(fit) > 0:
+            from scipy.stats import spearmanr  # scipy.stats costs a worker's start-up a second
 
-        return bool(spearmanr(fit, margin)[0] > 0)
+            active = bool(spearmanr(fit, margin)[0] > 0)
+        self._boundary_memo = (key, active)
+        return active
 
     def prefer_feasible(self, study: optuna.Study, hist: History,
                         candidates: list[Architecture]) -> Architecture:
@@ -611,7 +627,7 @@ class ArchSampler(Strategy):
         """A fresh mutation of ``parent`` (:meth:`fresh_mutation`); with a constraint model,
         ``screen_size`` distinct ones and the one :meth:`prefer_feasible` picks."""
         child = self.fresh_mutation(parent, hist, rng, avoid)
-        if not self.screens(hist) or self.screen_size == 1:
+        if not self._screen_each or not self.screens(hist) or self.screen_size == 1:
             return child
         children = {child.key: child}
         for _ in range(self.screen_size - 1):
