@@ -355,6 +355,58 @@ def test_the_quota_storage_forwards_every_storage_method(tmp_path):
     assert study.best_trial.value == 0.9 and seen, "get_best_trial did not reach RDBStorage"
 
 
+def test_the_quota_reads_other_workers_trials_incrementally_and_exactly(tmp_path):
+    """Two workers' quota storages on one sqlite file: at every proposal, the count of the
+    study's trials and the duplicate check agree with a full read of the storage while the
+    other worker creates, finishes, fails and queues trials; after the first proposal they
+    read only the trials created since and those unfinished then, never every trial."""
+    from frugalnas.core.keys import ARCHITECTURE_ATTR
+    from frugalnas.core.worker import COUNTED_STATES, QuotaStorage, make_storage
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    quotas = [QuotaStorage(make_storage(url), url, n_trials=10_000, repeats=True)
+              for _ in range(2)]
+    studies = [optuna.create_study(storage=quotas[0], study_name="q", direction="maximize")]
+    studies.append(optuna.load_study(study_name="q", storage=quotas[1]))
+    reference = make_storage(url)
+    study_id = reference.get_study_id_from_name("q")
+    full_reads = []
+
+    def recording(real):  # a read of every trial (optuna's ask reads the WAITING ones only)
+        def get_all_trials(study_id, deepcopy=True, states=None):
+            if states is None or set(states) != {TrialState.WAITING}:
+                full_reads.append(study_id)
+            return real(study_id, deepcopy=deepcopy, states=states)
+        return get_all_trials
+
+    for q in quotas:
+        q.inner.get_all_trials = recording(q.inner.get_all_trials)
+    running: list[tuple[int, optuna.Trial]] = []
+    for step in range(30):
+        w = step % 2
+        trial = studies[w].ask()
+        trial.set_user_attr(ARCHITECTURE_ATTR, f"cell-{step % 9}")
+        running.append((w, trial))
+        if step % 3 == 0:   # the other worker finishes its oldest trial, or fails it
+            w_done, done = running.pop(0)
+            state = TrialState.FAIL if step % 6 == 0 else TrialState.COMPLETE
+            studies[w_done].tell(done, None if state == TrialState.FAIL else 0.5, state=state)
+        if step % 10 == 5:
+            studies[1 - w].enqueue_trial({})                        # a WAITING trial
+        everything = reference.get_all_trials(study_id, deepcopy=False)
+        for q in quotas:
+            ledger = {t.number: t.state for t in q._read_trials(study_id)}
+            assert ledger == {t.number: t.state for t in everything}, step
+            assert sum(s in COUNTED_STATES for s in ledger.values()) == sum(
+                t.state in COUNTED_STATES for t in everything)
+            for text in (f"cell-{step % 9}", "cell-never"):
+                taken = q._taken_by(-1, study_id, text)
+                expected = [t.number for t in everything if t.state in COUNTED_STATES
+                            and t.user_attrs.get(ARCHITECTURE_ATTR) == text]
+                assert (taken.number if taken else None) == (expected[0] if expected else None)
+    assert len(full_reads) <= 2, "the quota read every trial again after its first read"
+
+
 def test_workers_show_no_optuna_experimental_warnings(tmp_path):
     import warnings
 
