@@ -381,3 +381,20 @@ def test_trials_of_a_constrained_study_are_tagged_feasible(stores):
     parent = _parent(client, runs)
     html = _artifact_text(client, parent.info.run_id, "leaderboard.html")
     assert "<th>feasible</th>" in html
+
+
+def test_run_ids_written_to_a_sql_store_are_time_ordered_uuids():
+    """Ids of runs inserted in batches are version 7 UUIDs: unique, and later ones sort
+    after earlier ones (MLflow's tables key rows by run id, and ids that grow keep a batch's
+    inserts together)."""
+    import time
+    import uuid
+
+    from frugalnas.tracking.mlflow.reconcile import time_ordered_id
+
+    first = [time_ordered_id() for _ in range(1000)]
+    time.sleep(0.002)
+    later = time_ordered_id()
+    assert len(set(first)) == 1000
+    assert all(len(i) == 32 and uuid.UUID(i).version == 7 for i in first + [later])
+    assert later > max(first)

@@ -39,7 +39,9 @@ def test_a_few_hundred_trials_are_each_written_once_with_one_search_in_all(tmp_p
     # the reconciliation at the end (which then needs no search either)
     assert state["counters"] == {"searches": 1, "created": 300, "completed": 0,
                                  "create_batches": state["counters"]["create_batches"]}
-    assert 3 <= state["counters"]["create_batches"] < 300
+    # As many batches as the writer found trials queued: one per trial when it keeps up
+    # (a backlog is written in batches of 100: the next test).
+    assert 1 <= state["counters"]["create_batches"] <= 300
     assert state["reconciled"] == {"created": 0, "repaired": 0, "removed": 0}
     client, trial_runs, parents = mlflow_runs(uri, "many")
     assert sorted(int(r.data.tags["frugalnas.trial_number"]) for r in trial_runs) == \
