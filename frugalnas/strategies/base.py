@@ -285,7 +285,7 @@ class ArchSampler(Strategy):
         self._onehot_rows: dict[str, np.ndarray] = {}
         self._cmodel: tuple[tuple[int, ...], ConstraintModel] | None = None
         self._scale_memo: tuple[tuple[int, int, int], np.ndarray] | None = None
-        self._boundary_memo: tuple[tuple[int, int], bool] | None = None
+        self._boundary_memo: tuple[tuple[Any, ...], bool] | None = None
         self._screen_each = True  # False while naming several candidates with known constraints
         self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
         self._known_margins: dict[str, tuple[float, ...] | None] = {}
@@ -592,7 +592,7 @@ class ArchSampler(Strategy):
         if len(hist) < 3:
             return False
         # Asked once per screened child: computed once per history length.
-        key = (id(hist.values), len(hist))
+        key = (id(hist.values), len(hist), tuple(study.directions))
         if self._boundary_memo is not None and self._boundary_memo[0] == key:
             return self._boundary_memo[1]
         rows, diffs = self._constraint_rows(hist)
