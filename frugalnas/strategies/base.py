@@ -323,9 +323,10 @@ class ArchSampler(Strategy):
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order
         it would choose them; none already evaluated or running (while the space has room).
         With known constraints and ``k`` > 1, each mutation is repaired towards feasibility
-        but not screened (:meth:`screened_mutation`): the caller chooses among the
-        candidates itself (:meth:`feasible_candidates`), so ``k`` screens would multiply the
-        work of a proposal by ``screen_size`` for nothing."""
+        but not screened (:meth:`screened_mutation`), and each initial draw is one feasible
+        draw (:meth:`initial`): the caller chooses among the candidates itself
+        (:meth:`feasible_candidates`), so ``k`` screens would multiply the work of a proposal
+        by ``screen_size`` for nothing."""
         check_range("k", k, 1)
         with self._proposing:
             hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
@@ -392,8 +393,8 @@ class ArchSampler(Strategy):
                 if arch.key not in hist.seen and self.known_feasible(arch) is not False:
                     return arch
         arch = self.fresh_random(hist, rng)
-        if (study is None or not self.constraints_known() or self.screen_size == 1
-                or not self.boundary_is_active(study, hist)):
+        if (study is None or not self._screen_each or not self.constraints_known()
+                or self.screen_size == 1 or not self.boundary_is_active(study, hist)):
             return arch
         draws = {arch.key: arch}
         for _ in range(INITIAL_SCREEN - 1):

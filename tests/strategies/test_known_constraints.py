@@ -223,4 +223,26 @@ def test_local_search_starts_wider_when_the_constraints_are_known():
                                    estimator="nb201-table", dataset=None, constraints=PIXEL3,
                                    **OFF)
     given.optimize(1)
-    assert (known.strategy.n_init, blind.strategy.n_init, given.strategy.n_init) == (20, 5, 3)
+    assert (known.strategy.n_init, blind.strategy.n_init, given.strategy.n_init) == (40, 5, 3)
+
+
+def test_regularized_evolution_grows_its_population_when_the_constraints_are_known():
+    """40 and 10 with known constraints, 20 and 5 otherwise; options given are kept, and a
+    sample larger than the default population is refused before the first trial."""
+    known = table_study("regularized-evolution", PIXEL3)
+    known.optimize(1)
+    blind = table_study("regularized-evolution", PIXEL3,
+                        estimator_options={"known_hardware": False})
+    blind.optimize(1)
+    given = frugalnas.create_study(strategy="regularized-evolution",
+                                   strategy_options={"population_size": 30, "sample_size": 3},
+                                   estimator="nb201-table", dataset=None, constraints=PIXEL3,
+                                   **OFF)
+    given.optimize(1)
+    sizes = [(s.strategy._population, s.strategy._sample, s.strategy.n_init)
+             for s in (known, blind, given)]
+    assert sizes == [(40, 10, 40), (20, 5, 20), (30, 3, 30)]
+    with pytest.raises(frugalnas.ConfigError, match="sample_size"):
+        frugalnas.create_study(strategy="regularized-evolution",
+                               strategy_options={"sample_size": 25}, estimator="nb201-table",
+                               dataset=None, **OFF)
