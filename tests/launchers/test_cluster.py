@@ -140,7 +140,10 @@ def _assert_only_the_killed_trial_repeats(storage, name, uri, log, killed_trial,
 
 @pytest.mark.slow
 def test_cluster_runs_the_exact_quota_when_a_worker_is_killed_mid_trial(cluster, tmp_path):
-    storage, uri = f"sqlite:///{tmp_path / 's.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    from frugalnas.testing import fresh_mlflow_uri
+
+    # The store's tables exist before three workers open it at once.
+    storage, uri = f"sqlite:///{tmp_path / 's.db'}", fresh_mlflow_uri(tmp_path / "mlflow.db")
     run, out, err, killed_trial, victim = _run_killing_a_worker(cluster, tmp_path, storage,
                                                                 "c", uri)
     assert run.returncode == 0, err
