@@ -4,7 +4,10 @@ Any optuna sampler already drives a frugalnas space (``space.suggest`` asks the 
 decision); registering them by name lets run files and the command line choose them and lets
 the study hand them its constraints (:func:`frugalnas.multiobjective.sampler_constraint_options`:
 with optuna >= 5 they read the constraint values the study records with
-``trial.set_constraint``; with optuna 4 they get ``constraints_func``). Their options are the
+``trial.set_constraint``; with optuna 4 they get ``constraints_func``). In a study with
+constraints, ``tpe``, ``nsga2`` and ``nsga3`` are wrapped in
+:class:`~frugalnas.strategies.feasible_draws.FeasibleDraws`, which, when the estimator knows the
+constrained metrics before evaluating, rejects their draws that are known to violate them. Their options are the
 sampler classes' keyword arguments (``seed`` comes from the study)."""
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import optuna
 
 from frugalnas.core.errors import ConfigError
 from frugalnas.multiobjective.constraints import sampler_constraint_options
+from frugalnas.strategies.feasible_draws import FeasibleDraws
 
 #: Name -> (sampler class, summary).
 OPTUNA_SAMPLERS: dict[str, tuple[str, str]] = {
@@ -28,6 +32,10 @@ OPTUNA_SAMPLERS: dict[str, tuple[str, str]] = {
     "gp": ("GPSampler", "optuna's Gaussian-process Bayesian optimisation (constrained "
            "expected improvement)."),
 }
+#: The samplers whose draws are cheap enough to reject (:class:`FeasibleDraws`): with known
+#: constraints they propose only architectures that meet them. A GP draw optimises an
+#: acquisition function, too costly to repeat a hundred times a trial.
+FEASIBLE_DRAWS = ("tpe", "nsga2", "nsga3")
 #: Parameters of the sampler classes the study sets itself.
 _SUPPLIED = ("self", "seed", "constraints_func")
 
@@ -49,7 +57,10 @@ def optuna_strategy(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
                 raise ConfigError(f"unknown option {key!r} for strategy {name!r}; valid "
                                   f"options: {', '.join(sorted(params))}")
         with _quiet_experimental():
-            return cls(seed=seed, **sampler_constraint_options(constraints), **options)
+            sampler = cls(seed=seed, **sampler_constraint_options(constraints), **options)
+        if name in FEASIBLE_DRAWS and constraints and space is not None:
+            return FeasibleDraws(sampler, space)
+        return sampler
 
     sig = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
            for n, d in (("space", None), ("seed", 0), ("constraints", None))]

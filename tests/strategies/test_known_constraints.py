@@ -12,8 +12,10 @@ import pytest
 
 import frugalnas
 from frugalnas.core.strategy import known_constraint_margins, services_of
+from frugalnas.multiobjective.constraints import sampler_constraint_options
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import NB201TableEstimator, nb201_data
+from frugalnas.strategies.feasible_draws import FeasibleDraws, least_violating
 from frugalnas.testing import ConformanceError, check_estimator
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}
@@ -118,12 +120,47 @@ def test_proposals_and_the_prescreen_view_are_feasible():
     ostudy.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
-def test_optuna_tpe_keeps_its_own_constraint_handling():
-    study = table_study("tpe", PIXEL3, seed=1)
+@pytest.mark.parametrize("strategy", ["tpe", "nsga2"])
+@pytest.mark.parametrize("constraints", [PIXEL3, TWO], ids=["pixel3", "two"])
+def test_optuna_samplers_draw_only_known_feasible_cells(strategy, constraints):
+    study = table_study(strategy, constraints, seed=1)
+    assert isinstance(study.strategy, FeasibleDraws)
+    study.optimize(30)
+    assert all(t.user_attrs["feasible"] for t in study.trials)
+    ok = feasible_cells(constraints)
+    assert all(ok[study.space.index(t.architecture)] for t in study.trials)
+    # the sampler drew infeasible cells too, and none of them became a trial
+    assert study.strategy.rejected > 0
+    assert study.strategy.draws == 30 + study.strategy.rejected
+
+
+def test_least_violating_counts_violations_before_their_size():
+    a, b, c = (NB201Space().sample(random.Random(s)) for s in range(3))
+    # b violates one constraint by a lot, a and c both by a little; c least in all
+    assert least_violating([(a, (1.0, 0.5)), (b, (0.0, 90.0)), (c, (0.5, 0.5))]) is b
+    assert least_violating([(a, (1.0, 0.5)), (c, (0.5, 0.5))]) is c
+
+
+def test_optuna_tpe_keeps_its_own_constraint_handling_when_nothing_is_known():
+    study = frugalnas.create_study(strategy="tpe", estimator="latency-blind", dataset=None,
+                                   seed=1, constraints=PIXEL3, plugins=[ThirdParty()], **OFF)
     study.optimize(30)
     assert study.best_trial.user_attrs["feasible"]
-    # TPE reads the recorded constraints, not the known ones: it still tries infeasible cells
+    # TPE reads the recorded constraints: it tries infeasible cells
     assert not all(t.user_attrs["feasible"] for t in study.trials)
+    assert study.strategy.draws == 0
+    # ... exactly as optuna's own sampler does with the same constraints
+    bare = frugalnas.create_study(
+        strategy=optuna.samplers.TPESampler(seed=1, **sampler_constraint_options(PIXEL3)),
+        estimator="latency-blind", dataset=None, seed=1, constraints=PIXEL3,
+        plugins=[ThirdParty()], **OFF)
+    bare.optimize(30)
+    assert [str(t.architecture) for t in study.trials] == [str(t.architecture) for t in bare.trials]
+
+
+def test_optuna_samplers_are_unwrapped_without_constraints():
+    study = frugalnas.create_study(strategy="tpe", estimator="nb201-table", dataset=None, **OFF)
+    assert isinstance(study.strategy, optuna.samplers.TPESampler)
 
 
 class LatencyBlind(frugalnas.Estimator):
