@@ -16,7 +16,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import optuna
@@ -263,15 +263,20 @@ class ArchSampler(Strategy):
     #: Options of the base class a subclass sets itself: its ``__init__`` does not name them
     #: and the registry refuses them as user options, saying so.
     fixed_options: tuple[str, ...] = ()
+    #: ``n_init`` when it is not given: by default, and when the study's estimator knows the
+    #: constrained metrics before evaluating (resolved in :meth:`bind`).
+    default_n_init: ClassVar[int] = 10
+    known_constraints_n_init: ClassVar[int] = 10
 
-    def __init__(self, space: SearchSpace, seed: int = 0, n_init: int = 10,
+    def __init__(self, space: SearchSpace, seed: int = 0, n_init: int | None = None,
                  warm_start_proxy: str | None = None, warm_start_pool: int = 100,
                  warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
                  screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
         if space is None:
             raise ConfigError(f"strategy {type(self).__name__} needs a search space (space=...)")
-        check_range("n_init", n_init, 1)
+        if n_init is not None:
+            check_range("n_init", n_init, 1)
         check_range("warm_start_pool", warm_start_pool, 1)
         check_range("feasibility_threshold", feasibility_threshold, 0.0, 1.0)
         check_range("screen_size", screen_size, 1)
@@ -290,7 +295,9 @@ class ArchSampler(Strategy):
         self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
         self._known_margins: dict[str, tuple[float, ...] | None] = {}
         self._knows: bool | None = None
-        self.space, self.seed, self.n_init = space, int(seed), int(n_init)
+        self.space, self.seed = space, int(seed)
+        self._n_init_given = n_init is not None
+        self.n_init = int(n_init) if n_init is not None else self.default_initial_design(False)
         self.warm_start_proxy = warm_start_proxy
         self.warm_start_pool = int(warm_start_pool)
         self.warm_start_options = dict(warm_start_options or {})
@@ -318,6 +325,13 @@ class ArchSampler(Strategy):
         constraint values the study's estimator knows before evaluating, if any."""
         self.report = services.log_metrics
         self._known, self._known_margins, self._knows = services.known_constraints, {}, None
+        if not self._n_init_given:
+            self.n_init = self.default_initial_design(self.constraints_known())
+
+    def default_initial_design(self, constraints_known: bool) -> int:
+        """``n_init`` when it is not given (:attr:`default_n_init`, or
+        :attr:`known_constraints_n_init` when the constraints are known before evaluating)."""
+        return self.known_constraints_n_init if constraints_known else self.default_n_init
 
     def propose(self, study: optuna.Study, trial: FrozenTrial, k: int) -> list[Architecture]:
         """``k`` distinct candidates this strategy would evaluate at ``trial``, in the order

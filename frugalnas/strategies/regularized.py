@@ -43,15 +43,13 @@ class RegularizedEvolutionSampler(ArchSampler):
         if sample_size is not None:
             check_range("sample_size", sample_size, 1,
                         DEFAULT_POPULATION if population_size is None else population_size)
-        super().__init__(space, seed,
-                         n_init if n_init is not None else population_size or DEFAULT_POPULATION,
+        self.population_size, self.sample_size = population_size, sample_size
+        super().__init__(space, seed, n_init,
                          warm_start_proxy=warm_start_proxy,
                          warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
                          constraint_model=constraint_model,
                          feasibility_threshold=feasibility_threshold, screen_size=screen_size,
                          violation_penalty=violation_penalty, host=host)
-        self.population_size, self.sample_size = population_size, sample_size
-        self._n_init_given = n_init is not None
         self._population, self._sample = population_size or DEFAULT_POPULATION, \
             sample_size or DEFAULT_SAMPLE
 
@@ -61,8 +59,11 @@ class RegularizedEvolutionSampler(ArchSampler):
         self._population = self.population_size or (
             KNOWN_CONSTRAINTS_POPULATION if known else DEFAULT_POPULATION)
         self._sample = self.sample_size or (KNOWN_CONSTRAINTS_SAMPLE if known else DEFAULT_SAMPLE)
-        if not self._n_init_given:
-            self.n_init = self._population
+
+    def default_initial_design(self, constraints_known: bool) -> int:
+        """The population size (``population_size``, or its default)."""
+        return self.population_size or (KNOWN_CONSTRAINTS_POPULATION if constraints_known
+                                        else DEFAULT_POPULATION)
 
     def population(self, study: optuna.Study, hist: History) -> tuple[list[Architecture], list[float]]:
         """The last ``population_size`` completed trials and their fitness; with known
