@@ -18,6 +18,9 @@ from frugalnas.core.errors import ArchitectureParseError
 
 Value = str | int | float | bool
 
+# json.dumps builds an encoder per call when given separators; the key is hashed from this text.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
 class Architecture:
     """An immutable genotype of search space ``space``."""
 
@@ -61,7 +64,10 @@ class Architecture:
         return dict(self._decisions)
 
     def __getitem__(self, key: str) -> Value:
-        return dict(self._decisions)[key]
+        for name, value in self._decisions:
+            if name == key:
+                return value
+        raise KeyError(key)
 
     def replace(self, **changes: Value) -> "Architecture":
         d = self.decisions
@@ -138,7 +144,7 @@ class Architecture:
         return {"space": self.space, "decisions": dict(self._decisions)}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=False, separators=(",", ":"))
+        return _COMPACT_JSON.encode(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Architecture":

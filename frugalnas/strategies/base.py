@@ -383,6 +383,8 @@ class ArchSampler(Strategy):
             hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
                                 finished=self._finished)
             arch = self._next(study, trial, hist, self._rng(trial))
+            # The trial records this text; reading it back needs no parse (nor a new key).
+            self._parsed.setdefault(str(arch), arch)
         return {k: v for k, v in arch.decisions.items() if k in search_space}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,

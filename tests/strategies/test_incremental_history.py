@@ -130,3 +130,19 @@ def test_a_history_shares_its_lists_with_the_record_of_the_study():
     two = read_history(study, SPACE, exclude=-1, finished=finished)
     assert two.archs is one.archs and len(two) == 8 and two.log == [t.number for t in
                                                                     study.trials]
+
+
+@pytest.mark.parametrize("strategy", ["random", "regularized-evolution"])
+def test_a_sampler_reads_its_own_proposals_back_without_keeping_them(strategy):
+    study = frugalnas.create_study(strategy=strategy, estimator="nb201-table", dataset=None,
+                                   seed=3, disable_plugins=["mlflow", "progress"])
+    study.optimize(30)
+    sampler = study.strategy
+    # Every finished trial's text was taken back out of the proposals the sampler kept.
+    trial = study.optuna_study.ask()
+    hist = read_history(study.optuna_study, study.space, exclude=trial.number,
+                        parsed=sampler._parsed, finished=sampler._finished)
+    assert sampler._parsed == {}
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 30
+    assert [str(a) for a in hist.archs] == [str(t.architecture) for t in done]

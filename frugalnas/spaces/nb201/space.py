@@ -25,6 +25,7 @@ from frugalnas.core.space import SearchSpace
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 EDGES = ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2))
 DECISIONS = tuple(f"edge_{j}_{i}" for j, i in EDGES)
+_OP_INDEX = {op: i for i, op in enumerate(OPS)}
 
 
 class NB201Cell(Architecture, space="nb201"):
@@ -231,8 +232,13 @@ class NB201Space(SearchSpace):
     def index(self, arch: Architecture) -> int:
         """The cell's position in :meth:`enumerate` (its op indices as a base-5 number)."""
         idx = 0
+        decisions = arch.decisions
         for key in DECISIONS:
-            idx = idx * len(OPS) + OPS.index(arch[key])
+            op = decisions[key]
+            if op not in _OP_INDEX:
+                raise ArchitectureParseError(f"invalid value {op!r} for decision {key!r} of "
+                                             f"space 'nb201'; valid: {', '.join(OPS)}")
+            idx = idx * len(OPS) + _OP_INDEX[op]
         return idx
 
     def from_index(self, index: int) -> NB201Cell:

@@ -44,6 +44,14 @@ ACCURACY_METRICS = ("valid_accuracy_cifar10",
 LATENCY_METRICS = tuple(f"latency_ms_{d}" for d in LATENCY_DEVICES)
 
 
+_TEST_NAMES = tuple(f"test_accuracy_{name}" for name in TABLE_DATASETS)
+
+
+@lru_cache(maxsize=4)
+def _latency_names(devices: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"latency_ms_{d}" for d in devices)
+
+
 @dataclass(frozen=True, eq=False)
 class NB201Data:
     """The whole table; every array's first axis is :meth:`NB201Space.index`."""
@@ -66,9 +74,8 @@ class NB201Data:
         out = {"valid_accuracy_cifar10": float(self.valid_accuracy_cifar10[index])}
         # One conversion per row (tolist), not one per value: the table estimator's trial
         # costs about as much as optuna's own bookkeeping.
-        out.update(zip([f"test_accuracy_{name}" for name in TABLE_DATASETS],
-                       self.test_accuracy[index].tolist()))
-        out.update(zip([f"latency_ms_{d}" for d in self.latency_devices],
+        out.update(zip(_TEST_NAMES, self.test_accuracy[index].tolist()))
+        out.update(zip(_latency_names(tuple(self.latency_devices)),
                        self.latency_ms[index].tolist()))
         return out
 
