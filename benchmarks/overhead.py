@@ -18,7 +18,16 @@ study in that process), so that one variant's background work
 (MLflow's writer thread, garbage left behind) does not load another; ``--variants B,D``
 runs only some of them.
 
+``--without PIECE`` is a diagnostic of where B's extra time goes: B runs with one piece of
+frugalnas's per-trial work removed (``records``: the metrics and cost user attributes;
+``report``: the trial report and the finished hook; ``crash-check``; ``timeout``: the timeout
+guard; ``relative-check``: optuna's check of each relative parameter's distribution against the
+one the trial asks for, which a sampler that proposes whole architectures pays and optuna's
+independent random sampler does not). The study's results are then incomplete: never use it
+for anything but this measurement.
+
     python benchmarks/overhead.py [--trials 200] [--repeats 5] [--isolate] [--variants ABCD]
+    python benchmarks/overhead.py --trials 2000 --repeats 3 --isolate --variants B --without records
 """
 
 from __future__ import annotations
@@ -83,6 +92,35 @@ def run_optuna(n: int, uri: str | None, seed: int) -> tuple[float, float]:
     return (time.perf_counter() - start) / n, (time.process_time() - cpu) / n
 
 
+WITHOUT = ("records", "report", "crash-check", "timeout", "relative-check")
+
+
+def remove_piece(piece: str) -> None:
+    """Take one piece of per-trial work out of this process (``--without``)."""
+    import contextlib
+
+    from optuna.trial import _trial
+
+    from frugalnas.core import runner
+
+    if piece == "records":
+        runner.TrialRunner.record = lambda self, trial, result: None
+    elif piece == "report":
+        runner.TrialRunner.finished = lambda self, *args, **kwargs: None
+    elif piece == "crash-check":
+        runner.TrialRunner.refuse_crashed = lambda self, arch: None
+    elif piece == "timeout":
+        runner.trial_timeout = lambda seconds: contextlib.nullcontext()
+    elif piece == "relative-check":
+        def is_relative(trial, name, distribution):
+            if name not in trial.relative_params:
+                return False
+            value = distribution.to_internal_repr(trial.relative_params[name])
+            return distribution._contains(value)
+
+        _trial.Trial._is_relative_param = is_relative
+
+
 def run_variant(variant: str, n: int, tmp: Path, r: int) -> tuple[float, float]:
     """One variant's (wall, CPU) seconds per trial in round ``r``, in this process."""
     uri = fresh_mlflow_uri(tmp / f"{variant.lower()}{r}.db") if variant in "AC" else None
@@ -90,10 +128,12 @@ def run_variant(variant: str, n: int, tmp: Path, r: int) -> tuple[float, float]:
     return run(n, uri, r)
 
 
-def run_isolated(variant: str, n: int, tmp: Path, r: int) -> tuple[float, float]:
+def run_isolated(variant: str, n: int, tmp: Path, r: int,
+                 without: str | None = None) -> tuple[float, float]:
     """:func:`run_variant` in a fresh process of its own."""
     out = subprocess.run([sys.executable, __file__, "--one", variant, "--trials", str(n),
-                          "--round", str(r), "--tmp", str(tmp)],
+                          "--round", str(r), "--tmp", str(tmp)]
+                         + (["--without", without] if without and variant in "AB" else []),
                          capture_output=True, text=True, check=True)
     wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
     return wall, cpu
@@ -106,12 +146,19 @@ def main() -> None:
     parser.add_argument("--isolate", action="store_true",
                         help="run each variant of each round in a fresh process of its own")
     parser.add_argument("--variants", default="ABCD", help="which of A, B, C, D to run")
+    parser.add_argument("--without", choices=WITHOUT,
+                        help="diagnostic: run A and B without this piece of per-trial work "
+                             "(needs --isolate)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child of --isolate: one variant
     parser.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     variants = [v for v in "ABCD" if v in args.variants.upper()]
+    if args.without and not (args.isolate or args.one):
+        parser.error("--without needs --isolate (it changes the process it runs in)")
     if args.one:
+        if args.without:
+            remove_piece(args.without)
         nb201_table()
         if args.one in "BD":  # first-use costs (imports, caches) before the timed study
             run_variant(args.one, 20, Path(args.tmp), 1000 + args.round)
@@ -121,9 +168,9 @@ def main() -> None:
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     nb201_table()
     warmup: dict[str, tuple[float, float]] = {}
-    run = run_isolated if args.isolate else run_variant
     for r in range(args.repeats + 1):
-        row = {v: run(v, args.trials, tmp, r) for v in variants}
+        row = {v: run_isolated(v, args.trials, tmp, r, args.without) if args.isolate
+               else run_variant(v, args.trials, tmp, r) for v in variants}
         if r == 0:
             warmup = row
             continue
@@ -136,9 +183,10 @@ def main() -> None:
     print(f"{args.trials} trials x {args.repeats} rounds after a warm-up round, medians per "
           "trial: wall-clock ms, and CPU ms of the process (all its threads; robust to other "
           "jobs on the machine)" + ("; each variant in a process of its own" if args.isolate
-                                   else ""))
+                                   else "")
+          + (f"; A and B WITHOUT {args.without} (a diagnostic)" if args.without else ""))
     for k in variants:
-        print(f"  {k}. {labels[k]:<36} {wall[k] * 1000:8.2f} ms wall, {cpu[k] * 1000:8.2f} ms CPU  "
+        print(f"  {k}. {labels[k]:<36} {wall[k] * 1000:8.3f} ms wall, {cpu[k] * 1000:8.3f} ms CPU  "
               f"(wall runs: {', '.join(f'{v[0] * 1000:.2f}' for v in results[k])}; "
               f"warm-up {warmup[k][0] * 1000:.2f})")
     for name, a, b, what in (("A/C", "A", "C", "frugalnas+MLflow vs optuna+MLflowCallback"),
