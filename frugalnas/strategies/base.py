@@ -247,6 +247,9 @@ _S = TypeVar("_S", bound="ArchSampler")
 #: Random feasible draws among which the initial design takes the one nearest the boundary
 #: (known constraints, active boundary).
 INITIAL_SCREEN = 10
+#: Proposals kept for trials not yet finished; beyond it the oldest go (trials asked and never
+#: told, whose ``after_trial`` never comes).
+MAX_OPEN_PROPOSALS = 1024
 
 
 class ArchSampler(Strategy):
@@ -304,6 +307,7 @@ class ArchSampler(Strategy):
         self.host = host
         self._parsed: dict[str, Architecture | None] = {}
         self._finished: dict[str, FinishedPrefix] = {}
+        self._proposals: dict[tuple[str, int], Architecture] = {}
         # A history's lists grow in place: one proposal at a time reads them (n_jobs > 1).
         self._proposing = threading.RLock()
         self.report: Callable[[dict[str, float], int], None] | None = None
@@ -371,25 +375,60 @@ class ArchSampler(Strategy):
         return self.choose(study, trial, hist, rng)
 
     # -- optuna's sampler API ------------------------------------------------------------
+    # The strategy chooses a whole architecture at a trial's first suggest and hands it out
+    # decision by decision through sample_independent. Through sample_relative, optuna would
+    # compare each decision's distribution with the relative search space's, element by
+    # element: about a tenth of a table study's time per trial.
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return {k: d for k, d in self.space.distributions().items() if not d.single()}
+        return {}
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """The trial's architecture's decisions that are in ``search_space`` (a wrapping
+        sampler may ask for them at once; optuna itself asks decision by decision)."""
         if not search_space:
             return {}
+        arch = self.proposal(study, trial)
+        return {k: v for k, v in arch.decisions.items() if k in search_space}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        arch = self.proposal(study, trial)
+        try:
+            value = arch[param_name]
+        except KeyError:  # a decision the strategy's architecture does not have
+            value = None
+        else:
+            if param_distribution._contains(param_distribution.to_internal_repr(value)):
+                return value
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def proposal(self, study: optuna.Study, trial: FrozenTrial) -> Architecture:
+        """The architecture this strategy chooses for ``trial``: chosen at the first call for
+        it, the same one until optuna reports the trial finished (:meth:`after_trial`)."""
+        key = (study.study_name, trial.number)
+        arch = self._proposals.get(key)  # asked once per decision: no lock to read
+        if arch is not None:
+            return arch
         with self._proposing:
+            arch = self._proposals.get(key)
+            if arch is not None:
+                return arch
             hist = read_history(study, self.space, exclude=trial.number, parsed=self._parsed,
                                 finished=self._finished)
             arch = self._next(study, trial, hist, self._rng(trial))
             # The trial records this text; reading it back needs no parse (nor a new key).
             self._parsed.setdefault(str(arch), arch)
-        return {k: v for k, v in arch.decisions.items() if k in search_space}
+            self._proposals[key] = arch
+            while len(self._proposals) > MAX_OPEN_PROPOSALS:  # trials asked and never told
+                del self._proposals[next(iter(self._proposals))]
+            return arch
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        with self._proposing:
+            self._proposals.pop((study.study_name, trial.number), None)
 
     # -- strategy ------------------------------------------------------------------------
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,

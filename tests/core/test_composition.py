@@ -137,8 +137,7 @@ def test_a_prescreen_over_regularized_evolution_ranks_k_distinct_proposals():
     seen = {t.architecture.key for t in study.completed_trials()}
     assert len(proposals) == 5 and len(keys) == 5 and not keys & seen
     # ...and they are the strategy's own choices: the first is what the trial would get.
-    params = inner.sample_relative(study.optuna_study, trial,
-                                   inner.infer_relative_search_space(study.optuna_study, trial))
+    params = inner.sample_relative(study.optuna_study, trial, dict(space.distributions()))
     assert space.from_params(params).key == proposals[0].key
     # In a study, the pre-screen scores all k and records how many it saw.
     pre = frugalnas.create_study(
