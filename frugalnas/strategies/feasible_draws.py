@@ -46,7 +46,7 @@ class FeasibleDraws(Strategy):
         self.max_draws = int(max_draws)
         self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
         self._active: bool | None = None
-        #: Draws made and draws rejected over the study (reported to the study's plugins).
+        #: Draws made and draws rejected so far, for a user or a test to inspect.
         self.draws = 0
         self.rejected = 0
 
