@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import random
 import warnings
 
@@ -156,9 +157,13 @@ def test_real_model_gets_a_mix_where_swap_and_recompute_costs_differ():
     model = nn.Sequential(nn.Conv2d(16, 16, 1), Cheap(), Heavy(), Cheap(), nn.Flatten(),
                           nn.Linear(16 * 64, 10))
     x, y = batch(8, (16, 8, 8))
-    bw = 3e8   # host link (bytes/s): the heavy block recomputes dearer than it swaps, the cheap one the reverse
-    _, probe = out_of_core(model, x, y, host_bandwidth=bw)
+    _, probe = out_of_core(model, x, y, profile_repeats=3)
     prof = probe.last_plan.profile      # bytes are exact; times are measured again below
+    # The host link (bytes/s) between the two blocks' break-even points, so that the heavy
+    # block recomputes dearer than it swaps and the cheap one the reverse on a machine of
+    # any speed: the heavy one's round trip costs 2 * saved / bw against its forward time.
+    cheap0, heavy0 = prof.blocks[1], prof.blocks[2]
+    bw = math.sqrt((2 * heavy0.saved / heavy0.fwd) * (2 * cheap0.saved / cheap0.fwd))
     # room for one block's working set plus the inputs: the middle blocks cannot stay
     # resident while the last one runs its backward
     budget = prof.fixed + max(b.saved + b.input for b in prof.blocks) + sum(b.input for b in prof.blocks)
