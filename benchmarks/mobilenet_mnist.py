@@ -99,15 +99,24 @@ def search(space_options: dict[str, Any], seed: int, trials: int, supernet: dict
     return study
 
 
+def search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The searched space's options: the baseline's width, and ``--search-resolution``
+    (the input resized inside the network) when given."""
+    return {"width_mult": args.width,
+            **({"resolution": args.search_resolution} if args.search_resolution else {})}
+
+
 def one_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    space_options = {"width_mult": args.width}
+    space_options = search_options(args)
     space = MobileNetSpace(**space_options)
+    base_space = MobileNetSpace(width_mult=args.width)
     data = mnist5k(seed=seed)
     start = time.perf_counter()
-    baseline = trained(space, space.mobilenet_v2(), data, args.epochs, seed)
+    baseline = trained(base_space, base_space.mobilenet_v2(), data, args.epochs, seed)
     print(f"seed {seed}: baseline {baseline['test']:.2f} % test, {baseline['latency_ms']:.3f} ms",
           flush=True)
-    out: dict[str, Any] = {"seed": seed, "baseline": baseline, "targets": {}}
+    out: dict[str, Any] = {"seed": seed, "baseline": baseline, "targets": {},
+                           "space_options": space_options}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         supernet = {"epochs": args.supernet_epochs, "batch_size": 64, "bn_batches": 4,
@@ -150,7 +159,8 @@ def remeasure(result: dict[str, Any], width: float, rounds: int, epochs: int) ->
     on a shared machine are not comparable, these are. A finalist left untrained because
     one measurement put it over its budget is trained first. Each target's best is then
     chosen again among the finalists within its budget by these latencies."""
-    space = MobileNetSpace(width_mult=width)
+    base_space = MobileNetSpace(width_mult=width)
+    space = MobileNetSpace(**result.get("space_options", {"width_mult": width}))
     data = None
     for target in result["targets"].values():
         done = {r["architecture"] for r in target["trained"]}
@@ -162,8 +172,9 @@ def remeasure(result: dict[str, Any], width: float, rounds: int, epochs: int) ->
     entries = [result["baseline"]] + [r for t in result["targets"].values() for r in t["trained"]]
     setup = LatencySetup(runtime="onnxruntime", batch_size=1, threads=1, warmup=20,
                          repeats=100, rounds=rounds)
-    found = measure_many([(space.build(space.parse(e["architecture"]), 10, SHAPE), SHAPE)
-                          for e in entries], setup)
+    spaces = [base_space] + [space] * (len(entries) - 1)
+    found = measure_many([(s.build(s.parse(e["architecture"]), 10, SHAPE), SHAPE)
+                          for s, e in zip(spaces, entries)], setup)
     for entry, m in zip(entries, found):
         entry["latency_interleaved_ms"] = m.median_ms
     base = result["baseline"]["latency_interleaved_ms"]
@@ -220,6 +231,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--width", type=float, default=0.35)
+    parser.add_argument("--search-resolution", type=int, default=None,
+                        help="the searched networks resize their input to this side first "
+                             "(the baseline sees the 28x28 images)")
     parser.add_argument("--epochs", type=int, default=15, help="the training recipe's epochs")
     parser.add_argument("--supernet-epochs", type=int, default=16)
     parser.add_argument("--trials", type=int, default=100)

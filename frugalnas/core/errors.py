@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 
@@ -28,6 +29,9 @@ class UnknownComponentError(ConfigError, KeyError):
             message += f" ({_blocked(self.blocked_registering)}, which registers it)"
         elif self.blocked_unknown:
             message += f" ({_blocked(self.blocked_unknown)} and may register it)"
+        close = difflib.get_close_matches(str(name), self.valid, n=1)
+        if close and not self.blocked_registering:
+            message += f"; did you mean {close[0]!r}?"
         super().__init__(message)
 
     def __str__(self) -> str:  # KeyError would quote the message

@@ -21,6 +21,17 @@ def test_unknown_component_names(kwargs, fragments):
         assert f in str(info.value)
 
 
+def test_a_misspelt_component_name_gets_the_nearest_registered_one():
+    with pytest.raises(UnknownComponentError,
+                       match="'regularised-evolution'.*; did you mean 'regularized-evolution'") \
+            as info:
+        frugalnas.create_study(disable_plugins=["mlflow"], strategy="regularised-evolution")
+    assert "local-search" in str(info.value)   # the full list is still there
+    with pytest.raises(UnknownComponentError) as info:
+        frugalnas.create_study(disable_plugins=["mlflow"], strategy="xyzzy")
+    assert "did you mean" not in str(info.value)   # nothing close: no guess
+
+
 def test_wrong_config_key_in_create_study():
     with pytest.raises(ConfigError, match="unknown key 'estimator_option'.*did you mean 'estimator_options'"):
         frugalnas.create_study(disable_plugins=["mlflow"], estimator_option={"epochs": 1})
