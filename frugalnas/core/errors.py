@@ -6,6 +6,13 @@ import difflib
 from collections.abc import Iterable
 
 
+def nearest_hint(name: object, valid: Iterable[str]) -> str:
+    """``"; did you mean 'X'?"`` for the valid name nearest a misspelt ``name``, or ``""``
+    when none is close."""
+    close = difflib.get_close_matches(str(name), list(valid), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 class FrugalnasError(Exception):
     """Base class of every error frugalnas raises on purpose."""
 
@@ -29,9 +36,8 @@ class UnknownComponentError(ConfigError, KeyError):
             message += f" ({_blocked(self.blocked_registering)}, which registers it)"
         elif self.blocked_unknown:
             message += f" ({_blocked(self.blocked_unknown)} and may register it)"
-        close = difflib.get_close_matches(str(name), self.valid, n=1)
-        if close and not self.blocked_registering:
-            message += f"; did you mean {close[0]!r}?"
+        if not self.blocked_registering:
+            message += nearest_hint(name, self.valid)
         super().__init__(message)
 
     def __str__(self) -> str:  # KeyError would quote the message
@@ -132,7 +138,9 @@ def check_choice(what: str, value: object, valid: Iterable[object]) -> None:
     """Raise ConfigError unless ``value`` is one of ``valid``."""
     valid = list(valid)
     if value not in valid:
-        raise ConfigError(f"invalid {what} {value!r}; valid: {', '.join(map(repr, valid))}")
+        hint = nearest_hint(value, [str(v) for v in valid if isinstance(v, str)]) \
+            if isinstance(value, str) else ""
+        raise ConfigError(f"invalid {what} {value!r}; valid: {', '.join(map(repr, valid))}{hint}")
 
 
 def check_range(what: str, value: float, low: float | None = None, high: float | None = None) -> None:

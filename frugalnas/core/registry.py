@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from frugalnas.core.errors import ConfigError, PluginError, UnknownComponentError
+from frugalnas.core.errors import ConfigError, PluginError, UnknownComponentError, nearest_hint
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ class Component:
             if key not in valid or key == "host":
                 raise ConfigError(
                     f"unknown option {key!r} for {self.kind} {self.name!r}; "
-                    f"valid options: {', '.join(sorted(valid)) or '(none)'}")
+                    f"valid options: {', '.join(sorted(valid)) or '(none)'}"
+                    f"{nearest_hint(key, valid)}")
 
     def options(self) -> dict[str, Any]:
         """Keyword options the factory accepts, with their defaults (``inspect.Parameter.empty``

@@ -22,7 +22,7 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.dotted import dotted_module_refused, dotted_name
 from frugalnas.core.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, PluginNotAllowedError, TrialFailure,
-                                   UnknownComponentError, check_choice, one_line)
+                                   UnknownComponentError, check_choice, nearest_hint, one_line)
 from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.core.keys import CONFIG_ATTR, INTERMEDIATE_ATTR
 from frugalnas.core.kinds import GROUPS
@@ -431,12 +431,13 @@ def check_config(host: PluginHost, config: StudyConfig,
     for name in config.objectives:
         if name not in declared:
             raise ConfigError(f"objective {name!r} is not a metric of estimator "
-                              f"{config.estimator!r}; it produces: {', '.join(declared)}")
+                              f"{config.estimator!r}; it produces: {', '.join(declared)}"
+                              f"{nearest_hint(name, declared)}")
     for name in config.constraints:
         if name not in declared:
             raise ConfigError(f"constraint {name!r} is not a metric of estimator "
                               f"{config.estimator!r}; valid constraint names: "
-                              f"{', '.join(declared)}")
+                              f"{', '.join(declared)}{nearest_hint(name, declared)}")
     if config.pruner is not None:
         comp = host.registry("pruners").get(config.pruner)
         _check_component(comp, "pruners", config.pruner_options, supplied=("directions",))

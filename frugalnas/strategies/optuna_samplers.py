@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.core.errors import ConfigError, nearest_hint
 from frugalnas.multiobjective.constraints import sampler_constraint_options
 from frugalnas.strategies.feasible_draws import FeasibleDraws
 
@@ -55,7 +55,8 @@ def optuna_strategy(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
         for key in options:
             if key not in params:
                 raise ConfigError(f"unknown option {key!r} for strategy {name!r}; valid "
-                                  f"options: {', '.join(sorted(params))}")
+                                  f"options: {', '.join(sorted(params))}"
+                                  f"{nearest_hint(key, params)}")
         with _quiet_experimental():
             sampler = cls(seed=seed, **sampler_constraint_options(constraints), **options)
         if name in FEASIBLE_DRAWS and constraints and space is not None:

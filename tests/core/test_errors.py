@@ -32,6 +32,25 @@ def test_a_misspelt_component_name_gets_the_nearest_registered_one():
     assert "did you mean" not in str(info.value)   # nothing close: no guess
 
 
+def test_misspelt_options_objectives_and_choices_get_the_nearest_valid_name():
+    cases = [
+        (dict(strategy="regularized-evolution", strategy_options={"populaton_size": 10}),
+         "unknown option 'populaton_size'.*; did you mean 'population_size'"),
+        (dict(strategy="tpe", strategy_options={"n_startup_trial": 5}),
+         "unknown option 'n_startup_trial'.*; did you mean 'n_startup_trials'"),
+        (dict(estimator="nb201-table", constraints={"latency_ms_pixel": 10.0}),
+         "constraint 'latency_ms_pixel'.*; did you mean 'latency_ms_pixel3'"),
+        (dict(estimator="nb201-table", objectives=["value", "latency_ms_raspi"],
+              directions=["maximize", "minimize"]),
+         "objective 'latency_ms_raspi'.*; did you mean 'latency_ms_raspi4'"),
+        (dict(estimator="nb201-table", estimator_options={"select_on": "vaild"}),
+         "invalid nb201-table select_on 'vaild'.*; did you mean 'valid'"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            frugalnas.create_study(disable_plugins=["mlflow"], **kwargs)
+
+
 def test_wrong_config_key_in_create_study():
     with pytest.raises(ConfigError, match="unknown key 'estimator_option'.*did you mean 'estimator_options'"):
         frugalnas.create_study(disable_plugins=["mlflow"], estimator_option={"epochs": 1})
