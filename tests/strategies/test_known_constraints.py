@@ -15,7 +15,7 @@ from frugalnas.core.strategy import known_constraint_margins, services_of
 from frugalnas.multiobjective.constraints import sampler_constraint_options
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import NB201TableEstimator, nb201_data
-from frugalnas.strategies.feasible_draws import FeasibleDraws, least_violating
+from frugalnas.strategies.feasible_draws import FeasibleDraws, least_violating, nearest_boundary
 from frugalnas.testing import ConformanceError, check_estimator
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}
@@ -129,9 +129,44 @@ def test_optuna_samplers_draw_only_known_feasible_cells(strategy, constraints):
     assert all(t.user_attrs["feasible"] for t in study.trials)
     ok = feasible_cells(constraints)
     assert all(ok[study.space.index(t.architecture)] for t in study.trials)
-    # the sampler drew infeasible cells too, and none of them became a trial
-    assert study.strategy.rejected > 0
-    assert study.strategy.draws == 30 + study.strategy.rejected
+    # the sampler drew infeasible cells too, and none of them became a trial; once the
+    # trials got better towards the boundary, feasible draws were passed over for nearer ones
+    assert study.strategy.rejected > 0 and study.strategy.passed_over > 0
+    assert study.strategy.draws == 30 + study.strategy.rejected + study.strategy.passed_over
+
+
+def test_feasible_draws_take_the_draw_nearest_the_boundary_only_when_it_pays():
+    study = table_study("tpe", PIXEL3, seed=3)
+    study.optimize(12)
+    ostudy, sampler = study.optuna_study, study.strategy
+    latency = nb201_data().latency("pixel3")
+    # NB201's accuracy grows with latency: the boundary is active after a few trials
+    assert sampler.boundary_is_active(ostudy)
+    recent = [latency[study.space.index(t.architecture)] for t in study.trials[-6:]]
+    assert np.mean(recent) > np.mean(latency[feasible_cells(PIXEL3)])
+    # reversed objective: trials get worse towards the boundary, nothing is passed over
+    worse = table_study("tpe", PIXEL3, seed=3, direction="minimize")
+    worse.optimize(12)
+    assert not worse.strategy.boundary_is_active(worse.optuna_study)
+    before = worse.strategy.passed_over
+    worse.optimize(5)
+    assert worse.strategy.passed_over == before
+    # several objectives: the first feasible draw, as without the screen
+    two = table_study("nsga2", PIXEL3, seed=3, objectives=["value", "params"],
+                      directions=["maximize", "minimize"])
+    two.optimize(12)
+    assert two.strategy.passed_over == 0 and two.strategy.rejected > 0
+    # screen=1 takes the first feasible draw whatever the history
+    first = FeasibleDraws(optuna.samplers.TPESampler(seed=0), study.space, screen=1)
+    assert "screen=1" in repr(first)
+
+
+def test_nearest_boundary_scales_each_constraint_by_its_own_margins():
+    a, b, c = (NB201Space().sample(random.Random(s)) for s in range(3))
+    # each margin in units of its constraint's largest (50 and 1): the tightest scaled
+    # margins are a -0.1, b -0.002, c -0.9; b's is nearest 0
+    assert nearest_boundary([(a, (-5.0, -1.0)), (b, (-0.1, -0.2)), (c, (-50.0, -0.9))]) is b
+    assert nearest_boundary([(a, (-5.0,)), (c, (-50.0,))]) is a
 
 
 def test_least_violating_counts_violations_before_their_size():
