@@ -7,8 +7,11 @@ with optuna >= 5 they read the constraint values the study records with
 ``trial.set_constraint``; with optuna 4 they get ``constraints_func``). In a study with
 constraints, ``tpe``, ``nsga2`` and ``nsga3`` are wrapped in
 :class:`~frugalnas.strategies.feasible_draws.FeasibleDraws`, which, when the estimator knows the
-constrained metrics before evaluating, rejects their draws that are known to violate them. Their options are the
-sampler classes' keyword arguments (``seed`` comes from the study)."""
+constrained metrics before evaluating, rejects their draws that are known to violate them and,
+with one objective, takes the nearest-boundary of a few feasible draws. Their options are the
+sampler classes' keyword arguments (``seed`` comes from the study), and for those three
+``feasible_max_draws`` (100) and ``feasible_screen`` (5), :class:`FeasibleDraws`'s
+``max_draws`` and ``screen``."""
 
 from __future__ import annotations
 
@@ -18,9 +21,9 @@ from typing import Any
 
 import optuna
 
-from frugalnas.core.errors import ConfigError, nearest_hint
+from frugalnas.core.errors import ConfigError, check_range, nearest_hint
 from frugalnas.multiobjective.constraints import sampler_constraint_options
-from frugalnas.strategies.feasible_draws import FeasibleDraws
+from frugalnas.strategies.feasible_draws import DEFAULT_MAX_DRAWS, DEFAULT_SCREEN, FeasibleDraws
 
 #: Name -> (sampler class, summary).
 OPTUNA_SAMPLERS: dict[str, tuple[str, str]] = {
@@ -38,6 +41,8 @@ OPTUNA_SAMPLERS: dict[str, tuple[str, str]] = {
 FEASIBLE_DRAWS = ("tpe", "nsga2", "nsga3")
 #: Parameters of the sampler classes the study sets itself.
 _SUPPLIED = ("self", "seed", "constraints_func")
+#: Options of the samplers in :data:`FEASIBLE_DRAWS` that go to :class:`FeasibleDraws`.
+_FEASIBLE_OPTIONS = {"feasible_max_draws": DEFAULT_MAX_DRAWS, "feasible_screen": DEFAULT_SCREEN}
 
 
 def optuna_strategy(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
@@ -48,25 +53,32 @@ def optuna_strategy(name: str) -> Callable[..., optuna.samplers.BaseSampler]:
     params = {p.name: p for p in inspect.signature(cls.__init__).parameters.values()
               if p.name not in _SUPPLIED and p.kind in (p.POSITIONAL_OR_KEYWORD,
                                                         p.KEYWORD_ONLY)}
+    own = dict(_FEASIBLE_OPTIONS) if name in FEASIBLE_DRAWS else {}
+    valid = sorted([*params, *own])
 
     def factory(space: Any = None, seed: int = 0,
                 constraints: Mapping[str, float] | None = None,
                 **options: Any) -> optuna.samplers.BaseSampler:
         for key in options:
-            if key not in params:
+            if key not in params and key not in own:
                 raise ConfigError(f"unknown option {key!r} for strategy {name!r}; valid "
-                                  f"options: {', '.join(sorted(params))}"
-                                  f"{nearest_hint(key, params)}")
+                                  f"options: {', '.join(valid)}{nearest_hint(key, valid)}")
+        draws = {key: options.pop(key, default) for key, default in own.items()}
+        for key, value in draws.items():
+            check_range(key, value, 1)
         with _quiet_experimental():
             sampler = cls(seed=seed, **sampler_constraint_options(constraints), **options)
         if name in FEASIBLE_DRAWS and constraints and space is not None:
-            return FeasibleDraws(sampler, space)
+            return FeasibleDraws(sampler, space, max_draws=int(draws["feasible_max_draws"]),
+                                 screen=int(draws["feasible_screen"]))
         return sampler
 
     sig = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
            for n, d in (("space", None), ("seed", 0), ("constraints", None))]
     sig += [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=inspect.Parameter.empty)
             for p in params.values()]
+    sig += [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
+            for n, d in own.items()]
     factory.__signature__ = inspect.Signature(sig)  # type: ignore[attr-defined]
     factory.__doc__ = summary
     factory.__name__ = factory.__qualname__ = f"{cls_name}_factory"

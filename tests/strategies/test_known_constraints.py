@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 import frugalnas
+from frugalnas import ConfigError
 from frugalnas.core.strategy import known_constraint_margins, services_of
 from frugalnas.multiobjective.constraints import sampler_constraint_options
 from frugalnas.spaces.nb201.space import NB201Space
@@ -159,6 +160,22 @@ def test_feasible_draws_take_the_draw_nearest_the_boundary_only_when_it_pays():
     # screen=1 takes the first feasible draw whatever the history
     first = FeasibleDraws(optuna.samplers.TPESampler(seed=0), study.space, screen=1)
     assert "screen=1" in repr(first)
+
+
+def test_feasible_draws_options_reach_the_wrapper_and_are_checked_up_front():
+    study = frugalnas.create_study(strategy="tpe", estimator="nb201-table", dataset=None, seed=3,
+                                   constraints=PIXEL3, **OFF,
+                                   strategy_options={"feasible_screen": 1,
+                                                     "feasible_max_draws": 7})
+    assert (study.strategy.screen, study.strategy.max_draws) == (1, 7)
+    study.optimize(12)
+    assert study.strategy.passed_over == 0   # screen=1: the first feasible draw, always
+    with pytest.raises(ConfigError, match="invalid feasible_screen 0"):
+        frugalnas.create_study(strategy="tpe", strategy_options={"feasible_screen": 0}, **OFF)
+    with pytest.raises(ConfigError, match="did you mean 'feasible_screen'"):
+        frugalnas.create_study(strategy="nsga2", strategy_options={"feasible_scren": 2}, **OFF)
+    with pytest.raises(ConfigError, match="unknown option 'feasible_screen' for strategy 'gp'"):
+        frugalnas.create_study(strategy="gp", strategy_options={"feasible_screen": 2}, **OFF)
 
 
 def test_nearest_boundary_scales_each_constraint_by_its_own_margins():
