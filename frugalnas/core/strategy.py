@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.errors import ConfigError
 
@@ -99,6 +100,28 @@ class Strategy(optuna.samplers.BaseSampler):
                             candidates: Sequence[Architecture]) -> list[int] | None:
         """Indices of the ``candidates`` predicted feasible; ``None``: no prediction."""
         return None
+
+
+class WrappingStrategy(Strategy):
+    """Base of a strategy that chooses each trial's decisions itself, through
+    ``sample_relative``, around the sampler it wraps (``inner``, set by the subclass): every
+    other call of optuna's sampler API goes to ``inner``, so its state follows the study."""
+
+    inner: optuna.samplers.BaseSampler
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.inner.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.inner.reseed_rng()
 
 
 @runtime_checkable

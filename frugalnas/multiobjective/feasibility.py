@@ -72,3 +72,17 @@ class ConstraintModel:
 
         mean, std = self.predict(X)
         return ndtr(-mean / std).prod(1)
+
+
+def improves_towards_boundary(fit: np.ndarray, diffs: np.ndarray) -> bool:
+    """Whether evaluated architectures get better towards the constraint boundary: a positive
+    rank correlation between their fitness ``fit`` (higher is better) and their tightest
+    margin, each margin (rows of ``value - bound``, one column per constraint) in units of its
+    constraint's spread. Then the constrained optimum is likely on the boundary (Schoenauer &
+    Michalewicz, "Evolutionary computation at the edge of feasibility", PPSN 1996)."""
+    margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
+    if np.ptp(margin) == 0 or np.ptp(fit) == 0:
+        return False
+    from scipy.stats import spearmanr  # scipy.stats costs a worker's start-up a second
+
+    return bool(spearmanr(fit, margin)[0] > 0)

@@ -33,7 +33,7 @@ from frugalnas.core.space import SearchSpace
 from frugalnas.core.trial_architecture import architecture_from
 from frugalnas.core.trial_constraints import constraint_values, violation
 from frugalnas.core.work_progress import work_progress
-from frugalnas.multiobjective.feasibility import ConstraintModel
+from frugalnas.multiobjective.feasibility import ConstraintModel, improves_towards_boundary
 from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
 from frugalnas.surrogates.encodings import OneHotEncoding
 
@@ -652,13 +652,8 @@ class ArchSampler(Strategy):
         if self._boundary_memo is not None and self._boundary_memo[0] == key:
             return self._boundary_memo[1]
         rows, diffs = self._constraint_rows(hist)
-        margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
         fit = fitness([hist.values[i] for i in rows], study.directions)
-        active = False
-        if np.ptp(margin) > 0 and np.ptp(fit) > 0:
-            from scipy.stats import spearmanr  # scipy.stats costs a worker's start-up a second
-
-            active = bool(spearmanr(fit, margin)[0] > 0)
+        active = improves_towards_boundary(fit, diffs)
         self._boundary_memo = (key, active)
         return active
 

@@ -35,7 +35,8 @@ from optuna.trial import FrozenTrial, TrialState
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import check_range
 from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import Strategy, StrategyServices
+from frugalnas.core.strategy import StrategyServices, WrappingStrategy
+from frugalnas.multiobjective.feasibility import improves_towards_boundary
 
 #: Draws of the wrapped sampler per trial before settling for the least violating one.
 DEFAULT_MAX_DRAWS = 100
@@ -45,7 +46,7 @@ DEFAULT_MAX_DRAWS = 100
 DEFAULT_SCREEN = 5
 
 
-class FeasibleDraws(Strategy):
+class FeasibleDraws(WrappingStrategy):
     """``inner`` (an optuna sampler) restricted to the architectures of ``space`` known to
     meet the study's constraints: up to ``max_draws`` draws a trial, the one nearest the
     boundary of the first ``screen`` feasible ones (see the module docstring; ``screen=1``:
@@ -136,15 +137,9 @@ class FeasibleDraws(Strategy):
             values.append(t.value)
         if len(rows) < 3:
             return False
-        from scipy.stats import spearmanr  # scipy.stats costs start-up: only when asked
-
-        diffs = np.asarray(rows, dtype=float)
-        margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
         sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
-        fit = sign * np.asarray(values, dtype=float)
-        if np.ptp(margin) == 0 or np.ptp(fit) == 0:
-            return False
-        return bool(spearmanr(fit, margin)[0] > 0)
+        return improves_towards_boundary(sign * np.asarray(values, dtype=float),
+                                         np.asarray(rows, dtype=float))
 
     def _draw(self, study: optuna.Study, trial: FrozenTrial,
               search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
@@ -156,20 +151,6 @@ class FeasibleDraws(Strategy):
             if name not in params:
                 params[name] = self.inner.sample_independent(study, trial, name, dist)
         return params
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self.inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.inner.reseed_rng()
 
 
 def nearest_boundary(met: Sequence[tuple[Architecture, Sequence[float]]]) -> Architecture:

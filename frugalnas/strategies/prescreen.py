@@ -35,8 +35,8 @@ from frugalnas.core.data import Dataset
 from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.keys import PRESCREEN_ATTR
 from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import (Proposer, Strategy, StrategyServices, feasible_candidates,
-                                     propose)
+from frugalnas.core.strategy import (Proposer, StrategyServices, WrappingStrategy,
+                                     feasible_candidates, propose)
 from frugalnas.proxies.base import Proxy, ProxyBatch
 from frugalnas.proxies.ensemble import proxy_list, rank_average
 from frugalnas.proxies.runner import ProxyRunner
@@ -78,7 +78,7 @@ class _DatasetContext:
         return self._data
 
 
-class PrescreenSampler(Strategy):
+class PrescreenSampler(WrappingStrategy):
     """Draws ``k`` distinct candidates from ``inner`` and keeps the one a zero-cost proxy
     ranks best (``proxy``: a proxy name, a list of them ranked together, or a member preset
     of :data:`~frugalnas.proxies.ensemble.MEMBER_PRESETS` such as ``"selected"``). The proxy's
@@ -155,20 +155,6 @@ class PrescreenSampler(Strategy):
         record["prescreen_scored"] = len(eligible)
         optuna_compat.set_trial_system_attr(study, trial, PRESCREEN_ATTR, record)
         return {k: v for k, v in self.space.to_params(candidates[best]).items() if k in search_space}
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self.inner.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.inner.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: Any,
-                    values: Sequence[float] | None) -> None:
-        self.inner.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.inner.reseed_rng()
 
     def close(self) -> None:
         """Stop the worker processes (a later trial starts new ones)."""
