@@ -5,7 +5,9 @@ For each constraint set of ``benchmarks/hw_nb201.py`` (validation accuracy, the 
 protocol) it prints the number of feasible cells, the feasible local optima (no feasible
 one-edit neighbour is better) and how many of them lie within ``--within`` of the feasible
 optimum, and the share of steepest-ascent climbs from ``--starts`` random feasible cells that
-end within it. With ``--strategy NAME`` it also runs that strategy's constrained studies
+end within it; then the same for the bridged neighbourhood of the strategies'
+``bridge_infeasible`` (the feasible one-edit neighbours and the feasible cells two edits away
+through an infeasible one). With ``--strategy NAME`` it also runs that strategy's constrained studies
 (``--seeds`` from ``--first-seed``, 100 queries each) and says, for the runs whose choice is
 further than ``--within`` from the optimum, how many ended at a local optimum whose feasible
 neighbours they had all evaluated, and at which query, on average, they found it.
@@ -34,11 +36,21 @@ def neighbour_table() -> np.ndarray:
     return np.asarray(rows, dtype=np.int64)
 
 
+def bridged_table(nbrs: np.ndarray, feasible: np.ndarray) -> np.ndarray:
+    """Row i: cell i's one-edit neighbours, then the cells two edits away through an
+    infeasible neighbour (-1 where a step through a feasible neighbour, or back to i, is
+    left out); the feasibility of the cells themselves is left to the caller."""
+    two = nbrs[nbrs]  # (cells, 24, 24): neighbours of each neighbour
+    keep = ~feasible[nbrs][:, :, None] & (two != np.arange(len(nbrs))[:, None, None])
+    return np.concatenate([nbrs, np.where(keep, two, -1).reshape(len(nbrs), -1)], axis=1)
+
+
 def climb(start: int, score: np.ndarray, nbrs: np.ndarray, feasible: np.ndarray) -> int:
     """Steepest ascent over feasible neighbours from ``start``; the cell it ends at."""
     cell = start
     while True:
-        around = nbrs[cell][feasible[nbrs[cell]]]
+        row = nbrs[cell][nbrs[cell] >= 0]
+        around = row[feasible[row]]
         if not len(around):
             return cell
         best = around[np.argmax(score[around])]
@@ -47,22 +59,32 @@ def climb(start: int, score: np.ndarray, nbrs: np.ndarray, feasible: np.ndarray)
         cell = int(best)
 
 
-def landscape(name: str, score: np.ndarray, nbrs: np.ndarray, args: argparse.Namespace
-              ) -> tuple[np.ndarray, np.ndarray, float]:
-    feasible = feasible_cells(CONSTRAINT_SETS[name])
-    fscore = np.where(feasible, score, -np.inf)
-    optimum = fscore.max()
-    best_around = np.max(np.where(feasible[nbrs], score[nbrs], -np.inf), axis=1)
+def optima(label: str, score: np.ndarray, nbrs: np.ndarray, feasible: np.ndarray,
+           args: argparse.Namespace) -> np.ndarray:
+    """Print the feasible local optima of the neighbourhood ``nbrs`` (-1: no neighbour) and
+    where climbs end; the local optima."""
+    optimum = np.where(feasible, score, -np.inf).max()
+    valid = nbrs >= 0
+    cells = np.where(valid, nbrs, 0)
+    best_around = np.max(np.where(valid & feasible[cells], score[cells], -np.inf), axis=1)
     local = feasible & (best_around <= score)
     good = local & (optimum - score <= args.within)
     rng = np.random.default_rng(0)
     starts = rng.choice(np.flatnonzero(feasible), args.starts)
     ends = np.array([climb(int(s), score, nbrs, feasible) for s in starts])
     share = float(np.mean(optimum - score[ends] <= args.within))
-    print(f"{name:14s} feasible {feasible.sum():5d}  local optima {local.sum():4d}  within "
+    print(f"{label:24s} feasible {feasible.sum():5d}  local optima {local.sum():4d}  within "
           f"{args.within:g}: {good.sum():3d}  climbs ending within {args.within:g}: "
           f"{100 * share:5.1f} %")
-    return feasible, local, optimum
+    return local
+
+
+def landscape(name: str, score: np.ndarray, nbrs: np.ndarray, args: argparse.Namespace
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+    feasible = feasible_cells(CONSTRAINT_SETS[name])
+    local = optima(name, score, nbrs, feasible, args)
+    optima(f"{name} bridged", score, bridged_table(nbrs, feasible), feasible, args)
+    return feasible, local, float(np.where(feasible, score, -np.inf).max())
 
 
 def job(task: tuple[str, str, int]) -> dict:

@@ -275,7 +275,8 @@ class ArchSampler(Strategy):
                  warm_start_proxy: str | None = None, warm_start_pool: int = 100,
                  warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+                 screen_size: int = 10, violation_penalty: float = 5.0,
+                 bridge_infeasible: bool = True, host: Any = None):
         if space is None:
             raise ConfigError(f"strategy {type(self).__name__} needs a search space (space=...)")
         if n_init is not None:
@@ -286,7 +287,9 @@ class ArchSampler(Strategy):
         check_range("violation_penalty", violation_penalty, 0.0)
         if not isinstance(constraint_model, bool):
             raise ConfigError(f"invalid constraint_model {constraint_model!r}; valid: True, False")
-        self.constraint_model = constraint_model
+        if not isinstance(bridge_infeasible, bool):
+            raise ConfigError(f"invalid bridge_infeasible {bridge_infeasible!r}; valid: True, False")
+        self.constraint_model, self.bridge_infeasible = constraint_model, bridge_infeasible
         self.feasibility_threshold, self.screen_size = float(feasibility_threshold), int(screen_size)
         self.violation_penalty = float(violation_penalty)
         self._onehot = OneHotEncoding(space)
@@ -494,7 +497,10 @@ class ArchSampler(Strategy):
         unseen neighbour, then a random unseen architecture. With known constraints (the
         study's estimator knows the constrained metrics, :meth:`known_feasible`) it repairs:
         it mutates until a child meets them (``tries`` mutations, then the unseen neighbours
-        that meet them); when none does, the unseen child that violates them least."""
+        that meet them); when none does, the unseen child that violates them least. With
+        ``bridge_infeasible``, a child known to violate them is mutated once more, and that
+        grandchild is taken when it meets them: the step crosses the infeasible band that
+        separates pockets of the feasible region."""
         blocked = hist.seen | set(avoid)
         infeasible: list[Architecture] = []
         for _ in range(tries):
@@ -503,6 +509,11 @@ class ArchSampler(Strategy):
                 if self.known_feasible(child) is not False:
                     return child
                 infeasible.append(child)
+            if self.bridge_infeasible and self.known_feasible(child) is False:
+                onward = self.space.mutate(child, rng)
+                if (onward.key not in blocked and onward.key != parent.key
+                        and self.known_feasible(onward)):
+                    return onward
         fresh = [n for n in self.space.neighbours(parent) if n.key not in blocked]
         if infeasible or (fresh and self.constraints_known()):
             ok = [n for n in fresh if self.known_feasible(n) is not False]

@@ -124,7 +124,8 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
                  n_init: int = 10, *, warm_start_proxy: str | None = None,
                  warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+                 screen_size: int = 10, violation_penalty: float = 5.0,
+                 bridge_infeasible: bool = True, host: Any = None):
         check_choice("parents", parents, PARENTS)
         check_range("population_size", population_size, 2)
         check_range("sample_size", sample_size, 1, population_size)
@@ -135,7 +136,8 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
                          warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
                          constraint_model=constraint_model,
                          feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty, host=host)
+                         violation_penalty=violation_penalty,
+                         bridge_infeasible=bridge_infeasible, host=host)
         self.parents, self.population_size = parents, int(population_size)
         self.sample_size, self.n_candidates = int(sample_size), int(n_candidates)
         self.n_samples = int(n_samples)

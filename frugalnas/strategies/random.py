@@ -17,7 +17,7 @@ class RandomArchSampler(ArchSampler):
     """Uniform random architectures, never one already evaluated or running (while the space
     has unseen ones); seeded per trial, so workers sharing a storage do not repeat each other."""
 
-    fixed_options = ("n_init",)
+    fixed_options = ("n_init", "bridge_infeasible")
 
     def __init__(self, space: SearchSpace, seed: int = 0, *, warm_start_proxy: str | None = None,
                  warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,

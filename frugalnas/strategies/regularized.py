@@ -37,7 +37,8 @@ class RegularizedEvolutionSampler(ArchSampler):
                  warm_start_proxy: str | None = None, warm_start_pool: int = 100,
                  warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+                 screen_size: int = 10, violation_penalty: float = 5.0,
+                 bridge_infeasible: bool = True, host: Any = None):
         if population_size is not None:
             check_range("population_size", population_size, 2)
         if sample_size is not None:
@@ -49,7 +50,8 @@ class RegularizedEvolutionSampler(ArchSampler):
                          warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
                          constraint_model=constraint_model,
                          feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty, host=host)
+                         violation_penalty=violation_penalty,
+                         bridge_infeasible=bridge_infeasible, host=host)
         self._population, self._sample = population_size or DEFAULT_POPULATION, \
             sample_size or DEFAULT_SAMPLE
 

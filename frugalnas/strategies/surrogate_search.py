@@ -178,14 +178,16 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
                  n_init: int | None = None, *, warm_start_proxy: str | None = None,
                  warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+                 screen_size: int = 10, violation_penalty: float = 5.0,
+                 bridge_infeasible: bool = True, host: Any = None):
         check_range("n_candidates", n_candidates, 1)
         super().__init__(space, seed, population_size, sample_size, n_init,
                          warm_start_proxy=warm_start_proxy,
                          warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
                          constraint_model=constraint_model,
                          feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty, host=host)
+                         violation_penalty=violation_penalty,
+                         bridge_infeasible=bridge_infeasible, host=host)
         self.n_candidates = int(n_candidates)
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "adjacency"), encoding_options,
@@ -222,7 +224,8 @@ class BananasSampler(SurrogateMixin, ArchSampler):
                  n_init: int | None = None, *, warm_start_proxy: str | None = None,
                  warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+                 screen_size: int = 10, violation_penalty: float = 5.0,
+                 bridge_infeasible: bool = True, host: Any = None):
         check_range("n_candidates", n_candidates, 1)
         check_range("top_k", top_k, 1)
         super().__init__(space, seed, n_init,
@@ -230,7 +233,8 @@ class BananasSampler(SurrogateMixin, ArchSampler):
                          warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
                          constraint_model=constraint_model,
                          feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty, host=host)
+                         violation_penalty=violation_penalty,
+                         bridge_infeasible=bridge_infeasible, host=host)
         self.n_candidates, self.top_k = int(n_candidates), int(top_k)
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "path"), encoding_options,

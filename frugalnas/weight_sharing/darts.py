@@ -191,7 +191,7 @@ class DartsSampler(ArchSampler):
 
     fixed_options = ("n_init", "warm_start_proxy", "warm_start_pool", "warm_start_options",
                      "constraint_model", "feasibility_threshold", "screen_size",
-                     "violation_penalty")
+                     "violation_penalty", "bridge_infeasible")
 
     def __init__(self, space: SearchSpace, seed: int = 0, epochs: int = 10, batch_size: int = 64,
                  lr: float = 0.025, alpha_lr: float = 3e-4, checkpoint: str | None = None,

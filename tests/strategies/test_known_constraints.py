@@ -312,7 +312,7 @@ def test_local_search_starts_wider_when_the_constraints_are_known():
                                    estimator="nb201-table", dataset=None, constraints=PIXEL3,
                                    **OFF)
     given.optimize(1)
-    assert (known.strategy.n_init, blind.strategy.n_init, given.strategy.n_init) == (40, 5, 3)
+    assert (known.strategy.n_init, blind.strategy.n_init, given.strategy.n_init) == (20, 5, 3)
 
 
 def test_evolution_grows_its_population_when_the_constraints_are_known():
@@ -348,3 +348,38 @@ def test_evolution_grows_its_population_when_the_constraints_are_known():
         frugalnas.create_study(strategy="regularized-evolution",
                                strategy_options={"sample_size": 25}, estimator="nb201-table",
                                dataset=None, **OFF)
+
+
+BRIDGE_OPTIONS = {"local-search": {"n_init": 1},
+                  "regularized-evolution": {"population_size": 10, "sample_size": 3}}
+
+
+@pytest.mark.parametrize("bridge", [True, False])
+@pytest.mark.parametrize("strategy", list(BRIDGE_OPTIONS))
+def test_search_steps_over_infeasible_cells_to_feasible_ones(strategy, bridge):
+    """With known constraints, local search's neighbourhood and evolution's mutations also
+    reach the feasible cells two edits away through an infeasible one (``bridge_infeasible``);
+    off, every proposal after the initial design is a one-edit neighbour of an evaluated
+    cell."""
+    space = NB201Space()
+    raspi4 = {"latency_ms_raspi4": 25.0}
+    study = frugalnas.create_study(strategy=strategy, estimator="nb201-table", dataset=None,
+                                   seed=2, constraints=raspi4, **OFF,
+                                   strategy_options={**BRIDGE_OPTIONS[strategy],
+                                                     "bridge_infeasible": bridge})
+    study.optimize(60)
+    feasible = feasible_cells(raspi4)
+    cells = [space.index(t.architecture) for t in study.trials]
+    assert all(feasible[c] for c in cells)
+    n_init = study.strategy.n_init
+    bridged = 0
+    for k, cell in enumerate(cells[n_init:], start=n_init):
+        earlier = set(cells[:k])
+        around = {space.index(n) for n in space.neighbours(space.from_index(cell))}
+        if around & earlier:
+            continue
+        bridged += 1
+        middles = [m for m in around if not feasible[m]
+                   and {space.index(n) for n in space.neighbours(space.from_index(m))} & earlier]
+        assert middles, f"proposal {k} is neither one nor two edits (via an infeasible cell) away"
+    assert (bridged > 0) == bridge
