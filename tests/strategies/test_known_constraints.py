@@ -318,8 +318,8 @@ def test_local_search_starts_wider_when_the_constraints_are_known():
 def test_evolution_grows_its_population_when_the_constraints_are_known():
     """Regularized evolution: 40 and 10 with known constraints, 20 and 5 otherwise; options
     given are kept, and a sample larger than the default population is refused before the
-    first trial. Surrogate-evolution: the same sizes, and an initial design of 40 or 10; BANANAS:
-    an initial design of 40 or 10."""
+    first trial. Surrogate-evolution: the same sizes, an initial design of 40 or 10, and 100 or
+    20 candidates a proposal; BANANAS: an initial design of 40 or 10."""
     known = table_study("regularized-evolution", PIXEL3)
     known.optimize(1)
     blind = table_study("regularized-evolution", PIXEL3,
@@ -339,6 +339,14 @@ def test_evolution_grows_its_population_when_the_constraints_are_known():
         study.optimize(1)
     assert [(s.strategy._population, s.strategy._sample, s.strategy.n_init)
             for s in surrogate] == [(40, 10, 40), (20, 5, 10)]
+    defaults = [frugalnas.create_study(strategy="surrogate-evolution", estimator="nb201-table",
+                                       dataset=None, constraints=PIXEL3, **OFF,
+                                       estimator_options=options,
+                                       strategy_options={"quality_every": 0})
+                for options in ({}, {"known_hardware": False})]
+    for study in defaults:
+        study.strategy.bind(services_of(study))
+    assert [s.strategy._candidates for s in defaults] == [100, 20]
     bananas = [table_study("bananas", PIXEL3, estimator_options=options)
                for options in ({}, {"known_hardware": False})]
     for study in bananas:
