@@ -243,6 +243,7 @@ def test_violation_penalty_keeps_near_feasible_parents_and_prefers_feasible_ties
     ({"screen_size": 0}, r"invalid screen_size 0; valid range: \[1, inf\]"),
     ({"violation_penalty": -1}, r"invalid violation_penalty -1; valid range: \[0.0, inf\]"),
     ({"constraint_model": "yes"}, r"invalid constraint_model 'yes'; valid: True, False"),
+    ({"bridge_infeasible": 1}, r"invalid bridge_infeasible 1; valid: True, False"),
 ])
 def test_bad_constraint_options_name_the_value(options, match):
     with pytest.raises(ConfigError, match=match):
