@@ -164,13 +164,13 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
     """Surrogate-assisted regularized evolution: a surrogate pre-screens the offspring.
 
     ``n_candidates`` mutated children (20, or 100 with known constraints) are scored by the
-    acquisition (EI, UCB, mean or Thompson sampling) and the best one is evaluated. ``encoding`` defaults to ``adjacency``
-    on a space that has it (NB201), else ``onehot``. The population and tournament sizes
+    acquisition (EI, UCB, mean or Thompson sampling) and the best one is evaluated.
+    ``encoding`` defaults to ``adjacency`` on a space that has it (NB201), else ``onehot``. The population and tournament sizes
     default as regularized evolution's (20 and 5; 40 and 10 with constraints known before
     evaluation), and ``n_init`` to 10, or 40 with known constraints (chosen on seeds 100-199
     of benchmarks/hw_nb201.py, apart from the reported seeds 0-9)."""
 
-    # 100 candidates with known constraints were chosen on seeds 100-199 of
+    # 100 candidates with known constraints were chosen on seeds 100-259 of
     # benchmarks/hw_nb201.py, apart from the reported seeds 0-9.
     default_candidates: ClassVar[int] = 20
     known_constraints_candidates: ClassVar[int] = 100
