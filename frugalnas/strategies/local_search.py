@@ -13,6 +13,7 @@ from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.space import SearchSpace
+from frugalnas.core.strategy import StrategyServices
 from frugalnas.strategies.base import ArchSampler, History
 
 
@@ -25,6 +26,10 @@ class _Frontier:
     heap: list[tuple[float, int, Architecture]] = field(default_factory=list)
     read: int = 0
     best: tuple[float, int, Architecture] | None = None
+
+
+#: Architectures whose bridges (:meth:`LocalSearchSampler._bridged`) are kept, oldest dropped first.
+BRIDGE_MEMO = 64
 
 
 class LocalSearchSampler(ArchSampler):
@@ -59,6 +64,11 @@ class LocalSearchSampler(ArchSampler):
                          violation_penalty=violation_penalty,
                          bridge_infeasible=bridge_infeasible, host=host)
         self._frontiers: dict[str, _Frontier] = {}
+        self._bridges: dict[str, list[Architecture]] = {}
+
+    def bind(self, services: StrategyServices) -> None:
+        super().bind(services)
+        self._bridges = {}  # feasibility may differ under the new study's constraints
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
@@ -85,15 +95,22 @@ class LocalSearchSampler(ArchSampler):
         """The unseen architectures known to be feasible two edits from ``arch`` through a
         neighbour known to be infeasible: the constraint cuts the one-edit graph into pockets,
         and these edges step over its walls."""
-        found: dict[str, Architecture] = {}
-        for middle in self.space.neighbours(arch):
-            if self.known_feasible(middle) is not False:
-                continue
-            for n in self.space.neighbours(middle):
-                if (n.key not in hist.seen and n.key != arch.key and n.key not in found
-                        and self.known_feasible(n)):
-                    found[n.key] = n
-        return list(found.values())
+        bridges = self._bridges.get(arch.key)
+        if bridges is None:
+            found: dict[str, Architecture] = {}
+            for middle in self.space.neighbours(arch):
+                if self.known_feasible(middle) is not False:
+                    continue
+                for n in self.space.neighbours(middle):
+                    if n.key != arch.key and n.key not in found and self.known_feasible(n):
+                        found[n.key] = n
+            bridges = list(found.values())
+            # The incumbent stays the same for many proposals: keep its bridges, and a few
+            # others', rather than walk two edits of a large space again each time.
+            if len(self._bridges) >= BRIDGE_MEMO:
+                del self._bridges[next(iter(self._bridges))]
+            self._bridges[arch.key] = bridges
+        return [n for n in bridges if n.key not in hist.seen]
 
     def _plain_order(self, study: optuna.Study, hist: History) -> bool:
         """Whether a trial's rank follows from its own value alone (one objective, nothing
