@@ -505,11 +505,12 @@ class ArchSampler(Strategy):
         infeasible: list[Architecture] = []
         for _ in range(tries):
             child = self.space.mutate(parent, rng)
+            feasible = self.known_feasible(child)
             if child.key not in blocked:
-                if self.known_feasible(child) is not False:
+                if feasible is not False:
                     return child
                 infeasible.append(child)
-            if self.bridge_infeasible and self.known_feasible(child) is False:
+            if self.bridge_infeasible and feasible is False:
                 onward = self.space.mutate(child, rng)
                 if (onward.key not in blocked and onward.key != parent.key
                         and self.known_feasible(onward)):
