@@ -60,9 +60,9 @@ def climb(start: int, score: np.ndarray, nbrs: np.ndarray, feasible: np.ndarray)
 
 
 def optima(label: str, score: np.ndarray, nbrs: np.ndarray, feasible: np.ndarray,
-           args: argparse.Namespace) -> np.ndarray:
+           args: argparse.Namespace) -> tuple[np.ndarray, float]:
     """Print the feasible local optima of the neighbourhood ``nbrs`` (-1: no neighbour) and
-    where climbs end; the local optima."""
+    where climbs end; the local optima and the feasible optimum's score."""
     optimum = np.where(feasible, score, -np.inf).max()
     valid = nbrs >= 0
     cells = np.where(valid, nbrs, 0)
@@ -76,15 +76,15 @@ def optima(label: str, score: np.ndarray, nbrs: np.ndarray, feasible: np.ndarray
     print(f"{label:24s} feasible {feasible.sum():5d}  local optima {local.sum():4d}  within "
           f"{args.within:g}: {good.sum():3d}  climbs ending within {args.within:g}: "
           f"{100 * share:5.1f} %")
-    return local
+    return local, float(optimum)
 
 
 def landscape(name: str, score: np.ndarray, nbrs: np.ndarray, args: argparse.Namespace
               ) -> tuple[np.ndarray, np.ndarray, float]:
     feasible = feasible_cells(CONSTRAINT_SETS[name])
-    local = optima(name, score, nbrs, feasible, args)
+    local, optimum = optima(name, score, nbrs, feasible, args)
     optima(f"{name} bridged", score, bridged_table(nbrs, feasible), feasible, args)
-    return feasible, local, float(np.where(feasible, score, -np.inf).max())
+    return feasible, local, optimum
 
 
 def job(task: tuple[str, str, int]) -> dict:
