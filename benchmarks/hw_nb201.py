@@ -17,7 +17,10 @@ real frugalnas study (``nb201-table`` estimator, in-memory storage):
   ``surrogate-evolution``, which rank trials by non-dominated rank and crowding distance
   (NSGA-II's order) when a study has several objectives, and ``mo-evolution`` (regularized
   evolution with an elitist archive); ``mo-evolution:screened`` screens 3 children by
-  expected hypervolume improvement with the benchmark's reference point.
+  expected hypervolume improvement with the benchmark's reference point, and
+  ``surrogate-evolution:ref`` screens its children by expected hypervolume improvement with
+  that reference point, the latency known before evaluation and accuracy from the surrogate
+  (``:ref-blind``: the latency withheld too, so the surrogate predicts both).
 * **constrained** -- one objective (validation accuracy; ``--select-on test``: test accuracy)
   with the constraint ``latency_ms_pixel3 <= 10``; ``constrained:<set>`` runs another
   constraint set of ``CONSTRAINT_SETS`` (``pixel3+params``: also ``params <= 500000``;
@@ -61,7 +64,8 @@ CONSTRAINT_SETS = {"pixel3": {METRIC: BOUND},
 REFERENCE = (80.0, 40.0)
 DIRECTIONS = ("maximize", "minimize")
 MO_STRATEGIES = ("nsga2", "nsga3", "tpe", "random", "regularized-evolution", "local-search",
-                 "surrogate-evolution", "mo-evolution", "mo-evolution:screened")
+                 "surrogate-evolution", "mo-evolution", "mo-evolution:screened",
+                 "surrogate-evolution:ref", "surrogate-evolution:ref-blind")
 #: Query counts of the two-objective table.
 MO_MARKS = (100, 200)
 CONSTRAINED_STRATEGIES = ("random", "regularized-evolution", "local-search",
@@ -90,11 +94,14 @@ VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")
             "rea-selected": {"inner": "regularized-evolution", "proxy": "selected",
                              "dataset": "mnist5k", "dataset_options": {"resize": 16},
                              "batch_size": 64},
+            "ref": {"reference_point": list(REFERENCE)},
+            "ref-blind": {"reference_point": list(REFERENCE)},
             "blind": {}}
-#: Estimator options of a variant. ``blind``: the table withholds its latencies and sizes
-#: until a cell is evaluated (``known_hardware=False``), so the strategies learn feasibility
+#: Estimator options of a variant. ``blind`` and ``ref-blind``: the table withholds its
+#: latencies and sizes until a cell is evaluated (``known_hardware=False``), so the strategies learn feasibility
 #: (the constraint model) instead of knowing it.
-ESTIMATOR_VARIANTS = {"blind": {"known_hardware": False}}
+ESTIMATOR_VARIANTS = {"blind": {"known_hardware": False},
+                      "ref-blind": {"known_hardware": False}}
 #: Space options per benchmark name: the table is indexed by the cell alone, so N and C only
 #: matter where a network is built (the pre-screen's proxy).
 SPACE_OPTIONS = {"prescreen:rea": {"N": 1, "C": 8}, "prescreen:rea-selected": {"N": 1, "C": 8}}

@@ -66,12 +66,18 @@ class StrategyServices:
     ``value - bound`` for ``arch`` (<= 0: met), in constraint-name order (sorted, the order of
     a trial's recorded constraints), when the study's estimator knows every constrained metric
     before evaluating (:meth:`~frugalnas.core.estimator.Estimator.known_metrics`); ``None``
-    when it does not. The field is ``None`` in a study without constraints."""
+    when it does not. The field is ``None`` in a study without constraints.
+
+    ``known_objectives(arch)``: in a study with several objectives, each objective's value for
+    ``arch`` in the study's objective order, as the estimator knows it before evaluating
+    (``None`` for an objective it does not know, such as accuracy beside a tabulated latency).
+    The field is ``None`` in a study with one objective."""
 
     log_metrics: Callable[[dict[str, float], int], None]
     load_dataset: Callable[[], Dataset] | None
     backend: Callable[[], Backend]
     known_constraints: Callable[[Architecture], tuple[float, ...] | None] | None = None
+    known_objectives: Callable[[Architecture], tuple[float | None, ...]] | None = None
 
 
 class Strategy(optuna.samplers.BaseSampler):
@@ -181,20 +187,37 @@ def known_constraint_margins(known: Mapping[str, float], constraints: Mapping[st
     return tuple(margins)
 
 
+def known_objective_values(known: Mapping[str, float], objectives: Sequence[str]
+                           ) -> tuple[float | None, ...]:
+    """Each objective's value among the ``known`` metrics of an architecture (``None`` where
+    it is missing or not finite)."""
+    out: list[float | None] = []
+    for name in objectives:
+        value = known.get(name)
+        out.append(float(value) if value is not None and math.isfinite(float(value)) else None)
+    return tuple(out)
+
+
 def services_of(study: Study) -> StrategyServices:
     """The services a frugalnas :class:`~frugalnas.core.study.Study` lends its strategy."""
     constraints = dict(study.config.constraints)
+    objectives = list(study.config.objectives)
 
     def known_constraints(arch: Architecture) -> tuple[float, ...] | None:
         # The estimator is created on first use, as for a trial.
         return known_constraint_margins(study.estimator.known_metrics(arch, study.space),
                                         constraints)
 
+    def known_objectives(arch: Architecture) -> tuple[float | None, ...]:
+        return known_objective_values(study.estimator.known_metrics(arch, study.space),
+                                      objectives)
+
     return StrategyServices(
         log_metrics=study.log_metrics,
         load_dataset=study.load_dataset if study.config.dataset is not None else None,
         backend=lambda: study.backend,
-        known_constraints=known_constraints if constraints else None)
+        known_constraints=known_constraints if constraints else None,
+        known_objectives=known_objectives if len(objectives) > 1 else None)
 
 
 def bind(sampler: optuna.samplers.BaseSampler, study: Study) -> None:

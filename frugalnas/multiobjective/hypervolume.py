@@ -12,9 +12,11 @@ objective above that (fine for the few hundred points a study holds).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from frugalnas.core.errors import ConfigError
 from frugalnas.multiobjective.pareto import nondominated_ranks
 
 VALID_DIRECTIONS = ("minimize", "maximize")
@@ -85,3 +87,71 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float],
     """
     flipped, ref = to_minimization(points, reference, directions)
     return _volume(_nondominated(flipped), ref)
+
+
+def nondominated_rows(obj: np.ndarray) -> np.ndarray:
+    """Indices of the non-dominated rows of ``obj`` (every objective maximised)."""
+    if not len(obj):
+        return np.zeros(0, int)
+    ge = (obj[:, None, :] >= obj[None, :, :]).all(-1)
+    gt = (obj[:, None, :] > obj[None, :, :]).any(-1)
+    return np.flatnonzero(~(ge & gt).any(0))
+
+
+def _staircase(front: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For two maximised objectives: the intervals of the first objective, read downwards from
+    the front's best value to the reference, and the height of the front's attainment surface
+    over each (the second objective a new point must beat there)."""
+    order = np.argsort(-front[:, 0], kind="stable")
+    xs, ys = front[order, 0], front[order, 1]
+    best_y = np.maximum.accumulate(ys)
+    upper = np.concatenate([[np.inf], xs])
+    lower = np.concatenate([xs, [ref[0]]])
+    height = np.concatenate([[ref[1]], best_y])
+    return lower, upper, height
+
+
+def hypervolume_improvement(points: np.ndarray, front: np.ndarray,
+                            ref: np.ndarray) -> np.ndarray:
+    """How much each row of ``points`` would add to the hypervolume of ``front`` (all
+    objectives maximised, reference ``ref``); exact, vectorised for two objectives."""
+    points = np.asarray(points, dtype=float)
+    if not len(front):
+        return np.prod(np.maximum(points - ref, 0.0), axis=1)
+    if points.shape[1] == 2:
+        lower, upper, height = _staircase(front, ref)
+        width = np.maximum(np.minimum(points[:, :1], upper) - np.maximum(lower, ref[0]), 0.0)
+        gain = np.maximum(points[:, 1:] - np.maximum(height, ref[1]), 0.0)
+        return (width * gain).sum(1)
+    directions = ["maximize"] * front.shape[1]
+    base = hypervolume(front.tolist(), ref.tolist(), directions)
+    return np.array([hypervolume(front.tolist() + [p.tolist()], ref.tolist(), directions) - base
+                     for p in points])
+
+
+def contributions(front: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Each front point's exclusive hypervolume contribution (all objectives maximised)."""
+    out = np.zeros(len(front))
+    for i in range(len(front)):
+        rest = np.delete(front, i, axis=0)
+        out[i] = hypervolume_improvement(front[i:i + 1], rest, ref)[0]
+    return out
+
+
+def check_reference_point(reference_point: Any,
+                          n_objectives: int | None = None) -> list[float] | None:
+    """``reference_point`` as a list of floats (``None`` stays ``None``); a ConfigError when it
+    is not a list of finite numbers, or not one per objective when ``n_objectives`` is given."""
+    if reference_point is None:
+        return None
+    try:
+        ref = [float(v) for v in reference_point]
+    except (TypeError, ValueError):
+        ref = []
+    if not ref or not np.all(np.isfinite(ref)):
+        raise ConfigError(f"invalid reference_point {reference_point!r}; valid: a list of "
+                          "finite numbers, one per objective")
+    if n_objectives is not None and len(ref) != n_objectives:
+        raise ConfigError(f"invalid reference_point {ref}: {len(ref)} value(s), the study has "
+                          f"{n_objectives} objective(s); valid: one number per objective")
+    return ref

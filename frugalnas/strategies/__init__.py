@@ -56,9 +56,10 @@ STRATEGIES: dict[str, tuple[str, str]] = {
 
 @hookimpl
 def frugalnas_check_config(config: Any, host: Any) -> None:
-    """Before the first trial: ``mo-evolution``'s reference point has one value per objective."""
-    if config.strategy == "mo-evolution":
-        from frugalnas.strategies.mo_evolution import check_reference_point
+    """Before the first trial: the reference point of ``mo-evolution``, ``surrogate-evolution``
+    and ``bananas`` has one value per objective."""
+    if config.strategy in ("mo-evolution", "surrogate-evolution", "bananas"):
+        from frugalnas.multiobjective.hypervolume import check_reference_point
 
         check_reference_point(config.strategy_options.get("reference_point"),
                               len(config.directions))

@@ -28,78 +28,11 @@ from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.multiobjective.feasibility import ConstraintModel
-from frugalnas.multiobjective.hypervolume import hypervolume
+from frugalnas.multiobjective.hypervolume import (check_reference_point, contributions,
+                                                 hypervolume_improvement, nondominated_rows)
 from frugalnas.strategies.base import ArchSampler, History
 
 PARENTS = ("tournament", "hypervolume")
-
-
-def _front(obj: np.ndarray) -> np.ndarray:
-    """Indices of the non-dominated rows of ``obj`` (every objective maximised)."""
-    if not len(obj):
-        return np.zeros(0, int)
-    ge = (obj[:, None, :] >= obj[None, :, :]).all(-1)
-    gt = (obj[:, None, :] > obj[None, :, :]).any(-1)
-    return np.flatnonzero(~(ge & gt).any(0))
-
-
-def _staircase(front: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For two maximised objectives: the intervals of the first objective, read downwards from
-    the front's best value to the reference, and the height of the front's attainment surface
-    over each (the second objective a new point must beat there)."""
-    order = np.argsort(-front[:, 0], kind="stable")
-    xs, ys = front[order, 0], front[order, 1]
-    best_y = np.maximum.accumulate(ys)
-    upper = np.concatenate([[np.inf], xs])
-    lower = np.concatenate([xs, [ref[0]]])
-    height = np.concatenate([[ref[1]], best_y])
-    return lower, upper, height
-
-
-def hypervolume_improvement(points: np.ndarray, front: np.ndarray,
-                            ref: np.ndarray) -> np.ndarray:
-    """How much each row of ``points`` would add to the hypervolume of ``front`` (all
-    objectives maximised, reference ``ref``); exact, vectorised for two objectives."""
-    points = np.asarray(points, dtype=float)
-    if not len(front):
-        return np.prod(np.maximum(points - ref, 0.0), axis=1)
-    if points.shape[1] == 2:
-        lower, upper, height = _staircase(front, ref)
-        width = np.maximum(np.minimum(points[:, :1], upper) - np.maximum(lower, ref[0]), 0.0)
-        gain = np.maximum(points[:, 1:] - np.maximum(height, ref[1]), 0.0)
-        return (width * gain).sum(1)
-    directions = ["maximize"] * front.shape[1]
-    base = hypervolume(front.tolist(), ref.tolist(), directions)
-    return np.array([hypervolume(front.tolist() + [p.tolist()], ref.tolist(), directions) - base
-                     for p in points])
-
-
-def contributions(front: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """Each front point's exclusive hypervolume contribution (all objectives maximised)."""
-    out = np.zeros(len(front))
-    for i in range(len(front)):
-        rest = np.delete(front, i, axis=0)
-        out[i] = hypervolume_improvement(front[i:i + 1], rest, ref)[0]
-    return out
-
-
-def check_reference_point(reference_point: Any,
-                          n_objectives: int | None = None) -> list[float] | None:
-    """``reference_point`` as a list of floats (``None`` stays ``None``); a ConfigError when it
-    is not a list of finite numbers, or not one per objective when ``n_objectives`` is given."""
-    if reference_point is None:
-        return None
-    try:
-        ref = [float(v) for v in reference_point]
-    except (TypeError, ValueError):
-        ref = []
-    if not ref or not np.all(np.isfinite(ref)):
-        raise ConfigError(f"invalid reference_point {reference_point!r}; valid: a list of "
-                          "finite numbers, one per objective")
-    if n_objectives is not None and len(ref) != n_objectives:
-        raise ConfigError(f"invalid reference_point {ref}: {len(ref)} value(s), the study has "
-                          f"{n_objectives} objective(s); valid: one number per objective")
-    return ref
 
 
 class MultiObjectiveEvolutionSampler(ArchSampler):
@@ -178,7 +111,7 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
         the smallest violation."""
         if feasible.any():
             rows = np.flatnonzero(feasible)
-            return rows[_front(obj[rows])]
+            return rows[nondominated_rows(obj[rows])]
         viol = np.asarray(hist.violations)
         return np.flatnonzero(viol <= viol.min())
 
@@ -212,7 +145,7 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
         constraint model, among those predicted feasible."""
         model = ConstraintModel().fit(self._encode_onehot(hist.archs), obj)
         mean, std = model.predict(self._encode_onehot(candidates))
-        front = obj[feasible][_front(obj[feasible])] if feasible.any() else obj[:0]
+        front = obj[feasible][nondominated_rows(obj[feasible])] if feasible.any() else obj[:0]
         draws = np.random.default_rng(rng.getrandbits(63)).standard_normal(
             (self.n_samples, 1, obj.shape[1]))
         samples = (mean[None] + std[None] * draws).reshape(-1, obj.shape[1])

@@ -12,22 +12,30 @@ attributes (``frugalnas:surrogate_kendall_tau``, ...) and to ``report`` (a fruga
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import optuna
 from scipy.stats import norm
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.errors import ConfigError, check_choice, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import StrategyServices
+from frugalnas.multiobjective.hypervolume import (check_reference_point, hypervolume_improvement,
+                                                 nondominated_rows)
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
 from frugalnas.surrogates.encodings import make_encoding, preferred_encoding
 from frugalnas.surrogates.quality import rank_quality
 from frugalnas.strategies.base import ArchSampler, History
 from frugalnas.strategies.regularized import RegularizedEvolutionSampler
+
+#: Monte-Carlo draws of the expected hypervolume improvement (several objectives, a reference
+#: point).
+EHVI_SAMPLES = 32
 
 
 class SurrogateMixin:
@@ -42,8 +50,9 @@ class SurrogateMixin:
     def _init_surrogate(self, surrogate: Any, surrogate_options: dict[str, Any] | None,
                         encoding: str, encoding_options: dict[str, Any] | None,
                         acquisition: str, kappa: float, quality_every: int,
-                        quality_holdout: int) -> None:
+                        quality_holdout: int, reference_point: Sequence[float] | None) -> None:
         check_choice("acquisition", acquisition, ACQUISITIONS)
+        self.reference_point = check_reference_point(reference_point)
         check_range("quality_every", quality_every, 0)
         check_range("quality_holdout", quality_holdout, 2)
         self.surrogate, self.surrogate_options = surrogate, dict(surrogate_options or {})
@@ -94,9 +103,27 @@ class SurrogateMixin:
         with ``constraint_model=False`` from a second surrogate of the study's kind fitted on
         the largest scaled margin. When the study's estimator knows the constrained metrics
         (:meth:`ArchSampler.known_margins`), the candidates known to meet them go first by
-        acquisition and the others follow by their known violation; nothing is predicted."""
+        acquisition and the others follow by their known violation; nothing is predicted.
+
+        With several objectives and a ``reference_point``, the acquisition is the expected
+        hypervolume improvement over the evaluated feasible front instead: one surrogate per
+        objective the estimator does not know before evaluating, the known ones
+        (:meth:`ArchSampler.known_objective_rows`) exact."""
         constrained = any(v > 0 for v in hist.violations)
         y = self.fitness(study, hist.values)
+        # Several objectives and a reference point: one surrogate per objective the estimator
+        # does not know before evaluation, expected hypervolume improvement.
+        ehvi = len(study.directions) > 1 and self.reference_point is not None
+        signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0
+                          for d in study.directions])
+        obj = np.asarray(hist.values, dtype=float) * signs
+        exact = np.full((len(candidates), len(signs)), np.nan)
+        if ehvi:
+            check_reference_point(self.reference_point, len(signs))
+            known_obj = self.known_objective_rows(candidates)
+            if known_obj is not None:
+                exact = known_obj * signs
+        unknown = list(np.flatnonzero(np.isnan(exact).any(0)))
         key = (trial.number, len(hist))
         if self._fitted is None or self._fitted[0] != key:  # once per trial, even for k proposals
             X = self._encode(hist.archs)
@@ -106,14 +133,23 @@ class SurrogateMixin:
                 diffs = np.asarray(hist.constraint_diffs, dtype=float)
                 margin = (diffs / (diffs.std(0) + 1e-12)).max(1)
                 margin_model = self._new_surrogate().fit(X, margin)
-            self._fitted = (key, (self._new_surrogate().fit(X, y), margin_model))
-        model, margin_model = self._fitted[1]
+            targets = [obj[:, j] for j in unknown] if ehvi else [y]
+            self._fitted = (key, ([self._new_surrogate().fit(X, t) for t in targets],
+                                  margin_model))
+        models, margin_model = self._fitted[1]
         features = self._encode(candidates)
-        mean, std = model.predict(features)
         draws = np.random.default_rng(rng.getrandbits(63))
         feasible = np.asarray(hist.violations) <= 0
-        best = float(np.max(y[feasible])) if feasible.any() else float(np.min(y))
-        acq = acquisition(self.acquisition, mean, std, best=best, kappa=self.kappa, rng=draws)
+        if ehvi:
+            acq = self._expected_improvement_of_front(
+                obj[feasible] if feasible.any() else obj[:0],
+                np.asarray(self.reference_point) * signs, exact, unknown,
+                [m.predict(features) for m in models], draws)
+        else:
+            mean, std = models[0].predict(features)
+            best = float(np.max(y[feasible])) if feasible.any() else float(np.min(y))
+            acq = acquisition(self.acquisition, mean, std, best=best, kappa=self.kappa,
+                              rng=draws)
         known = self.known_margin_rows(candidates)
         if known is not None:  # exact: the candidates known to be feasible first
             ok = (known <= 0).all(1)
@@ -143,6 +179,22 @@ class SurrogateMixin:
         low = float(np.min(acq)) if len(acq) else 0.0
         return np.where(ok, acq, low - 1.0 - np.maximum((m_mean / scale).max(1), 0.0))
 
+    def _expected_improvement_of_front(
+            self, evaluated: np.ndarray, ref: np.ndarray, known: np.ndarray,
+            unknown: list[int], predictions: list[tuple[np.ndarray, np.ndarray]],
+            draws: np.random.Generator) -> np.ndarray:
+        """Each candidate's expected hypervolume improvement (Emmerich et al., IEEE TEVC
+        2006) over the front of ``evaluated`` (objectives maximised, reference ``ref``): the
+        ``known`` objectives exact, the ``unknown`` ones drawn ``EHVI_SAMPLES`` times from the
+        surrogates' ``predictions`` (mean, std)."""
+        front = evaluated[nondominated_rows(evaluated)]
+        samples = np.repeat(known[None], EHVI_SAMPLES, axis=0)
+        for j, (mean, std) in zip(unknown, predictions):
+            noise = draws.standard_normal((EHVI_SAMPLES, len(known)))
+            samples[:, :, j] = np.asarray(mean, float) + np.asarray(std, float) * noise
+        gain = hypervolume_improvement(samples.reshape(-1, known.shape[1]), front, ref)
+        return gain.reshape(EHVI_SAMPLES, -1).mean(0)
+
     def _maybe_quality(self, study: optuna.Study, trial: FrozenTrial, X: np.ndarray,
                        y: np.ndarray) -> None:
         n, h = len(y), self.quality_holdout
@@ -164,7 +216,9 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
     """Surrogate-assisted regularized evolution: a surrogate pre-screens the offspring.
 
     ``n_candidates`` mutated children (20, or 100 with known constraints) are scored by the
-    acquisition (EI, UCB, mean or Thompson sampling) and the best one is evaluated.
+    acquisition (EI, UCB, mean or Thompson sampling) and the best one is evaluated; with
+    several objectives and a ``reference_point``, by their expected hypervolume improvement
+    (:meth:`SurrogateMixin.score`).
     ``encoding`` defaults to ``adjacency`` on a space that has it (NB201), else ``onehot``. The population and tournament sizes
     default as regularized evolution's (20 and 5; 40 and 10 with constraints known before
     evaluation), and ``n_init`` to 10, or 40 with known constraints (chosen on seeds 100-199
@@ -181,7 +235,8 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
                  surrogate_options: dict[str, Any] | None = None, encoding: str | None = None,
                  encoding_options: dict[str, Any] | None = None, acquisition: str = "ei",
                  kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
-                 n_init: int | None = None, *, warm_start_proxy: str | None = None,
+                 n_init: int | None = None, *, reference_point: Sequence[float] | None = None,
+                 warm_start_proxy: str | None = None,
                  warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
                  screen_size: int = 10, violation_penalty: float = 5.0,
@@ -199,7 +254,8 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
         self._candidates = n_candidates or self.default_candidates
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "adjacency"), encoding_options,
-                             acquisition, kappa, quality_every, quality_holdout)
+                             acquisition, kappa, quality_every, quality_holdout,
+                             reference_point)
 
     def bind(self, services: StrategyServices) -> None:
         super().bind(services)
@@ -235,7 +291,8 @@ class BananasSampler(SurrogateMixin, ArchSampler):
                  surrogate_options: dict[str, Any] | None = None, encoding: str | None = None,
                  encoding_options: dict[str, Any] | None = None, acquisition: str = "its",
                  kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
-                 n_init: int | None = None, *, warm_start_proxy: str | None = None,
+                 n_init: int | None = None, *, reference_point: Sequence[float] | None = None,
+                 warm_start_proxy: str | None = None,
                  warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
                  constraint_model: bool = True, feasibility_threshold: float = 0.5,
                  screen_size: int = 10, violation_penalty: float = 5.0,
@@ -252,7 +309,8 @@ class BananasSampler(SurrogateMixin, ArchSampler):
         self.n_candidates, self.top_k = int(n_candidates), int(top_k)
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "path"), encoding_options,
-                             acquisition, kappa, quality_every, quality_holdout)
+                             acquisition, kappa, quality_every, quality_holdout,
+                             reference_point)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:

@@ -7,9 +7,9 @@ import pytest
 
 import frugalnas
 from frugalnas.core.errors import ConfigError
-from frugalnas.multiobjective.hypervolume import hypervolume
+from frugalnas.multiobjective.hypervolume import (contributions, hypervolume,
+                                                 hypervolume_improvement)
 from frugalnas.spaces.nb201.space import NB201Space
-from frugalnas.strategies.mo_evolution import contributions, hypervolume_improvement
 from frugalnas.testing import check_strategy
 
 TWO = dict(objectives=["value", "latency_ms_pixel3"], directions=["maximize", "minimize"])
