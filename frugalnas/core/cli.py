@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import tomllib
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -524,8 +525,17 @@ def build_parser(host: PluginHost) -> argparse.ArgumentParser:
     return parser
 
 
+#: Third-party warnings that say nothing about the user's command. requests silences
+#: urllib3's notice that SOCKS proxies need PySocks with a filter it adds while importing, which
+#: another thread leaving ``warnings.catch_warnings`` at that moment can drop (the filters are
+#: process-wide): the notice then lands on stderr beside the command's one-line answer.
+QUIET_WARNINGS = ("SOCKS support in urllib3 requires",)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for message in QUIET_WARNINGS:  # by message: no import of the warning's package
+        warnings.filterwarnings("ignore", message=message)
     try:
         host = PluginHost(*_preparse_plugins(argv))
         parser = build_parser(host)

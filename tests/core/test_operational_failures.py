@@ -141,3 +141,35 @@ def test_mlflow_over_http_writes_nothing_of_its_own_under_q(tmp_path, mlflow_ser
     output = proc.stdout + proc.stderr
     assert "View run" not in output and "View experiment" not in output, output[-3000:]
     assert proc.stderr == "", proc.stderr[-3000:]
+
+
+LOST_FILTER = '''\
+import warnings
+_simplefilter = warnings.simplefilter
+
+
+def simplefilter(action, category=Warning, lineno=0, append=False):
+    # as when another thread leaves warnings.catch_warnings() while requests imports
+    if getattr(category, "__name__", "") == "DependencyWarning":
+        return
+    return _simplefilter(action, category, lineno, append)
+
+
+warnings.simplefilter = simplefilter
+'''
+
+
+def test_a_lost_third_party_warning_filter_leaves_stderr_clean(tmp_path):
+    """requests hides urllib3's PySocks notice by a filter it adds while importing; when that
+    filter is lost (warning filters are process-wide), the command's stderr stays clean."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(LOST_FILTER)
+    env = dict(os.environ, FRUGALNAS_PROGRESS="0", PYTHONPATH=str(site))
+    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "run", *TABLE,
+                           "--n-trials", "2", "--tracking-uri",
+                           f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SOCKS" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    assert "2 trial(s) completed" in proc.stdout
