@@ -302,7 +302,6 @@ class ArchSampler(Strategy):
         self._known_margins: dict[str, tuple[float, ...] | None] = {}
         self._knows: bool | None = None
         self._known_obj: Callable[[Architecture], tuple[float | None, ...]] | None = None
-        self._known_obj_rows: dict[str, tuple[float | None, ...]] = {}
         self.space, self.seed = space, int(seed)
         self._n_init_given = n_init is not None
         self.n_init = int(n_init) if n_init is not None else self.default_initial_design(False)
@@ -334,7 +333,7 @@ class ArchSampler(Strategy):
         constraint values the study's estimator knows before evaluating, if any."""
         self.report = services.log_metrics
         self._known, self._known_margins, self._knows = services.known_constraints, {}, None
-        self._known_obj, self._known_obj_rows = services.known_objectives, {}
+        self._known_obj = services.known_objectives
         if not self._n_init_given:
             self.n_init = self.default_initial_design(self.constraints_known())
 
@@ -568,10 +567,7 @@ class ArchSampler(Strategy):
         candidate (one objective, or outside a study)."""
         if self._known_obj is None or not candidates:
             return None
-        for a in candidates:
-            if a.key not in self._known_obj_rows:
-                self._known_obj_rows[a.key] = self._known_obj(a)
-        rows = np.array([[np.nan if v is None else v for v in self._known_obj_rows[a.key]]
+        rows = np.array([[np.nan if v is None else v for v in self._known_obj(a)]
                          for a in candidates], dtype=float)
         known = ~np.isnan(rows).any(0)
         return rows if known.any() else None
