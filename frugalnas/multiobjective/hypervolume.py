@@ -7,6 +7,10 @@ Directions are optuna's (``"minimize"`` / ``"maximize"``); the reference point i
 objectives' own units and must be worse than every point that is to count (a point that does not
 dominate it adds nothing). Exact computation: a sweep in two dimensions, slicing along the first
 objective above that (fine for the few hundred points a study holds).
+
+The strategies' helpers work on maximised objective rows: the non-dominated rows, the
+hypervolume a point would add to a front (exact and vectorised for two objectives), each front
+point's exclusive contribution, and the check of a user's reference point.
 """
 
 from __future__ import annotations

@@ -391,3 +391,23 @@ def test_search_steps_over_infeasible_cells_to_feasible_ones(strategy, bridge):
                    and {space.index(n) for n in space.neighbours(space.from_index(m))} & earlier]
         assert middles, f"proposal {k} is neither one nor two edits (via an infeasible cell) away"
     assert (bridged > 0) == bridge
+
+
+def test_surrogate_evolution_takes_the_best_candidates_nearest_an_active_boundary():
+    """With known constraints, once the trials get better towards the boundary, the child
+    evaluated is the one nearest the boundary among the ``screen_size`` best by acquisition;
+    ``screen_size=1`` keeps the best by acquisition alone."""
+    latency = nb201_data().latency("pixel3")
+    gaps = {}
+    for screen in (1, 10):
+        study = frugalnas.create_study(
+            strategy="surrogate-evolution", estimator="nb201-table", dataset=None, seed=0,
+            constraints=PIXEL3, strategy_options={**CHEAP["surrogate-evolution"],
+                                                  "n_candidates": 30, "screen_size": screen},
+            **OFF)
+        study.optimize(n_trials=60)
+        late = sorted(study.trials, key=lambda t: t.number)[40:]
+        margins = [10.0 - latency[study.space.index(t.architecture)] for t in late]
+        assert min(margins) >= 0  # every one feasible
+        gaps[screen] = float(np.mean(margins))
+    assert gaps[10] < 0.5 * gaps[1], gaps
