@@ -25,7 +25,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError, check_choice, check_range
+from frugalnas.core.errors import check_choice, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.hypervolume import (check_reference_point, contributions,

@@ -114,16 +114,16 @@ class SurrogateMixin:
         # Several objectives and a reference point: one surrogate per objective the estimator
         # does not know before evaluation, expected hypervolume improvement.
         ehvi = len(study.directions) > 1 and self.reference_point is not None
-        signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0
-                          for d in study.directions])
-        obj = np.asarray(hist.values, dtype=float) * signs
-        exact = np.full((len(candidates), len(signs)), np.nan)
+        unknown: list[int] = []
         if ehvi:
+            signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0
+                              for d in study.directions])
             check_reference_point(self.reference_point, len(signs))
+            obj = np.asarray(hist.values, dtype=float) * signs
             known_obj = self.known_objective_rows(candidates)
-            if known_obj is not None:
-                exact = known_obj * signs
-        unknown = list(np.flatnonzero(np.isnan(exact).any(0)))
+            exact = (np.full((len(candidates), len(signs)), np.nan) if known_obj is None
+                     else known_obj * signs)
+            unknown = list(np.flatnonzero(np.isnan(exact).any(0)))
         key = (trial.number, len(hist))
         if self._fitted is None or self._fitted[0] != key:  # once per trial, even for k proposals
             X = self._encode(hist.archs)
@@ -279,26 +279,14 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
             chosen[child.key] = child
         candidates = list(chosen.values())
         scores = self.score(study, trial, hist, candidates, rng)
-        return candidates[self._nearest_boundary_of_best(study, hist, candidates, scores)]
-
-    def _nearest_boundary_of_best(self, study: optuna.Study, hist: History,
-                                  candidates: list[Architecture], scores: np.ndarray) -> int:
-        """The index of the candidate to evaluate: the best by ``scores``; with known
-        constraints and an active boundary (:meth:`ArchSampler.boundary_is_active`), the one
-        nearest the boundary (tightest known margin, each in units of its spread) among the
-        ``screen_size`` best known to meet them, as regularized evolution's screen takes the
-        nearest of its feasible children."""
-        best = int(np.argmax(scores))
         known = self.known_margin_rows(candidates)
-        if known is None or self.screen_size == 1 or not self.boundary_is_active(study, hist):
-            return best
-        ok = np.flatnonzero((known <= 0).all(1))
-        if len(ok) < 2:
-            return best
-        top = ok[np.argsort(-scores[ok], kind="stable")[:self.screen_size]]
-        tightest = (known[top] / self._margin_scale(hist, known.shape[1])).max(1)
-        return int(top[int(np.argmax(tightest))])
-
+        ok = np.flatnonzero((known <= 0).all(1)) if known is not None else np.zeros(0, int)
+        if not len(ok):
+            return candidates[int(np.argmax(scores))]
+        # Known constraints: regularized evolution's screen over the screen_size best known to
+        # meet them (nearest the boundary once it is active, else the best).
+        best = ok[np.argsort(-scores[ok], kind="stable")[:self.screen_size]]
+        return self.prefer_feasible(study, hist, [candidates[i] for i in best])
 
 class BananasSampler(SurrogateMixin, ArchSampler):
     """BANANAS (White et al., AAAI 2021): ensemble surrogate, path encoding, mutation search.
