@@ -33,6 +33,12 @@ def storage_of(study: optuna.Study) -> BaseStorage:
     return study._storage
 
 
+def is_in_memory(study: optuna.Study) -> bool:
+    """Whether ``study`` lives in an in-memory storage (this process's alone)."""
+    storage = storage_of(study)
+    return isinstance(getattr(storage, "inner", storage), InMemoryStorage)
+
+
 def trial_id(trial: FrozenTrial | optuna.Trial) -> int:
     """The storage id of a trial (optuna exposes only its number)."""
     return trial._trial_id

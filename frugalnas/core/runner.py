@@ -121,6 +121,7 @@ class TrialRunner:
         self.isolation = "none"
         self._isolated: IsolatedEvaluator | None = None
         self._crashes = CrashRecord()
+        self._ever_isolated = False
 
     def isolate(self, mode: str) -> str:
         """Set where trials are evaluated (``auto``, ``none`` or ``process``, see
@@ -224,11 +225,16 @@ class TrialRunner:
             return self.study.evaluate(arch, trial)
         if self._isolated is None:
             self._isolated = IsolatedEvaluator(self.study)
+            self._ever_isolated = True
         return self._isolated.evaluate(arch, trial, self.study.config.trial_timeout)
 
     def refuse_crashed(self, arch: Architecture) -> None:
         """Raise :class:`CandidateFailure` for a candidate whose evaluation process died
         :data:`MAX_CRASHES` times: it is not evaluated again."""
+        # Only an isolated evaluation records a crash; an in-memory storage is written by
+        # this process alone, so without one here it holds none (and the read is saved).
+        if not self._ever_isolated and optuna_compat.is_in_memory(self.study.optuna_study):
+            return
         crashes = self._crashes.count(self.study, arch)
         if crashes >= MAX_CRASHES:
             raise CandidateFailure(f"{CRASHED_REASON}: its evaluation process died in "

@@ -10,7 +10,7 @@ constraints, ``tpe``, ``nsga2`` and ``nsga3`` are wrapped in
 constrained metrics before evaluating, rejects their draws that are known to violate them and,
 with one objective, takes the nearest-boundary of a few feasible draws. Their options are the
 sampler classes' keyword arguments (``seed`` comes from the study), and for those three
-``feasible_max_draws`` (100) and ``feasible_screen`` (5), :class:`FeasibleDraws`'s
+``feasible_max_draws`` (100) and ``feasible_screen`` (10), :class:`FeasibleDraws`'s
 ``max_draws`` and ``screen``."""
 
 from __future__ import annotations

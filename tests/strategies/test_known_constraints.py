@@ -132,8 +132,56 @@ def test_optuna_samplers_draw_only_known_feasible_cells(strategy, constraints):
     assert all(ok[study.space.index(t.architecture)] for t in study.trials)
     # the sampler drew infeasible cells too, and none of them became a trial; once the
     # trials got better towards the boundary, feasible draws were passed over for nearer ones
-    assert study.strategy.rejected > 0 and study.strategy.passed_over > 0
-    assert study.strategy.draws == 30 + study.strategy.rejected + study.strategy.passed_over
+    sampler = study.strategy
+    assert sampler.rejected > 0 and sampler.passed_over > 0
+    # every draw became the trial, was passed over, rejected, or repeated an earlier trial
+    assert sampler.draws == (30 - sampler.fallbacks + sampler.rejected + sampler.passed_over
+                             + sampler.repeated)
+    # and no cell was evaluated twice, though the wrapped sampler drew some again
+    cells = [str(t.architecture) for t in study.trials]
+    assert len(set(cells)) == len(cells)
+
+
+class OneCellSampler(optuna.samplers.BaseSampler):
+    """Proposes the same cell every time: a sampler whose draws only repeat."""
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return "nor_conv_1x1"
+
+
+def test_feasible_draws_replace_a_sampler_that_only_repeats_with_fresh_feasible_cells():
+    sampler = FeasibleDraws(OneCellSampler(), NB201Space(), max_draws=4)
+    study = frugalnas.create_study(strategy=sampler, estimator="nb201-table", dataset=None,
+                                   seed=2, constraints=PIXEL3, **OFF)
+    study.optimize(6)
+    cells = [str(t.architecture) for t in study.trials]
+    assert cells[0] == "nb201:|nor_conv_1x1~0|+|nor_conv_1x1~0|nor_conv_1x1~1|+|" \
+        "nor_conv_1x1~0|nor_conv_1x1~1|nor_conv_1x1~2|"
+    # after the first trial every draw repeats it: each later trial is a fresh feasible cell
+    assert len(set(cells)) == 6 and sampler.fallbacks == 5 and sampler.repeated == 20
+    assert all(feasible_cells(PIXEL3)[study.space.index(t.architecture)] for t in study.trials)
+
+
+def slower_and_worse(study: frugalnas.Study, n: int) -> list[int]:
+    """``n`` feasible cells (pixel3 <= 10 ms), each slower than the one before and scoring
+    lower by the study's estimator."""
+    latency = nb201_data().latency("pixel3")
+    ok = np.flatnonzero(feasible_cells(PIXEL3))
+    bins = np.array_split(ok[np.argsort(latency[ok])], n)
+    cells, last = [], math.inf
+    for members in bins:
+        scores = {int(c): study.evaluate(study.space.from_index(int(c))).value
+                  for c in members[::7]}
+        below = [c for c in scores if scores[c] < last - 1.0]
+        cells.append(max(below, key=scores.__getitem__))
+        last = scores[cells[-1]]
+    return cells
 
 
 def test_feasible_draws_take_the_draw_nearest_the_boundary_only_when_it_pays():
@@ -145,13 +193,15 @@ def test_feasible_draws_take_the_draw_nearest_the_boundary_only_when_it_pays():
     assert sampler.boundary_is_active(ostudy)
     recent = [latency[study.space.index(t.architecture)] for t in study.trials[-6:]]
     assert np.mean(recent) > np.mean(latency[feasible_cells(PIXEL3)])
-    # reversed objective: trials get worse towards the boundary, nothing is passed over
-    worse = table_study("tpe", PIXEL3, seed=3, direction="minimize")
-    worse.optimize(12)
+    # trials that get worse towards the boundary (six feasible cells, each slower and less
+    # accurate than the one before): the rule stays off and nothing is passed over
+    worse = table_study("tpe", PIXEL3, seed=3)
+    for cell in slower_and_worse(worse, 6):
+        worse.optuna_study.enqueue_trial(worse.space.from_index(cell).decisions)
+    worse.optimize(6)
     assert not worse.strategy.boundary_is_active(worse.optuna_study)
-    before = worse.strategy.passed_over
-    worse.optimize(5)
-    assert worse.strategy.passed_over == before
+    worse.optimize(1)
+    assert worse.strategy.passed_over == 0
     # several objectives: the first feasible draw, as without the screen
     two = table_study("nsga2", PIXEL3, seed=3, objectives=["value", "params"],
                       directions=["maximize", "minimize"])
