@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from optuna.study import StudyDirection
 
 VALID_DIRECTIONS = ("maximize", "minimize")
 
@@ -44,13 +45,14 @@ def crowding(obj: np.ndarray) -> np.ndarray:
     return dist
 
 
-def direction_signs(directions: Sequence[str]) -> np.ndarray:
+def direction_signs(directions: Sequence[str | StudyDirection]) -> np.ndarray:
     """+1 for each ``maximize``, -1 for each ``minimize`` (so that every objective is maximised
-    after multiplying)."""
-    for d in directions:
+    after multiplying); names or optuna's ``StudyDirection`` (``study.directions``)."""
+    names = [d.name.lower() if isinstance(d, StudyDirection) else d for d in directions]
+    for d in names:
         if d not in VALID_DIRECTIONS:
             raise ValueError(f"invalid direction {d!r}; valid: {', '.join(VALID_DIRECTIONS)}")
-    return np.array([1.0 if d == "maximize" else -1.0 for d in directions])
+    return np.array([1.0 if d == "maximize" else -1.0 for d in names])
 
 
 def pareto_fronts(values: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:

@@ -34,7 +34,7 @@ from frugalnas.core.trial_architecture import architecture_from
 from frugalnas.core.trial_constraints import constraint_values, violation
 from frugalnas.core.work_progress import work_progress
 from frugalnas.multiobjective.feasibility import ConstraintModel, improves_towards_boundary
-from frugalnas.multiobjective.pareto import crowding, nondominated_ranks
+from frugalnas.multiobjective.pareto import crowding, direction_signs, nondominated_ranks
 from frugalnas.surrogates.encodings import OneHotEncoding
 
 __all__ = ["ArchSampler", "History", "SeenKeys", "crowding", "fitness", "nondominated_ranks", "read_history",
@@ -230,7 +230,7 @@ def fitness(values: Sequence[Sequence[float]], directions: Sequence[StudyDirecti
         floor = float(out[feasible].min()) if feasible.any() else 0.0
         out[~feasible] = floor - 1.0 - viol[~feasible]
         return out
-    signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions])
+    signs = direction_signs(directions)
     obj = np.asarray(values, dtype=float) * signs
     if obj.shape[1] == 1:
         return obj[:, 0]

@@ -44,6 +44,7 @@ from frugalnas.core.errors import check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import StrategyServices, WrappingStrategy
 from frugalnas.multiobjective.feasibility import improves_towards_boundary
+from frugalnas.multiobjective.pareto import direction_signs
 
 #: Draws of the wrapped sampler per trial before settling for the least violating one.
 DEFAULT_MAX_DRAWS = 100
@@ -193,9 +194,8 @@ class FeasibleDraws(WrappingStrategy):
             values.append(t.value)
         if len(rows) < 3:
             return False
-        sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
-        return improves_towards_boundary(sign * np.asarray(values, dtype=float),
-                                         np.asarray(rows, dtype=float))
+        objective = direction_signs(study.directions) * np.asarray(values, dtype=float)
+        return improves_towards_boundary(objective, np.asarray(rows, dtype=float))
 
     def _draw(self, study: optuna.Study, trial: FrozenTrial,
               search_space: dict[str, BaseDistribution]) -> dict[str, Any]:

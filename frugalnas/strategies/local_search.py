@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import StrategyServices
+from frugalnas.multiobjective.pareto import direction_signs
 from frugalnas.strategies.base import ArchSampler, History
 
 
@@ -126,7 +127,7 @@ class LocalSearchSampler(ArchSampler):
         all belong to finished trials; one whose unseen neighbours are only held by unfinished
         trials or by this proposal is skipped this time only."""
         front = self._frontiers.setdefault(study.study_name, _Frontier())
-        sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        sign = float(direction_signs(study.directions[:1])[0])
         for number in hist.log[front.read:]:
             i = hist.row(number)
             entry = (-sign * float(hist.values[i][0]), number, hist.archs[i])

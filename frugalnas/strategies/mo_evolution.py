@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
@@ -30,6 +29,7 @@ from frugalnas.core.space import SearchSpace
 from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.hypervolume import (check_reference_point, contributions,
                                                  hypervolume_improvement, nondominated_rows)
+from frugalnas.multiobjective.pareto import direction_signs
 from frugalnas.strategies.base import ArchSampler, History
 
 PARENTS = ("tournament", "hypervolume")
@@ -76,13 +76,8 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
         self.n_samples = int(n_samples)
         self.reference_point = reference_point
 
-    # -- objectives as maximised numbers -------------------------------------------------
-    @staticmethod
-    def _signs(directions: Sequence[StudyDirection]) -> np.ndarray:
-        return np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0 for d in directions])
-
     def _reference(self, study: optuna.Study, obj: np.ndarray) -> np.ndarray:
-        signs = self._signs(study.directions)
+        signs = direction_signs(study.directions)
         if self.reference_point is not None:
             check_reference_point(self.reference_point, len(signs))
             return np.asarray(self.reference_point) * signs
@@ -91,7 +86,7 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
     # -- strategy ------------------------------------------------------------------------
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:
-        signs = self._signs(study.directions)
+        signs = direction_signs(study.directions)
         obj = np.asarray(hist.values, dtype=float) * signs
         feasible = np.asarray(hist.violations) <= 0
         ref = self._reference(study, obj)

@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 import numpy as np
 import optuna
 from scipy.stats import norm
-from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 
 from frugalnas.core.architecture import Architecture
@@ -27,6 +26,7 @@ from frugalnas.core.space import SearchSpace
 from frugalnas.core.strategy import StrategyServices
 from frugalnas.multiobjective.hypervolume import (check_reference_point, hypervolume_improvement,
                                                  nondominated_rows)
+from frugalnas.multiobjective.pareto import direction_signs
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
 from frugalnas.surrogates.encodings import make_encoding, preferred_encoding
 from frugalnas.surrogates.quality import rank_quality
@@ -116,8 +116,7 @@ class SurrogateMixin:
         ehvi = len(study.directions) > 1 and self.reference_point is not None
         unknown: list[int] = []
         if ehvi:
-            signs = np.array([1.0 if d == StudyDirection.MAXIMIZE else -1.0
-                              for d in study.directions])
+            signs = direction_signs(study.directions)
             check_reference_point(self.reference_point, len(signs))
             obj = np.asarray(hist.values, dtype=float) * signs
             known_obj = self.known_objective_rows(candidates)
