@@ -65,7 +65,8 @@ REFERENCE = (80.0, 40.0)
 DIRECTIONS = ("maximize", "minimize")
 MO_STRATEGIES = ("nsga2", "nsga3", "tpe", "random", "regularized-evolution", "local-search",
                  "surrogate-evolution", "mo-evolution", "mo-evolution:screened",
-                 "surrogate-evolution:ref", "surrogate-evolution:ref-blind")
+                 "surrogate-evolution:ref", "surrogate-evolution:ref-blind", "bananas",
+                 "bananas:ref")
 #: Query counts of the two-objective table.
 MO_MARKS = (100, 200)
 CONSTRAINED_STRATEGIES = ("random", "regularized-evolution", "local-search",
