@@ -30,6 +30,7 @@ evaluating) every call goes to the wrapped sampler unchanged.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -84,6 +85,7 @@ class FeasibleDraws(WrappingStrategy):
         self._seen: set[Architecture] = set()
         self._feed = optuna_compat.TrialFeed()
         self._open: set[int] = set()
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"FeasibleDraws({self.inner!r}, max_draws={self.max_draws}, screen={self.screen})"
@@ -115,6 +117,11 @@ class FeasibleDraws(WrappingStrategy):
             return self.inner.sample_relative(study, trial, search_space)
         if not search_space:
             return {}
+        with self._lock:  # optuna's threads (n_jobs > 1) share the feed and the seen set
+            return self._sample_feasible(study, trial, search_space)
+
+    def _sample_feasible(self, study: optuna.Study, trial: FrozenTrial,
+                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         missed: list[tuple[Architecture, Sequence[float]]] = []
         met: list[tuple[Architecture, Sequence[float]]] = []
         screen = self.screen if self.screen > 1 and self.boundary_is_active(study) else 1

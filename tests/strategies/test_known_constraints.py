@@ -461,3 +461,11 @@ def test_surrogate_evolution_takes_the_best_candidates_nearest_an_active_boundar
         assert min(margins) >= 0  # every one feasible
         gaps[screen] = float(np.mean(margins))
     assert gaps[10] < 0.5 * gaps[1], gaps
+
+
+def test_feasible_draws_never_repeat_a_cell_across_optuna_threads():
+    study = table_study("tpe", PIXEL3, seed=4)
+    study.optimize(40, n_jobs=2)
+    cells = [str(t.architecture) for t in study.trials]
+    assert len(cells) == 40 and len(set(cells)) == 40
+    assert all(feasible_cells(PIXEL3)[study.space.index(t.architecture)] for t in study.trials)
