@@ -177,6 +177,21 @@ def test_isolated_study_keeps_reports_metrics_and_pruning(tmp_path):
     assert all(t.frozen.intermediate_values for t in pruned.trials)
 
 
+@pytest.mark.slow
+def test_an_in_memory_study_refuses_a_candidate_that_crashed_twice():
+    # An in-memory storage skips the crash check until this process isolates a trial; the
+    # crashes recorded there from then on count as in a shared storage.
+    study = frugalnas.create_study(
+        space="nb201", strategy="ops-often-first", estimator="ops-crash", dataset=None,
+        plugins=["ops_support.crashing"], estimator_options={"crash_on": FIRST, "how": "segv"})
+    study.optimize(n_trials=6, isolate="process")
+    trials = study.trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE] * 3
+    assert [trials[n].user_attrs.get(CRASH_ATTR) for n in (0, 2)] == ["SIGSEGV", "SIGSEGV"]
+    assert trials[4].user_attrs["fail_reason"].startswith(CRASHED_REASON)
+    assert CRASH_ATTR not in trials[4].user_attrs
+
+
 # -- frugalnas run ---------------------------------------------------------------------------
 @pytest.mark.slow
 def test_run_with_isolation_survives_an_aborting_candidate(tmp_path):
