@@ -5,9 +5,9 @@ NSGA-II", IEEE TEVC 2002) and NSGA-II's crowding distance."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 
 import numpy as np
-from optuna.study import StudyDirection
 
 VALID_DIRECTIONS = ("maximize", "minimize")
 
@@ -45,10 +45,11 @@ def crowding(obj: np.ndarray) -> np.ndarray:
     return dist
 
 
-def direction_signs(directions: Sequence[str | StudyDirection]) -> np.ndarray:
+def direction_signs(directions: Sequence[str | Enum]) -> np.ndarray:
     """+1 for each ``maximize``, -1 for each ``minimize`` (so that every objective is maximised
-    after multiplying); names or optuna's ``StudyDirection`` (``study.directions``)."""
-    names = [d.name.lower() if isinstance(d, StudyDirection) else d for d in directions]
+    after multiplying); names or optuna's ``StudyDirection`` (``study.directions``), an enum
+    read by its member name so that this module does not import optuna."""
+    names = [d.name.lower() if isinstance(d, Enum) else d for d in directions]
     for d in names:
         if d not in VALID_DIRECTIONS:
             raise ValueError(f"invalid direction {d!r}; valid: {', '.join(VALID_DIRECTIONS)}")
