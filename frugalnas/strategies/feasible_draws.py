@@ -143,25 +143,31 @@ class FeasibleDraws(WrappingStrategy):
         if met:
             chosen = nearest_boundary(met)
         else:
-            chosen = self._fresh_feasible(seen, random.Random(f"feasible:{trial.number}")) \
-                or (least_violating(missed) if missed else self.space.sample(random.Random(trial.number)))
             self.fallbacks += 1
+            fresh = self._fresh_feasible(seen, random.Random(f"feasible:{trial.number}"))
+            if fresh is not None:
+                chosen = fresh
+            elif missed:
+                chosen = least_violating(missed)
+            else:  # every draw repeated a trial and the space holds no new feasible one
+                chosen = self.space.sample(random.Random(trial.number))
         self.passed_over += max(0, len(met) - 1)
         seen.add(chosen)
         return {k: v for k, v in chosen.decisions.items() if k in search_space}
 
     def _proposed(self, study: optuna.Study, trial: FrozenTrial) -> set[Architecture]:
-        """The architectures of the study's other trials (read incrementally; a trial read
-        before all its decisions were set is read again)."""
-        names = self.space.distributions()
+        """The architectures of the study's other trials (read incrementally; a running trial
+        whose decisions do not yet make an architecture of the space is read again)."""
         for t in self._feed.read(study, self._open):
-            params = t.params
-            if t.number != trial.number and all(k in params for k in names):
-                self._open.discard(t.number)
+            arch = None
+            if t.number != trial.number:
                 try:
-                    self._seen.add(self.space.from_params(params))
-                except Exception:  # a trial of another space is not ours to avoid
-                    pass
+                    arch = self.space.from_params(t.params)
+                except Exception:  # decisions still missing, or a trial of another space
+                    arch = None
+            if arch is not None:
+                self._seen.add(arch)
+                self._open.discard(t.number)
             elif t.state.is_finished():
                 self._open.discard(t.number)
             else:
