@@ -71,8 +71,8 @@ class FeasibleDraws(WrappingStrategy):
         self.max_draws = int(max_draws)
         self._known: Callable[[Architecture], tuple[float, ...] | None] | None = None
         self._active: bool | None = None
-        #: The tightest known margin of each completed trial, by trial number.
-        self._margins: dict[int, Sequence[float]] = {}
+        #: The known margins and the value of each completed trial, by trial number.
+        self._completed: dict[int, tuple[Sequence[float], float]] = {}
         #: Draws made, draws rejected (known infeasible), feasible draws passed over for one
         #: nearer the boundary, draws that repeated an earlier trial, and trials given a
         #: fresh random architecture (no draw qualified) so far, for a user or a test to
@@ -93,7 +93,7 @@ class FeasibleDraws(WrappingStrategy):
     # -- frugalnas's strategy protocol ---------------------------------------------------
     def bind(self, services: StrategyServices) -> None:
         self._known, self._active = services.known_constraints, None
-        self._margins = {}
+        self._completed = {}
         self._seen, self._feed, self._open = set(), optuna_compat.TrialFeed(), set()
 
     def active(self) -> bool:
@@ -124,8 +124,9 @@ class FeasibleDraws(WrappingStrategy):
                          search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         missed: list[tuple[Architecture, Sequence[float]]] = []
         met: list[tuple[Architecture, Sequence[float]]] = []
-        screen = self.screen if self.screen > 1 and self.boundary_is_active(study) else 1
-        seen = self._proposed(study, trial)
+        self._catch_up(study, trial.number)
+        screen = self.screen if self.screen > 1 and self._completed_improve(study) else 1
+        seen = self._seen
         for _ in range(self.max_draws):
             arch = self.space.from_params(self._draw(study, trial, search_space))
             self.draws += 1
@@ -133,7 +134,7 @@ class FeasibleDraws(WrappingStrategy):
                 self.repeated += 1
                 continue
             margins = self._known(arch) if self._known is not None else None
-            if margins is None or all(d <= 0 for d in margins):
+            if _meets(margins):
                 met.append((arch, margins or ()))
                 if len(met) >= screen:
                     break
@@ -155,24 +156,27 @@ class FeasibleDraws(WrappingStrategy):
         seen.add(chosen)
         return {k: v for k, v in chosen.decisions.items() if k in search_space}
 
-    def _proposed(self, study: optuna.Study, trial: FrozenTrial) -> set[Architecture]:
-        """The architectures of the study's other trials (read incrementally; a running trial
-        whose decisions do not yet make an architecture of the space is read again)."""
+    def _catch_up(self, study: optuna.Study, current: int | None) -> None:
+        """Read the trials created since the last call and those then unfinished (not
+        ``current``, the trial being sampled): each one's architecture joins the seen set,
+        and each completed one's known margins and value are kept."""
         for t in self._feed.read(study, self._open):
             arch = None
-            if t.number != trial.number:
+            if t.number != current:
                 try:
                     arch = self.space.from_params(t.params)
                 except Exception:  # decisions still missing, or a trial of another space
                     arch = None
             if arch is not None:
                 self._seen.add(arch)
-                self._open.discard(t.number)
-            elif t.state.is_finished():
-                self._open.discard(t.number)
-            else:
+            if not t.state.is_finished():  # read again: it may complete, or set its decisions
                 self._open.add(t.number)
-        return self._seen
+                continue
+            self._open.discard(t.number)
+            if t.state == TrialState.COMPLETE and arch is not None and self._known is not None:
+                margins = self._known(arch)
+                if margins is not None:
+                    self._completed[t.number] = (margins, float(t.value))
 
     def _fresh_feasible(self, seen: set[Architecture], rng: random.Random,
                         tries: int = 1000) -> Architecture | None:
@@ -182,8 +186,7 @@ class FeasibleDraws(WrappingStrategy):
             arch = self.space.sample(rng)
             if arch in seen:
                 continue
-            margins = self._known(arch) if self._known is not None else None
-            if margins is None or all(d <= 0 for d in margins):
+            if _meets(self._known(arch) if self._known is not None else None):
                 return arch
         return None
 
@@ -192,19 +195,16 @@ class FeasibleDraws(WrappingStrategy):
         the constraint boundary: a positive rank correlation between the objective (higher
         is better) and the trial's tightest known margin, each margin in units of its
         constraint's spread (at least three trials)."""
+        self._catch_up(study, None)
+        return self._completed_improve(study)
+
+    def _completed_improve(self, study: optuna.Study) -> bool:
+        """:meth:`boundary_is_active` on the completed trials read so far."""
         if len(study.directions) != 1:
             return False
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        rows, values = [], []
-        for t in trials:
-            if t.number not in self._margins:
-                margins = self._known(self.space.from_params(t.params)) \
-                    if self._known is not None else None
-                if margins is None:
-                    continue
-                self._margins[t.number] = margins
-            rows.append(self._margins[t.number])
-            values.append(t.value)
+        completed = [self._completed[n] for n in sorted(self._completed)]
+        rows = [margins for margins, _ in completed]
+        values = [value for _, value in completed]
         if len(rows) < 3:
             return False
         objective = direction_signs(study.directions) * np.asarray(values, dtype=float)
@@ -220,6 +220,12 @@ class FeasibleDraws(WrappingStrategy):
             if name not in params:
                 params[name] = self.inner.sample_independent(study, trial, name, dist)
         return params
+
+
+def _meets(margins: Sequence[float] | None) -> bool:
+    """Whether known ``margins`` meet every constraint (``None``, nothing known: no reason
+    to reject)."""
+    return margins is None or all(d <= 0 for d in margins)
 
 
 def nearest_boundary(met: Sequence[tuple[Architecture, Sequence[float]]]) -> Architecture:

@@ -220,6 +220,8 @@ def test_feasible_draws_options_reach_the_wrapper_and_are_checked_up_front():
     assert (study.strategy.screen, study.strategy.max_draws) == (1, 7)
     study.optimize(12)
     assert study.strategy.passed_over == 0   # screen=1: the first feasible draw, always
+    cells = [str(t.architecture) for t in study.trials]   # and still no repeat
+    assert len(set(cells)) == len(cells)
     with pytest.raises(ConfigError, match="invalid feasible_screen 0"):
         frugalnas.create_study(strategy="tpe", strategy_options={"feasible_screen": 0}, **OFF)
     with pytest.raises(ConfigError, match="did you mean 'feasible_screen'"):
