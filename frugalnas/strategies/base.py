@@ -181,7 +181,9 @@ def read_history(study: optuna.Study, space: SearchSpace, exclude: int,
     history it returns shares its lists with ``finished`` (nothing is copied)."""
     parsed = {} if parsed is None else parsed
     finished = {} if finished is None else finished
-    prefix = finished.setdefault(study.study_name, FinishedPrefix())
+    prefix = finished.get(study.study_name)
+    if prefix is None:
+        prefix = finished.setdefault(study.study_name, FinishedPrefix())
     pending: set[str] = set()
     with prefix.lock:
         for t in prefix.feed.read(study, prefix.open):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import random
+from functools import lru_cache
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,17 +28,16 @@ OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 EDGES = ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2))
 DECISIONS = tuple(f"edge_{j}_{i}" for j, i in EDGES)
 _OP_INDEX = {op: i for i, op in enumerate(OPS)}
+# The cell string with one field per decision, in DECISIONS order.
+_CELL_TEXT = "+".join("|" + "".join(f"{{}}~{i}|" for i in range(j)) for j in (1, 2, 3))
 
 
 class NB201Cell(Architecture, space="nb201"):
     """An NB201 genotype; ``str()`` gives ``nb201:|op~0|+|op~0|op~1|+|op~0|op~1|op~2|``."""
 
     def _format_body(self) -> str:
-        d = self.decisions
-        nodes = []
-        for j in (1, 2, 3):
-            nodes.append("|" + "|".join(f"{d[f'edge_{j}_{i}']}~{i}" for i in range(j)) + "|")
-        return "+".join(nodes)
+        d = dict(self._decisions)
+        return _CELL_TEXT.format(*(d[k] for k in DECISIONS))
 
     @classmethod
     def _parse_body(cls, space: str, body: str) -> "NB201Cell":
@@ -159,6 +160,19 @@ class NB201Network(nn.Module):
 
 
 # -- the space ---------------------------------------------------------------------------
+def _new_cell(ops: tuple[Any, ...]) -> NB201Cell:
+    for k, op in zip(DECISIONS, ops):
+        if not isinstance(op, str) or op not in OPS:
+            raise ArchitectureParseError(f"invalid value {op!r} for decision {k!r} of space "
+                                         f"'nb201'; valid: {', '.join(OPS)}")
+    return NB201Cell("nb201", dict(zip(DECISIONS, ops)))
+
+
+# A strategy's proposal, the trial's suggest and the history each make the same cell: one
+# immutable object for them all formats its text and hashes its key once.
+_known_cell = lru_cache(maxsize=4096)(_new_cell)
+
+
 _DISTRIBUTIONS = {key: CategoricalDistribution(OPS) for key in DECISIONS}
 
 
@@ -208,12 +222,15 @@ class NB201Space(SearchSpace):
         missing = [k for k in DECISIONS if k not in params]
         if missing:
             raise ArchitectureParseError(f"parameters for space 'nb201' miss decision(s) {missing}")
-        for k in DECISIONS:
-            if params[k] not in OPS:
-                raise ArchitectureParseError(
-                    f"invalid value {params[k]!r} for decision {k!r} of space 'nb201'; "
-                    f"valid: {', '.join(OPS)}")
-        return NB201Cell("nb201", {k: params[k] for k in DECISIONS})
+        ops = tuple(params[k] for k in DECISIONS)
+        try:
+            return _known_cell(ops)
+        except TypeError:  # an unhashable value: not an operation
+            return _new_cell(ops)
+
+    def sample(self, rng: random.Random) -> NB201Cell:
+        # The draws of SearchSpace.sample (one choice of OPS per decision, in order).
+        return _known_cell(tuple(rng.choice(OPS) for _ in DECISIONS))
 
     def parse(self, text: str) -> NB201Cell:
         """Accepts ``nb201:|...|`` and the benchmark's bare ``|...|`` form."""
