@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,6 +17,10 @@ class Cost:
     epochs: float = 0.0         # training epochs (fractions for sub-epoch budgets)
     peak_memory: int = 0        # bytes, where the backend can measure it
 
+    def record(self) -> dict[str, float | int]:
+        """The fields by name, as a trial records them (a flat copy)."""
+        return {name: getattr(self, name) for name in COST_FIELDS}
+
     def to_metrics(self) -> dict[str, float]:
         return {f"cost_{k}": float(v) for k, v in asdict(self).items()}
 
@@ -24,6 +28,10 @@ class Cost:
         return Cost(self.seconds + other.seconds, self.flops + other.flops,
                     max(self.params, other.params), self.epochs + other.epochs,
                     max(self.peak_memory, other.peak_memory))
+
+
+#: The fields of :class:`Cost`, in order.
+COST_FIELDS = tuple(f.name for f in fields(Cost))
 
 
 def count_params(model: torch.nn.Module) -> int:

@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -291,8 +290,7 @@ class TrialRunner:
     def record(self, trial: Any, result: EstimateResult) -> None:
         """A completed evaluation's metrics and cost (and constraints) as user attributes."""
         trial.set_user_attr(METRICS_ATTR, {k: float(v) for k, v in result.metrics.items()})
-        cost = result.cost  # a flat record of numbers: no deep copy (asdict) needed
-        trial.set_user_attr(COST_ATTR, {f.name: getattr(cost, f.name) for f in fields(cost)})
+        trial.set_user_attr(COST_ATTR, result.cost.record())
         if self.study.config.constraints:
             self.record_constraints(trial, result.objective)
 
@@ -338,7 +336,7 @@ class TrialRunner:
             cost=result.cost if result is not None else None, error=error,
             artifacts=result.artifacts if result is not None else {},
             started=trial.datetime_start, finished=datetime.datetime.now(),
-            intermediate=per_step_vectors(steps),
+            intermediate=per_step_vectors(steps) if steps else {},
             feasible=recorded_feasible(trial) if constrained else None)
 
     def finished(self, trial: optuna.Trial, arch: Architecture, state: TrialState,
@@ -388,13 +386,15 @@ def failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
 
 
+def trial_timeout(seconds: float | None) -> contextlib.AbstractContextManager[None]:
+    """Raise TrialFailure after ``seconds`` (none: no limit). Uses SIGALRM, so it applies in
+    the main thread (``n_jobs=1``); in worker threads the limit is checked when the evaluation
+    returns."""
+    return _time_limit(seconds) if seconds else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
-def trial_timeout(seconds: float | None) -> Iterator[None]:
-    """Raise TrialFailure after ``seconds``. Uses SIGALRM, so it applies in the main thread
-    (``n_jobs=1``); in worker threads the limit is checked when the evaluation returns."""
-    if not seconds:
-        yield
-        return
+def _time_limit(seconds: float) -> Iterator[None]:
     start = time.monotonic()
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
         def on_alarm(signum: int, frame: Any) -> None:
