@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from frugalnas.spaces.nb201.table import nb201_table
+from frugalnas.core.errors import ArchitectureParseError
+from frugalnas.core.space import SearchSpace
 from frugalnas.spaces.nb201.space import OPS, NB201Space
 
 SHARED_CSV = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data" / "nats_bench.csv"
@@ -63,3 +65,28 @@ def test_table_matches_the_source_csv():
         assert got[0] == pytest.approx(row.CIFAR10TestAccuracy200Epochs, abs=1e-3)
         assert got[1] == pytest.approx(row.CIFAR100TestAccuracy200Epochs, abs=1e-3)
         assert got[2] == pytest.approx(row.ImageNetTestAccuracy200Epochs, abs=1e-3)
+
+
+def test_from_params_gives_one_cell_object_per_choice_and_refuses_bad_values():
+    space = NB201Space()
+    params = dict(zip(space.distributions(), ["nor_conv_3x3", "skip_connect", "none",
+                                               "avg_pool_3x3", "nor_conv_1x1", "none"]))
+    cell = space.from_params(params)
+    again = space.from_params(dict(params))
+    assert again is cell  # text and key computed once for every holder
+    assert str(cell) == ("nb201:|nor_conv_3x3~0|+|skip_connect~0|none~1|+|avg_pool_3x3~0|"
+                         "nor_conv_1x1~1|none~2|")
+    assert space.parse(str(cell)) == cell
+    for bad in ("conv_5x5", ["none"], 3):
+        with pytest.raises(ArchitectureParseError, match="edge_2_1.*valid: none, skip_connect"):
+            space.from_params({**params, "edge_2_1": bad})
+    with pytest.raises(ArchitectureParseError, match=r"miss decision\(s\) \['edge_3_2'\]"):
+        space.from_params({k: v for k, v in params.items() if k != "edge_3_2"})
+
+
+def test_sample_draws_what_the_generic_sampler_draws():
+    # The NB201 figures reprint only if the space's own sampler keeps the generic stream.
+    space = NB201Space()
+    fast, generic = random.Random(7), random.Random(7)
+    for _ in range(200):
+        assert space.sample(fast) == SearchSpace.sample(space, generic)

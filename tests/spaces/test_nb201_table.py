@@ -154,3 +154,15 @@ def test_edge_search_example_is_a_valid_two_objective_run_file(tmp_path):
     from frugalnas.core.cli import main
 
     assert main(["run", str(path), "--no-tracking", "--n-trials", "20", "--quiet"]) == 0
+
+
+def test_metrics_of_a_cell_are_its_table_entries():
+    data = nb201_data()
+    for index in (0, 1234, 15624):
+        metrics = data.metrics(index)
+        assert metrics["valid_accuracy_cifar10"] == float(data.valid_accuracy_cifar10[index])
+        for i, name in enumerate(("cifar10", "cifar100", "imagenet16-120")):
+            assert metrics[f"test_accuracy_{name}"] == float(data.test_accuracy[index, i])
+        for i, device in enumerate(data.latency_devices):
+            assert metrics[f"latency_ms_{device}"] == float(data.latency_ms[index, i])
+        assert all(type(v) is float for v in metrics.values())
