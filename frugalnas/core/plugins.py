@@ -347,6 +347,8 @@ class PluginHost:
         from the traceback."""
         caller = getattr(self.hook, hook)
         impls = caller.get_hookimpls()
+        if not impls:
+            return
         if any(getattr(i, "hookwrapper", False) or getattr(i, "wrapper", False) for i in impls):
             try:
                 caller(**kwargs)

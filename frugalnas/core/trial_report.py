@@ -25,6 +25,8 @@ from frugalnas.core.space import SearchSpace
 from frugalnas.core.trial_architecture import architecture_of
 from frugalnas.core.trial_constraints import recorded_feasible
 
+_EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
 #: The states of a finished trial, the only ones a report has.
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -84,9 +86,11 @@ class TrialReport:
         if self.cost is not None:
             put(self, "cost", replace(self.cost))
         put(self, "metrics", MappingProxyType({k: float(v) for k, v in self.metrics.items()}))
-        put(self, "artifacts", MappingProxyType(dict(self.artifacts)))
+        put(self, "artifacts", MappingProxyType(dict(self.artifacts)) if self.artifacts
+            else _EMPTY)
         put(self, "intermediate", MappingProxyType(
-            {int(k): tuple(float(x) for x in v) for k, v in sorted(self.intermediate.items())}))
+            {int(k): tuple(float(x) for x in v) for k, v in sorted(self.intermediate.items())})
+            if self.intermediate else _EMPTY)
 
     @classmethod
     def from_frozen(cls, frozen: FrozenTrial, space: SearchSpace, objectives: Sequence[str],

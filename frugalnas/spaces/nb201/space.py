@@ -28,8 +28,10 @@ OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 EDGES = ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2))
 DECISIONS = tuple(f"edge_{j}_{i}" for j, i in EDGES)
 _OP_INDEX = {op: i for i, op in enumerate(OPS)}
-# The cell string with one field per decision, in DECISIONS order.
+# The cell string and the cell's JSON form with one field per decision, in DECISIONS order.
 _CELL_TEXT = "+".join("|" + "".join(f"{{}}~{i}|" for i in range(j)) for j in (1, 2, 3))
+_CELL_JSON = ('{{"space":"nb201","decisions":{{'
+              + ",".join(f'"{k}":"{{}}"' for k in DECISIONS) + "}}}}")
 
 
 class NB201Cell(Architecture, space="nb201"):
@@ -38,6 +40,13 @@ class NB201Cell(Architecture, space="nb201"):
     def _format_body(self) -> str:
         d = dict(self._decisions)
         return _CELL_TEXT.format(*(d[k] for k in DECISIONS))
+
+    def to_json(self) -> str:
+        # Operation names need no escaping: the generic encoder's text, from a template.
+        d = dict(self._decisions)
+        if tuple(d) != DECISIONS or not all(op in _OP_INDEX for op in d.values()):
+            return super().to_json()
+        return _CELL_JSON.format(*d.values())
 
     @classmethod
     def _parse_body(cls, space: str, body: str) -> "NB201Cell":
@@ -227,6 +236,15 @@ class NB201Space(SearchSpace):
             return _known_cell(ops)
         except TypeError:  # an unhashable value: not an operation
             return _new_cell(ops)
+
+    def validate(self, arch: Architecture) -> None:
+        # Every trial's cell is checked before it is evaluated: the valid case in one pass,
+        # anything else through the generic check and its message.
+        if arch.space == self.name:
+            d = arch.decisions
+            if tuple(d) == DECISIONS and all(op in _OP_INDEX for op in d.values()):
+                return
+        super().validate(arch)
 
     def sample(self, rng: random.Random) -> NB201Cell:
         # The draws of SearchSpace.sample (one choice of OPS per decision, in order).
