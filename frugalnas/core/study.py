@@ -119,6 +119,9 @@ class Study:
 
     @property
     def estimator(self) -> Estimator:
+        estimator = self._estimator  # created once: every trial reads it without the lock
+        if estimator is not None:
+            return estimator
         with self._lock:
             if self._estimator is None:
                 self._estimator = self.host.create_estimator(self.config.estimator,
@@ -127,6 +130,9 @@ class Study:
 
     @property
     def backend(self) -> Backend:
+        backend = self._backend
+        if backend is not None:
+            return backend
         with self._lock:
             if self._backend is None:
                 self._backend = self.host.create("backends", self.config.backend,
