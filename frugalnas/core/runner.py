@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -327,13 +328,16 @@ class TrialRunner:
         if steps is None:  # what report_step also stored as INTERMEDIATE_ATTR
             steps = self.study._intermediate.get(trial.number)
         constrained = bool(self.study.config.constraints)
-        return TrialReport(
+        metrics: dict[str, float] = {}
+        if result is not None:
+            metrics["value"] = float(result.value)
+            metrics.update({k: float(v) for k, v in result.metrics.items()})
+        return TrialReport._normalised(
             number=trial.number, state=state, architecture=arch,
-            values=tuple(values) if values is not None and state == TrialState.COMPLETE
-            else None,
-            metrics={"value": float(result.value), **result.metrics} if result is not None
-            else {},
-            cost=result.cost if result is not None else None, error=error,
+            values=tuple(float(v) for v in values)
+            if values is not None and state == TrialState.COMPLETE else None,
+            metrics=metrics,
+            cost=replace(result.cost) if result is not None else None, error=error,
             artifacts=result.artifacts if result is not None else {},
             started=trial.datetime_start, finished=datetime.datetime.now(),
             intermediate=per_step_vectors(steps) if steps else {},

@@ -93,6 +93,30 @@ class TrialReport:
             if self.intermediate else _EMPTY)
 
     @classmethod
+    def _normalised(cls, *, number: int, state: TrialState, architecture: Architecture,
+                    values: tuple[float, ...] | None, metrics: dict[str, float],
+                    cost: Cost | None, error: str | None,
+                    artifacts: Mapping[str, str | bytes], started: datetime.datetime | None,
+                    finished: datetime.datetime, intermediate: dict[int, tuple[float, ...]],
+                    feasible: bool | None) -> "TrialReport":
+        """The report the constructor makes, from fields its caller already holds in the
+        normalised types (floats, tuples, a sorted ``intermediate``; a ``metrics`` dict and a
+        ``cost`` nobody else changes): the runner's report of each trial it ran, without a
+        second pass over the metrics it has just converted."""
+        if state not in FINISHED_STATES:
+            raise ValueError(f"a trial report is for a finished trial; got state {state!r}")
+        report = cls.__new__(cls)
+        report.__dict__.update(  # frozen: filled in once, here, as __post_init__ would
+            number=number, state=state, architecture=architecture,
+            architecture_text=str(architecture), values=values,
+            metrics=MappingProxyType(metrics), cost=cost, error=error,
+            artifacts=MappingProxyType(dict(artifacts)) if artifacts else _EMPTY,
+            started=started, finished=finished,
+            intermediate=MappingProxyType(intermediate) if intermediate else _EMPTY,
+            feasible=feasible)
+        return report
+
+    @classmethod
     def from_frozen(cls, frozen: FrozenTrial, space: SearchSpace, objectives: Sequence[str],
                     *, error: str | None = None) -> "TrialReport":
         """The report of a finished trial as the optuna storage records it (no artifacts: the

@@ -8,6 +8,7 @@ import dataclasses
 import re
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -35,7 +36,8 @@ class Scored(frugalnas.Estimator):
     def evaluate(self, arch, context):
         if self.fail:
             raise RuntimeError("no score for " + arch.space)
-        return frugalnas.EstimateResult(value=float(len(str(arch)) % 7), metrics={"m": 2.5},
+        return frugalnas.EstimateResult(value=float(len(str(arch)) % 7),
+                                        metrics={"m": 2.5, "n": np.float32(0.5), "k": 3},
                                         cost=Cost(seconds=0.25, params=5),
                                         artifacts={"note.txt": "hello"})
 
@@ -73,7 +75,8 @@ def test_the_hook_gets_one_frozen_report_per_trial_that_the_storage_rebuilds():
     assert report.values == tuple(frozen.values)
     assert report.architecture == study.trials[0].architecture
     assert report.architecture_text == frozen.user_attrs["architecture"]
-    assert dict(report.metrics) == {"value": frozen.values[0], "m": 2.5}
+    assert dict(report.metrics) == {"value": frozen.values[0], "m": 2.5, "n": 0.5, "k": 3.0}
+    assert all(type(v) is float for v in report.metrics.values())
     assert report.cost == Cost(seconds=0.25, params=5)
     assert dict(report.artifacts) == {"note.txt": "hello"}
     assert report.error is None and report.feasible is True
@@ -82,6 +85,11 @@ def test_the_hook_gets_one_frozen_report_per_trial_that_the_storage_rebuilds():
         report.state = TrialState.FAIL  # type: ignore[misc]
     with pytest.raises(TypeError):
         report.metrics["m"] = 0.0  # type: ignore[index]
+
+    # the runner's report is the one the constructor makes of the same fields
+    assert TrialReport(**{f.name: getattr(report, f.name)
+                          for f in dataclasses.fields(report)}) == report
+    assert report.intermediate == {} and report.cost is not None
 
     # from the storage alone: the same report, without the artifacts the storage never had
     rebuilt = TrialReport.from_frozen(frozen, study.space, study.config.objectives)
