@@ -70,10 +70,17 @@ class RegularizedEvolutionSampler(ArchSampler):
     def population(self, study: optuna.Study, hist: History) -> tuple[list[Architecture], list[float]]:
         """The last ``population_size`` completed trials and their fitness; with known
         constraints, the last ``population_size`` feasible ones (while there are any)."""
-        rows = list(range(len(hist)))
+        # Read from the end: a proposal costs the same at trial 100 and at trial 10,000.
+        last = range(max(0, len(hist) - self._population), len(hist))
+        rows = list(last)
         if self.constraints_known():
-            rows = [i for i in rows if hist.violations[i] <= 0] or rows
-        rows = rows[-self._population:]
+            feasible: list[int] = []
+            for i in reversed(range(len(hist))):
+                if hist.violations[i] <= 0:
+                    feasible.append(i)
+                    if len(feasible) == self._population:
+                        break
+            rows = feasible[::-1] or rows
         fit = self.fitness(study, [hist.values[i] for i in rows],
                            [hist.violations[i] for i in rows])
         return [hist.archs[i] for i in rows], list(fit)

@@ -178,8 +178,9 @@ def _new_cell(ops: tuple[Any, ...]) -> NB201Cell:
 
 
 # A strategy's proposal, the trial's suggest and the history each make the same cell: one
-# immutable object for them all formats its text and hashes its key once.
-_known_cell = lru_cache(maxsize=4096)(_new_cell)
+# immutable object for them all formats its text and hashes its key once. Only valid cells
+# are kept (an error is not cached), so at most the space's 15,625.
+_known_cell = lru_cache(maxsize=None)(_new_cell)
 
 
 _DISTRIBUTIONS = {key: CategoricalDistribution(OPS) for key in DECISIONS}
