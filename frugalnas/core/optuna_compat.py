@@ -28,6 +28,19 @@ except ImportError:  # pragma: no cover - outside the supported range
     _CachedStorage = None  # type: ignore[assignment,misc]
 
 
+class StorageWrapper(BaseStorage):
+    """A storage that hands optuna's storage API on to the storage it wraps, :attr:`inner`
+    (frugalnas's worker storage). What a storage is (in memory, an RDB, its URL) is read from
+    the wrapped one: :func:`unwrapped`."""
+
+    inner: BaseStorage
+
+
+def unwrapped(storage: BaseStorage) -> BaseStorage:
+    """The storage that holds the trials: ``storage``, or the one a wrapper hands on to."""
+    return storage.inner if isinstance(storage, StorageWrapper) else storage
+
+
 def storage_of(study: optuna.Study) -> BaseStorage:
     """The storage behind ``study`` (``optuna.Study`` keeps it private)."""
     return study._storage
@@ -35,8 +48,7 @@ def storage_of(study: optuna.Study) -> BaseStorage:
 
 def is_in_memory(study: optuna.Study) -> bool:
     """Whether ``study`` lives in an in-memory storage (this process's alone)."""
-    storage = storage_of(study)
-    return isinstance(getattr(storage, "inner", storage), InMemoryStorage)
+    return isinstance(unwrapped(storage_of(study)), InMemoryStorage)
 
 
 def trial_id(trial: FrozenTrial | optuna.Trial) -> int:
@@ -89,8 +101,7 @@ class TrialFeed:
         return trials
 
     def _fetch(self, storage: BaseStorage, study_id: int, wanted: list[int]) -> list[FrozenTrial]:
-        # frugalnas's worker storage (core/worker.py) keeps the storage it wraps as ``inner``.
-        storage = getattr(storage, "inner", storage)
+        storage = unwrapped(storage)
         start = self.next_number
         if isinstance(storage, InMemoryStorage):
             with storage._lock:
@@ -131,8 +142,7 @@ class TrialFeed:
 
 def storage_url(study: optuna.Study) -> str | None:
     """The database URL of an RDB storage (``None`` for other storages)."""
-    storage = storage_of(study)
-    inner = getattr(storage, "inner", storage)  # frugalnas's quota wrapper keeps it as .inner
+    inner = unwrapped(storage_of(study))
     url = getattr(inner, "url", None)
     if url is None:
         url = getattr(getattr(inner, "_backend", None), "url", None)

@@ -41,9 +41,8 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core import optuna_compat
-from frugalnas.core.config import DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, StudyConfig
+from frugalnas.core.config import DEFAULT_MAX_FAILURES, ISOLATION_MODES, StudyConfig
 from frugalnas.core.errors import ConfigError, FrugalnasError, check_choice, check_range
-from frugalnas.core.config import ISOLATION_MODES
 from frugalnas.core.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.core.optuna_compat import BaseHeartbeat, heartbeat_interval
 from frugalnas.core.runner import storage_failures_stop
@@ -226,8 +225,8 @@ def study_lock(study: Any, purpose: str) -> StorageLock:
     ostudy = getattr(study, "optuna_study", study)
     url = optuna_compat.storage_url(ostudy)
     if url is None:
-        inner = getattr(optuna_compat.storage_of(ostudy), "inner", None)
-        url = getattr(inner, "journal_url", None)
+        url = getattr(optuna_compat.unwrapped(optuna_compat.storage_of(ostudy)), "journal_url",
+                      None)
     if url is not None and not url.startswith(("sqlite:///", "journal:", "postgresql", "mysql")) \
             and not is_dask_url(url):
         url = None
@@ -253,7 +252,7 @@ def _delegate(name: str) -> Callable[..., Any]:
     return method
 
 
-class QuotaStorage(BaseStorage, BaseHeartbeat):
+class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
     """An optuna storage that refuses new trials once the study has ``n_trials``, keeps the
     proposal of a new trial exclusive until its architecture is recorded (refusing one that
     another trial took, unless ``repeats``), and starts each trial's heartbeat at creation.

@@ -106,7 +106,8 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
 
     from frugalnas.core.plugins import PluginHost
     from frugalnas.core.study import create_study
-    from frugalnas.core.worker import DEFAULT_RUN_HEARTBEAT, check_worker_settings, make_storage
+    from frugalnas.core.config import DEFAULT_RUN_HEARTBEAT
+    from frugalnas.core.worker import check_worker_settings, make_storage
 
     heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat
     check_worker_settings(heartbeat, grace, retries)
