@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost
+from frugalnas.core.cost import COST_FIELDS, Cost
 from frugalnas.core.keys import (ARCHITECTURE_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  INTERMEDIATE_ATTR, METRICS_ATTR)
 from frugalnas.core.space import SearchSpace
@@ -26,6 +26,11 @@ from frugalnas.core.trial_architecture import architecture_of
 from frugalnas.core.trial_constraints import recorded_feasible
 
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+def _read_only(mapping: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """A read-only copy of ``mapping`` (one shared empty mapping for an empty one)."""
+    return MappingProxyType(dict(mapping)) if mapping else _EMPTY
 
 #: The states of a finished trial, the only ones a report has.
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -86,8 +91,7 @@ class TrialReport:
         if self.cost is not None:
             put(self, "cost", replace(self.cost))
         put(self, "metrics", MappingProxyType({k: float(v) for k, v in self.metrics.items()}))
-        put(self, "artifacts", MappingProxyType(dict(self.artifacts)) if self.artifacts
-            else _EMPTY)
+        put(self, "artifacts", _read_only(self.artifacts))
         put(self, "intermediate", MappingProxyType(
             {int(k): tuple(float(x) for x in v) for k, v in sorted(self.intermediate.items())})
             if self.intermediate else _EMPTY)
@@ -110,7 +114,7 @@ class TrialReport:
             number=number, state=state, architecture=architecture,
             architecture_text=str(architecture), values=values,
             metrics=MappingProxyType(metrics), cost=cost, error=error,
-            artifacts=MappingProxyType(dict(artifacts)) if artifacts else _EMPTY,
+            artifacts=_read_only(artifacts),
             started=started, finished=finished,
             intermediate=MappingProxyType(intermediate) if intermediate else _EMPTY,
             feasible=feasible)
@@ -140,7 +144,7 @@ class TrialReport:
         recorded = frozen.user_attrs.get(COST_ATTR)
         cost = None
         if isinstance(recorded, dict):
-            names = {f.name for f in fields(Cost)}
+            names = set(COST_FIELDS)
             # The numbers as recorded (JSON keeps an int an int). Cost's fields mix int and
             # float, which one dict value type cannot match, hence Any for the keywords.
             fields_found: dict[str, Any] = {

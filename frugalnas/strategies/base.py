@@ -160,22 +160,15 @@ def _add_finished(prefix: FinishedPrefix, t: FrozenTrial, arch: Architecture | N
     if t.state != TrialState.COMPLETE or t.values is None:
         return
     diffs = constraint_values(t)
-    number, excess = t.number, violation(t)
-    row = (arch, list(t.values), number, excess, tuple(diffs[k] for k in sorted(diffs)) if diffs
-           else ())
-    columns = (h.archs, h.values, h.numbers, h.violations, h.constraint_diffs)
-    if not h.numbers or h.numbers[-1] < number:  # the usual case: finished in number order
-        for column, value in zip(columns, row):
-            column.append(value)
-    else:  # a trial finished after a later-numbered one
-        at = len(h.numbers)
-        while at and h.numbers[at - 1] > number:
-            at -= 1
-        for column, value in zip(columns, row):
-            column.insert(at, value)
-    h.log.append(number)
-    if excess > 0:
-        h.violating = (h.violating or 0) + 1
+    row = (arch, list(t.values), t.number, violation(t),
+           tuple(diffs[k] for k in sorted(diffs)))
+    at = len(h.numbers)
+    while at and h.numbers[at - 1] > t.number:  # a trial finished after a later-numbered one
+        at -= 1
+    for column, value in zip((h.archs, h.values, h.numbers, h.violations, h.constraint_diffs), row):
+        column.insert(at, value)
+    h.log.append(t.number)
+    h.violating = (h.violating or 0) + (row[3] > 0)
 
 
 def read_history(study: optuna.Study, space: SearchSpace, exclude: int,

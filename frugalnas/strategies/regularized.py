@@ -71,8 +71,7 @@ class RegularizedEvolutionSampler(ArchSampler):
         """The last ``population_size`` completed trials and their fitness; with known
         constraints, the last ``population_size`` feasible ones (while there are any)."""
         # Read from the end: a proposal costs the same at trial 100 and at trial 10,000.
-        last = range(max(0, len(hist) - self._population), len(hist))
-        rows = list(last)
+        rows = list(range(max(0, len(hist) - self._population), len(hist)))
         if self.constraints_known():
             feasible: list[int] = []
             for i in reversed(range(len(hist))):

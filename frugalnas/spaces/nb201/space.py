@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 import itertools
 import random
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -34,6 +34,11 @@ _CELL_JSON = ('{{"space":"nb201","decisions":{{'
               + ",".join(f'"{k}":"{{}}"' for k in DECISIONS) + "}}}}")
 
 
+def _is_cell(decisions: Mapping[str, Any]) -> bool:
+    """Whether ``decisions`` are exactly an NB201 cell's, in order, each an operation."""
+    return tuple(decisions) == DECISIONS and all(op in _OP_INDEX for op in decisions.values())
+
+
 class NB201Cell(Architecture, space="nb201"):
     """An NB201 genotype; ``str()`` gives ``nb201:|op~0|+|op~0|op~1|+|op~0|op~1|op~2|``."""
 
@@ -44,9 +49,7 @@ class NB201Cell(Architecture, space="nb201"):
     def to_json(self) -> str:
         # Operation names need no escaping: the generic encoder's text, from a template.
         d = dict(self._decisions)
-        if tuple(d) != DECISIONS or not all(op in _OP_INDEX for op in d.values()):
-            return super().to_json()
-        return _CELL_JSON.format(*d.values())
+        return _CELL_JSON.format(*d.values()) if _is_cell(d) else super().to_json()
 
     @classmethod
     def _parse_body(cls, space: str, body: str) -> "NB201Cell":
@@ -241,11 +244,8 @@ class NB201Space(SearchSpace):
     def validate(self, arch: Architecture) -> None:
         # Every trial's cell is checked before it is evaluated: the valid case in one pass,
         # anything else through the generic check and its message.
-        if arch.space == self.name:
-            d = arch.decisions
-            if tuple(d) == DECISIONS and all(op in _OP_INDEX for op in d.values()):
-                return
-        super().validate(arch)
+        if arch.space != self.name or not _is_cell(arch.decisions):
+            super().validate(arch)
 
     def sample(self, rng: random.Random) -> NB201Cell:
         # The draws of SearchSpace.sample (one choice of OPS per decision, in order).
