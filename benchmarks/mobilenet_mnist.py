@@ -18,7 +18,8 @@ Per seed:
    split, and its ONNX export is checked against its PyTorch predictions.
 
 ``--search-resolution R`` searches networks that resize their input to R x R first (the
-baseline sees the 28x28 images).
+baseline sees the 28x28 images); ``--search-resolutions R1 R2 ...`` makes that side a searched
+decision of every network instead (elastic resolution: one supernet serves every side).
 
 Results are kept per seed in ``--out`` (resumable: a finished seed is not run again).
 
@@ -106,7 +107,10 @@ def search(space_options: dict[str, Any], seed: int, trials: int, supernet: dict
 
 def search_options(args: argparse.Namespace) -> dict[str, Any]:
     """The searched space's options: the baseline's width, and ``--search-resolution``
-    (the input resized inside the network) when given."""
+    (the input resized inside the network) or ``--search-resolutions`` (the side searched)
+    when given."""
+    if args.search_resolutions:
+        return {"width_mult": args.width, "resolutions": list(args.search_resolutions)}
     return {"width_mult": args.width,
             **({"resolution": args.search_resolution} if args.search_resolution else {})}
 
@@ -260,6 +264,9 @@ def main() -> None:
     parser.add_argument("--search-resolution", type=int, default=None,
                         help="the searched networks resize their input to this side first "
                              "(the baseline sees the 28x28 images)")
+    parser.add_argument("--search-resolutions", type=int, nargs="+", default=None,
+                        help="the searched networks' input side is a decision among these "
+                             "(instead of --search-resolution)")
     parser.add_argument("--epochs", type=int, default=15, help="the training recipe's epochs")
     parser.add_argument("--supernet-epochs", type=int, default=16)
     parser.add_argument("--trials", type=int, default=100)
@@ -269,6 +276,9 @@ def main() -> None:
                         help="measure each finished seed's networks again together in ROUNDS "
                              "interleaved rounds (kept in --out)")
     args = parser.parse_args()
+    if args.search_resolution and args.search_resolutions:
+        parser.error("give --search-resolution (fixed) or --search-resolutions (searched), "
+                     "not both")
     torch.set_num_threads(1)
     path = Path(args.out)
     done = json.loads(path.read_text()) if path.exists() else {}

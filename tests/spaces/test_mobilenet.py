@@ -120,6 +120,76 @@ def test_mobilenet_v2_point_and_resolution():
     assert net.stem[0].size == 32
 
 
+def test_a_searched_resolution_is_a_decision_of_every_network():
+    space = MobileNetSpace(**SMALL, resolutions=[16, 8, 12])
+    assert space.resolutions == (8, 12, 16)
+    arch = space.parse("mobilenet:r12/k5e4s|k3e6,k7e3")
+    assert list(arch.decisions)[0] == "resolution" and arch["resolution"] == 12
+    assert space.parse(str(arch)) == arch and str(arch).startswith("mobilenet:r12/")
+    assert space.size() == 3 * MobileNetSpace(**SMALL).size()
+    rng = random.Random(0)
+    drawn = [space.sample(rng) for _ in range(30)]
+    assert {a["resolution"] for a in drawn} == {8, 12, 16}
+    assert all(space.parse(str(a)) == a for a in drawn)
+    mutated = [space.mutate(arch, rng) for _ in range(300)]
+    assert {m["resolution"] for m in mutated} == {8, 12, 16}
+    assert {n["resolution"] for n in space.neighbours(arch)} == {8, 12, 16}
+    assert space.largest()["resolution"] == 16
+    assert space.mobilenet_v2()["resolution"] == 16
+    assert space.mobilenet_v2(resolution=8)["resolution"] == 8
+    net = space.build(arch, 4, (1, 12, 12))
+    assert net.stem[0].size == 12
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 4)
+    assert space.cell_graph(arch)[0] == ("stem (12x12)", "stage 1", "k5e4s")
+    # the one-hot resolution leads the space's own encoding
+    from frugalnas.spaces.mobilenet.encodings import MobileNetStructureEncoding
+
+    features = MobileNetStructureEncoding(space).encode_one(arch)
+    assert list(features[:3]) == [0.0, 1.0, 0.0]
+    assert len(features) == 3 + len(MobileNetStructureEncoding(MobileNetSpace(**SMALL)).encode_one(
+        MobileNetSpace(**SMALL).parse("k5e4s|k3e6,k7e3")))
+
+
+def test_searched_resolutions_are_refused_when_malformed_or_beside_a_fixed_one():
+    with pytest.raises(ConfigError, match=r"either resolution \(20, fixed\) or resolutions"):
+        MobileNetSpace(resolution=20, resolutions=[16, 20])
+    for bad in ([], [4, 16], "16", [16.5]):
+        with pytest.raises(ConfigError, match="invalid resolutions"):
+            MobileNetSpace(resolutions=bad)
+    space = MobileNetSpace(**SMALL, resolutions=[8, 12])
+    with pytest.raises(ArchitectureParseError, match=r"invalid value 20 for decision "
+                                                     r"'resolution'.*8, 12"):
+        space.parse("r20/k3e3|k3e3")
+    with pytest.raises(ArchitectureParseError, match=r"missing \['resolution'\]"):
+        space.validate(MobileNetSpace(**SMALL).parse("k3e3|k3e3").__class__.create(
+            "mobilenet", MobileNetSpace(**SMALL).parse("k3e3|k3e3").decisions))
+    with pytest.raises(ConfigError, match="does not search the resolution"):
+        MobileNetSpace(**SMALL).mobilenet_v2(resolution=12)
+
+
+def test_one_supernet_serves_every_searched_resolution_bitwise():
+    space = MobileNetSpace(**SMALL, resolutions=[8, 12])
+    builder = space.shared_builder(4, (1, 12, 12))
+    store = WeightStore(builder.factory, seed=0)
+    x = torch.randn(3, 1, 12, 12, generator=torch.Generator().manual_seed(0))
+    for text in ("r8/k5e4s|k3e6,k7e3", "r12/k5e4s|k3e6,k7e3"):
+        arch = space.parse(text)
+        net = builder.subnet(arch, store.get).eval()
+        alone = export_subnet(net).eval()
+        assert torch.equal(net(x), alone(x))
+        built = space.build(arch, 4, (1, 12, 12))
+        assert [n for n, _ in alone.named_parameters()] == \
+            [n for n, _ in built.named_parameters()]
+        built.load_state_dict(alone.state_dict())
+        assert torch.equal(built.eval()(x), net(x))
+    small, large = (builder.subnet(space.parse(t), store.get).eval()(x)
+                    for t in ("r8/k5e4s|k3e6,k7e3", "r12/k5e4s|k3e6,k7e3"))
+    assert not torch.equal(small, large)
+    phases = dict(space.shrinking_phases())
+    rng = random.Random(0)
+    assert {phases["largest"](rng)["resolution"] for _ in range(20)} == {8, 12}
+
+
 @pytest.mark.slow
 def test_supernet_and_training_studies_on_the_space(tmp_path):
     for estimator, options in (("supernet", {"epochs": 4, "batch_size": 32, "bn_batches": 1,
@@ -199,3 +269,21 @@ def test_mobilenet_networks_train_on_the_other_backends(backend, options):
         disable_plugins=("mlflow", "progress"))
     study.optimize(n_trials=2)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_space_with_searched_resolutions_passes_the_conformance_suite():
+    from frugalnas.testing import check_search_space
+
+    check_search_space(MobileNetSpace(**SMALL, resolutions=[8, 12]))
+
+
+def test_latency_tables_tell_searched_resolutions_apart():
+    """A per-layer latency table keys each layer by its configuration and input shape: the
+    resize to 8 and to 12 pixels from the same input are different layers."""
+    from frugalnas.latency.kernels import network_kernels
+
+    space = MobileNetSpace(**SMALL, resolutions=[8, 12])
+    small, large = (network_kernels(space.build(space.parse(t), 4, (1, 12, 12)), (1, 12, 12))
+                    for t in ("r8/k5e4s|k3e6", "r12/k5e4s|k3e6"))
+    assert small[0].kind == "Resize" and small[0].signature != large[0].signature
+    assert small[1].input_shape == (1, 8, 8) and large[1].input_shape == (1, 12, 12)

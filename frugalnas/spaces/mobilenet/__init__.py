@@ -23,5 +23,5 @@ def frugalnas_search_spaces() -> dict[str, Any]:
     return {"mobilenet": LazyFactory(
         "frugalnas.spaces.mobilenet.space:MobileNetSpace",
         "MobileNetV2/V3-like macro space: per stage depth, per block kernel 3/5/7, expansion "
-        "3/4/6 and squeeze-excite; options width_mult, resolution, stages, kernels, "
-        "expand_ratios, se, min_depth. Weight sharing through elastic blocks.")}
+        "3/4/6 and squeeze-excite; options width_mult, resolution or searched resolutions, "
+        "stages, kernels, expand_ratios, se, min_depth. Weight sharing through elastic blocks.")}

@@ -7,12 +7,17 @@ import numpy as np
 
 from frugalnas.core.architecture import Architecture
 from frugalnas.core.space import SearchSpace
-from frugalnas.spaces.mobilenet.space import MobileNetSpace, block_keys, depth_key
+from frugalnas.spaces.mobilenet.space import (
+    RESOLUTION_KEY,
+    MobileNetSpace,
+    block_keys,
+    depth_key,
+)
 from frugalnas.surrogates.encodings import Encoding
 
 
 class MobileNetStructureEncoding(Encoding):
-    """Per stage: its depth scaled to [0, 1]; per block slot: whether the block exists, a
+    """A one-hot searched resolution (when the space searches it); per stage: its depth scaled to [0, 1]; per block slot: whether the block exists, a
     one-hot kernel and ratio, and SE. A slot the network lacks is all zeros, so two
     architectures that differ only in blocks they lack encode equally. The features follow
     the network's structure, not the decisions' order."""
@@ -24,7 +29,9 @@ class MobileNetStructureEncoding(Encoding):
         self.mobilenet = space
 
     def encode_one(self, arch: Architecture) -> np.ndarray:
-        space, d, out = self.mobilenet, arch.decisions, []
+        space, d = self.mobilenet, arch.decisions
+        out = [1.0 if d[RESOLUTION_KEY] == r else 0.0 for r in space.resolutions] \
+            if space.resolutions is not None else []
         for s, stage in enumerate(space.stages, start=1):
             depth = int(d[depth_key(s)])
             span = stage.depth - space.min_depth

@@ -30,10 +30,15 @@ class Resize(nn.Module):
             return x
         return F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
 
+    def extra_repr(self) -> str:
+        # The size is part of the layer's configuration (latency tables key layers by repr).
+        return f"size={self.size}"
 
-def make_stem(space: MobileNetSpace, input_shape: Sequence[int]) -> nn.Sequential:
-    """Resize (when the space has a resolution), 3x3 convolution, batch norm, ReLU6."""
-    layers: list[nn.Module] = [Resize(space.resolution)] if space.resolution else []
+
+def make_stem(space: MobileNetSpace, input_shape: Sequence[int],
+              resolution: int | None = None) -> nn.Sequential:
+    """Resize (to ``resolution`` when given), 3x3 convolution, batch norm, ReLU6."""
+    layers: list[nn.Module] = [Resize(resolution)] if resolution else []
     c = space.scaled_channels(space.stem_channels)
     layers += [nn.Conv2d(int(input_shape[0]), c, 3, space.stem_stride_for(input_shape), 1,
                          bias=False), nn.BatchNorm2d(c), nn.ReLU6()]
@@ -84,7 +89,8 @@ def build_network(space: MobileNetSpace, arch: Architecture, num_classes: int,
         for b, config in enumerate(configs):
             blocks.append(MBConv(cin if b == 0 else cout, cout, config.kernel, config.expand,
                                  stage.stride if b == 0 else 1, config.se))
-    return MobileNetNetwork(make_stem(space, input_shape), blocks, make_head(space, num_classes))
+    return MobileNetNetwork(make_stem(space, input_shape, space.resolution_of(arch)), blocks,
+                            make_head(space, num_classes))
 
 
 class ActiveBlock(nn.Module):

@@ -2,7 +2,8 @@
 per stage and a searched kernel, expansion ratio and squeeze-excite per block, in the manner
 of MobileNetV2/V3 and Once-for-All.
 
-A network is: optional resize to ``resolution``, stem convolution, one fixed MBConv (ratio 1,
+A network is: optional resize to the input resolution (fixed by ``resolution`` or searched
+among ``resolutions``), stem convolution, one fixed MBConv (ratio 1,
 kernel 3), the searched stages, a 1x1 head convolution, global pooling and a classifier.
 Block ``b`` of a stage exists only when the stage's depth exceeds ``b``, so its decisions are
 conditional: an architecture holds only the decisions of the blocks it has
@@ -10,6 +11,7 @@ conditional: an architecture holds only the decisions of the blocks it has
 
 Text form: stages separated by ``|``, blocks by ``,``; a block is ``k<kernel>e<ratio>``,
 followed by ``s`` when it has squeeze-excite. ``mobilenet:k3e6,k3e6|k5e4s,k3e3,k3e3|...``
+A searched resolution comes first: ``mobilenet:r20/k3e6,k3e6|...``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ MOBILENET_V2_STAGES: tuple[Stage, ...] = (
     Stage(24, 2, 2), Stage(32, 3, 2), Stage(64, 4, 2), Stage(96, 3, 1), Stage(160, 3, 2),
     Stage(320, 1, 1))
 _BLOCK = re.compile(r"^k(\d+)e(\d+)(s?)$")
+_RESOLUTION = re.compile(r"^r(\d+)/(.*)$", re.DOTALL)
+#: The decision holding a network's input resolution, when the space searches it.
+RESOLUTION_KEY = "resolution"
 
 
 def depth_key(s: int) -> str:
@@ -70,6 +75,7 @@ class MobileNetGenotype(Architecture):
 
     def _format_body(self) -> str:
         d, stages, s = self.decisions, [], 1
+        prefix = f"r{d[RESOLUTION_KEY]}/" if RESOLUTION_KEY in d else ""
         while depth_key(s) in d:
             blocks = []
             for b in range(int(d[depth_key(s)])):
@@ -77,11 +83,16 @@ class MobileNetGenotype(Architecture):
                 blocks.append(f"k{kernel}e{expand}{'s' if se else ''}")
             stages.append(",".join(blocks))
             s += 1
-        return "|".join(stages)
+        return prefix + "|".join(stages)
 
     @classmethod
     def _parse_body(cls, space: str, body: str) -> MobileNetGenotype:
         decisions: dict[str, Value] = {}
+        body = body.strip()
+        resolution = _RESOLUTION.match(body)
+        if resolution is not None:
+            decisions[RESOLUTION_KEY] = int(resolution.group(1))
+            body = resolution.group(2)
         for s, stage in enumerate(body.strip().split("|"), start=1):
             blocks = [b for b in stage.split(",") if b]
             decisions[depth_key(s)] = len(blocks)
@@ -96,6 +107,21 @@ class MobileNetGenotype(Architecture):
                 decisions[expand_key] = int(match.group(2))
                 decisions[se_key] = bool(match.group(3))
         return cls(space, decisions)
+
+
+def _parse_resolutions(resolutions: Sequence[int] | None,
+                       fixed: int | None) -> tuple[int, ...] | None:
+    if resolutions is None:
+        return None
+    if fixed is not None:
+        raise ConfigError(f"give either resolution ({fixed}, fixed) or resolutions "
+                          f"({list(resolutions)}, searched), not both")
+    if isinstance(resolutions, (str, bytes)) or not all(
+            isinstance(r, int) and not isinstance(r, bool) and r >= 8 for r in resolutions) \
+            or not resolutions:
+        raise ConfigError(f"invalid resolutions {resolutions!r}; valid: a list of input sides "
+                          "of at least 8 pixels, e.g. [16, 20, 24, 28]")
+    return tuple(sorted(set(resolutions)))
 
 
 def _parse_stages(stages: Any) -> tuple[Stage, ...]:
@@ -118,15 +144,17 @@ def _parse_stages(stages: Any) -> tuple[Stage, ...]:
 
 class MobileNetSpace(SearchSpace):
     """MobileNetV2/V3-like macro space: per stage depth, per block kernel 3/5/7, expansion
-    3/4/6 and squeeze-excite; options width_mult, resolution, stages, kernels, expand_ratios,
-    se, min_depth. Weight sharing through elastic blocks.
+    3/4/6 and squeeze-excite; options width_mult, resolution or searched resolutions, stages,
+    kernels, expand_ratios, se, min_depth. Weight sharing through elastic blocks.
 
     Inverted-residual stages with searched depth (``min_depth`` up to each stage's
     depth), kernels (``kernels``), expansion ratios (``expand_ratios``) and squeeze-excite
     (``se``: searched when true, never used when false). ``width_mult`` scales every
     channel count (rounded to multiples of 8). ``resolution`` resizes the input first
-    (None keeps it). ``stem_stride`` is 2, or 1 (the default for inputs of at most 64
-    pixels). ``stages`` is ``"v2"`` (MobileNetV2's) or a list of ``[channels, depth,
+    (None keeps it); ``resolutions`` instead makes the input side a decision (``resolution``,
+    asked before any other), elastic resolution as in Once-for-All: one supernet serves every
+    side. ``stem_stride`` is 2, or 1 (the default for inputs, or largest searched side, of
+    at most 64 pixels). ``stages`` is ``"v2"`` (MobileNetV2's) or a list of ``[channels, depth,
     stride]``. Every network is built from elastic blocks when weights are shared
     (:meth:`shared_builder`), so the space has a supernet of its own."""
 
@@ -135,13 +163,15 @@ class MobileNetSpace(SearchSpace):
 
     def __init__(self, width_mult: float = 1.0, kernels: Sequence[int] = (3, 5, 7),
                  expand_ratios: Sequence[int] = (3, 4, 6), se: bool = True, min_depth: int = 1,
-                 stages: Any = "v2", resolution: int | None = None, stem_stride: int | None = None,
+                 stages: Any = "v2", resolution: int | None = None,
+                 resolutions: Sequence[int] | None = None, stem_stride: int | None = None,
                  stem_channels: int = 32, first_channels: int = 16, head_channels: int = 1280,
                  dropout: float = 0.0):
         check_range("width_mult", width_mult, 0.05, 4.0)
         check_range("min_depth", min_depth, 1)
         if resolution is not None:
             check_range("resolution", resolution, 8)
+        self.resolutions = _parse_resolutions(resolutions, resolution)
         if stem_stride not in (None, 1, 2):
             raise ConfigError(f"invalid stem_stride {stem_stride!r}; valid: 1, 2 or None (auto)")
         check_range("dropout", dropout, 0.0, 0.99)
@@ -184,7 +214,20 @@ class MobileNetSpace(SearchSpace):
     def stem_stride_for(self, input_shape: Sequence[int]) -> int:
         if self.stem_stride is not None:
             return self.stem_stride
-        return 1 if (self.resolution or int(input_shape[-1])) <= 64 else 2
+        side = self.resolution or (self.resolutions[-1] if self.resolutions else None) \
+            or int(input_shape[-1])
+        return 1 if side <= 64 else 2
+
+    def resolution_of(self, arch: Architecture) -> int | None:
+        """The side ``arch``'s network resizes its input to (None: as given)."""
+        if self.resolutions is not None:
+            return int(arch.decisions[RESOLUTION_KEY])
+        return self.resolution
+
+    def _resolution_dist(self) -> dict[str, BaseDistribution]:
+        if self.resolutions is None:
+            return {}
+        return {RESOLUTION_KEY: CategoricalDistribution(list(self.resolutions))}
 
     # -- decisions -----------------------------------------------------------------------
     def _block_dists(self) -> tuple[BaseDistribution, BaseDistribution, BaseDistribution]:
@@ -193,8 +236,9 @@ class MobileNetSpace(SearchSpace):
                 CategoricalDistribution([False, True] if self.se else [False]))
 
     def distributions(self) -> dict[str, BaseDistribution]:
-        """Every decision: each stage's depth, then every block's kernel, ratio and SE."""
-        out: dict[str, BaseDistribution] = {}
+        """Every decision: the searched resolution, each stage's depth, then every block's
+        kernel, ratio and SE."""
+        out: dict[str, BaseDistribution] = self._resolution_dist()
         block = self._block_dists()
         for s, stage in enumerate(self.stages, start=1):
             out[depth_key(s)] = IntDistribution(self.min_depth, stage.depth)
@@ -203,11 +247,12 @@ class MobileNetSpace(SearchSpace):
         return out
 
     def active_decisions(self, arch: Architecture) -> dict[str, BaseDistribution]:
-        """Each stage's depth and the decisions of the blocks it has."""
+        """The searched resolution, each stage's depth and the decisions of the blocks it
+        has."""
         return self._active({**arch.decisions})
 
     def _active(self, values: Mapping[str, Any]) -> dict[str, BaseDistribution]:
-        out: dict[str, BaseDistribution] = {}
+        out: dict[str, BaseDistribution] = self._resolution_dist()
         block = self._block_dists()
         for s, stage in enumerate(self.stages, start=1):
             depth_dist = IntDistribution(self.min_depth, stage.depth)
@@ -223,6 +268,8 @@ class MobileNetSpace(SearchSpace):
         (or holds an invalid value for) is asked of ``fill(key, dist)``. Each stage's depth is
         settled before its blocks are, so only the blocks the network has are asked."""
         decisions: dict[str, Any] = {}
+        for key, dist in self._resolution_dist().items():
+            decisions[key] = values[key] if contains(dist, values.get(key)) else fill(key, dist)
         block = self._block_dists()
         for s, stage in enumerate(self.stages, start=1):
             depth_dist = IntDistribution(self.min_depth, stage.depth)
@@ -260,7 +307,8 @@ class MobileNetSpace(SearchSpace):
         super().validate(arch)
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
-        """Ask ``trial`` for each stage's depth, then for the blocks that depth keeps."""
+        """Ask ``trial`` for the resolution (when searched) and each stage's depth, then for
+        the blocks that depth keeps."""
         def ask(key: str, dist: BaseDistribution) -> Any:
             if isinstance(dist, IntDistribution):
                 return trial.suggest_int(key, dist.low, dist.high)
@@ -295,7 +343,7 @@ class MobileNetSpace(SearchSpace):
         return self._complete({}, either)
 
     def neighbours(self, arch: Architecture) -> list[Architecture]:
-        """One kernel, ratio or SE changed, or one stage one block deeper (the new block
+        """One resolution, kernel, ratio or SE changed, or one stage one block deeper (the new block
         copies the stage's last one) or shallower."""
         out: list[Architecture] = []
         d = arch.decisions
@@ -315,8 +363,11 @@ class MobileNetSpace(SearchSpace):
     def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
         """The macro network as a chain for drawings: one edge per stage from the stem
         onwards, labelled with the stage's blocks (``k5e4s, k3e3``)."""
-        body = self.genotype.create(self.name, arch.decisions)._format_body().split("|")
-        nodes = ["stem", *(f"stage {s}" for s in range(1, len(body) + 1))]
+        text = self.genotype.create(self.name, arch.decisions)._format_body()
+        body = _RESOLUTION.sub(r"\2", text).split("|")
+        side = self.resolution_of(arch)
+        stem = f"stem ({side}x{side})" if self.resolutions is not None else "stem"
+        nodes = [stem, *(f"stage {s}" for s in range(1, len(body) + 1))]
         return [(nodes[i], nodes[i + 1], blocks.replace(",", ", ")) for i, blocks in enumerate(body)]
 
     def enumerate(self) -> Iterator[Architecture]:
@@ -326,7 +377,7 @@ class MobileNetSpace(SearchSpace):
     def size(self) -> float:
         """The number of architectures."""
         per_block = len(self.kernels) * len(self.expand_ratios) * (2 if self.se else 1)
-        total = 1.0
+        total = float(len(self.resolutions or (None,)))
         for stage in self.stages:
             total *= sum(float(per_block) ** d for d in range(self.min_depth, stage.depth + 1))
         return total
@@ -344,18 +395,20 @@ class MobileNetSpace(SearchSpace):
                 for s in range(1, len(self.stages) + 1)]
 
     def largest(self) -> Architecture:
-        """The deepest architecture with the largest kernels and ratios (SE where allowed)."""
+        """The deepest architecture with the largest kernels and ratios (SE where allowed), at
+        the largest searched resolution."""
         return self._complete({}, lambda key, dist: (
             dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]))
 
     def shrinking_phases(self) -> list[tuple[str, Any]]:
         """Once-for-All's order: the largest network, then elastic kernels (and SE), then
-        elastic depth, then elastic expansion ratios (the whole space)."""
+        elastic depth, then elastic expansion ratios (the whole space). A searched resolution
+        is drawn in every phase, as Once-for-All samples the input size throughout."""
         def fixed(drawn: set[str]) -> Any:
             def sampler(rng: random.Random) -> Architecture:
                 def answer(key: str, dist: BaseDistribution) -> Any:
-                    kind = "depth" if key.endswith("_depth") else key.rsplit("_", 1)[1]
-                    if kind in drawn:
+                    kind = "depth" if key.endswith("_depth") else key.rsplit("_", 1)[-1]
+                    if kind in drawn or key == RESOLUTION_KEY:
                         return draw(dist, rng)
                     return dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]
                 return self._complete({}, answer)
@@ -365,10 +418,16 @@ class MobileNetSpace(SearchSpace):
                 ("elastic depth", fixed({"kernel", "se", "depth"})),
                 ("elastic expand", fixed({"kernel", "se", "depth", "expand"}))]
 
-    def mobilenet_v2(self) -> Architecture:
+    def mobilenet_v2(self, resolution: int | None = None) -> Architecture:
         """MobileNetV2's own point of the space (every stage at full depth, kernel 3, ratio 6,
-        no SE), when the space holds it."""
+        no SE), when the space holds it; where the space searches the resolution, at
+        ``resolution`` (default: the largest)."""
         values: dict[str, Any] = {}
+        if self.resolutions is not None:
+            values[RESOLUTION_KEY] = self.resolutions[-1] if resolution is None else resolution
+        elif resolution is not None:
+            raise ConfigError(f"space {self.name!r} does not search the resolution; "
+                              "give resolutions=[...] to the space to choose one")
         for s, stage in enumerate(self.stages, start=1):
             values[depth_key(s)] = stage.depth
             for b in range(stage.depth):
@@ -402,4 +461,5 @@ class MobileNetSpace(SearchSpace):
                 "width_mult": self.width_mult, "kernels": list(self.kernels),
                 "expand_ratios": list(self.expand_ratios), "se": self.se,
                 "min_depth": self.min_depth, "resolution": self.resolution,
+                "resolutions": list(self.resolutions) if self.resolutions else None,
                 "architectures": f"{self.size():.3g}"}

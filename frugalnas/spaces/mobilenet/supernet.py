@@ -6,7 +6,8 @@ Store keys: ``("stem",)``, ``("first",)``, ``("block", stage, index)`` (an
 squeeze-excite weights when the space searches SE) and ``("head",)``. An architecture's
 network runs each of its blocks at the architecture's configuration: smaller kernels are
 transformed centres of the largest, smaller ratios the first hidden channels, and a
-shallower stage its first blocks (Once-for-All, Cai et al., ICLR 2020).
+shallower stage its first blocks, and a searched resolution resizes the input before the
+shared stem (Once-for-All, Cai et al., ICLR 2020).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from frugalnas.nn.weight_store import Key
 from frugalnas.spaces.mobilenet.network import (
     ActiveBlock,
     MobileNetNetwork,
+    Resize,
     make_first,
     make_head,
     make_stem,
@@ -51,7 +53,8 @@ class MobileNetSharedBuilder:
     def factory(self, key: Key) -> nn.Module:
         space = self.space
         if key == ("stem",):
-            return make_stem(space, self.input_shape)
+            # A searched resolution resizes in each network, not in the shared stem.
+            return make_stem(space, self.input_shape, space.resolution)
         if key == ("first",):
             return make_first(space)
         if key == ("head",):
@@ -72,7 +75,11 @@ class MobileNetSharedBuilder:
                 block = get(("block", s, b))
                 assert isinstance(block, ElasticMBConv)
                 blocks.append(ActiveBlock(block, config))
-        return MobileNetNetwork(get(("stem",)), blocks, get(("head",)))
+        stem = get(("stem",))
+        if self.space.resolutions is not None:
+            # Resize first, then the store's own layers: the stand-alone build's layout.
+            stem = nn.Sequential(Resize(self.space.resolution_of(arch) or 0), *stem)
+        return MobileNetNetwork(stem, blocks, get(("head",)))
 
 
 def export_subnet(network: MobileNetNetwork) -> MobileNetNetwork:
