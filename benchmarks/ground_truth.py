@@ -9,7 +9,8 @@ run cut short by ``--budget``, a kill or a time limit resumes where it stopped, 
 machine. When every (cell, seed) is done, ``--pack`` writes
 ``frugalnas/data/ground_truth/<name>.json`` (accuracies to 3 decimals, the command and seeds).
 Spaces: ``nb201`` and ``dag`` cells (``--N``, ``--C``, ``--nodes``, ``--reductions``) and
-``mobilenet`` networks (``--width``: the width multiplier; ``--resize 0`` keeps 28x28 MNIST).
+``mobilenet`` networks (``--width``: the width multiplier; ``--resolutions``: searched input
+sides; ``--resize 0`` keeps 28x28 MNIST).
 
     python benchmarks/ground_truth.py --name nb201-mnist5k --space nb201 --N 1 --C 8 \\
         --cells 100 --seeds 0,1 --epochs 2 --resize 16 --workers 2 --budget 3000 --pack
@@ -41,7 +42,9 @@ def space_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.space == "nb201":
         return {"N": args.N, "C": args.C}
     if args.space == "mobilenet":
-        return {"width_mult": args.width}
+        return {"width_mult": args.width,
+                **({"resolutions": [int(r) for r in args.resolutions.split(",")]}
+                   if args.resolutions else {})}
     return {"nodes": args.nodes, "channels": args.C, "reductions": args.reductions}
 
 
@@ -98,6 +101,8 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--reductions", type=int, default=1)
     p.add_argument("--width", type=float, default=0.35, help="mobilenet: width multiplier")
+    p.add_argument("--resolutions", default=None,
+                   help="mobilenet: searched input sides, comma-separated (e.g. 16,20,24,28)")
     p.add_argument("--dataset", default="mnist5k")
     p.add_argument("--resize", type=int, default=16, help="image side (0: as stored)")
     p.add_argument("--cells", type=int, default=100)

@@ -160,6 +160,13 @@ class SearchSpace(ABC):
         space does not support it, and the ``supernet`` estimator refuses the option."""
         return []
 
+    def sandwich_bounds(self) -> tuple[Architecture, Architecture] | None:
+        """The largest and the smallest network of the space, for the sandwich rule
+        (BigNAS, Yu et al., ECCV 2020: every supernet step trains both). The default is
+        None: the space has no order of size, and the ``supernet`` estimator refuses
+        ``sandwich``."""
+        return None
+
     def darts_relaxation(self) -> Relaxation | None:
         """The space's own continuous relaxation for the ``darts`` strategy (an object with
         ``shape``, ``weights``, ``network``, ``read`` and ``sample``), or None (the default):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from frugalnas.core.backend import Backend
+from frugalnas.core.backend import Backend, LossFn
 from frugalnas.core.data import DataSource
 from frugalnas.core.errors import ConfigError, TrialFailure, check_range
 
@@ -112,11 +112,13 @@ def run_steps(batches: Batches, step: StepFn, *, total_steps: int, steps_per_epo
 
 
 def backend_step(backend: Backend, model: Callable[[int], tuple[nn.Module, torch.optim.Optimizer]],
-                 *, after: Callable[[int], None] | None = None) -> StepFn:
+                 *, after: Callable[[int], None] | None = None,
+                 loss_fn: LossFn | None = None) -> StepFn:
     """The usual step: ``model(step)`` gives the network and optimiser to train (the same
     every step, or a sub-network drawn per step), trained in train mode through
-    ``backend.train_step`` with cross-entropy; ``after(step)`` then runs (a schedule)."""
-    loss_fn = nn.CrossEntropyLoss()
+    ``backend.train_step`` with ``loss_fn`` (default: cross-entropy); ``after(step)`` then
+    runs (a schedule)."""
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
 
     def step(index: int, x: torch.Tensor, y: torch.Tensor) -> float:
         net, optimizer = model(index)

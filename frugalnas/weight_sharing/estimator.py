@@ -52,7 +52,11 @@ class SupernetEstimator(Estimator):
     (the training options' SGD, a cosine schedule, the same batches for every candidate); the
     supernet itself is never changed by scoring. ``progressive_shrinking``: train the
     one-shot epochs in the space's progressive-shrinking phases (Once-for-All: the largest
-    network first, then ever more of the space; spaces that declare phases: mobilenet)."""
+    network first, then ever more of the space; spaces that declare phases: mobilenet).
+    ``sandwich``: each step trains the space's largest network on the labels and this many
+    more on its predictions, the smallest among them (BigNAS's sandwich rule with in-place
+    distillation; 0: one drawn network per step; spaces with a largest and smallest
+    network: mobilenet)."""
 
     name = "supernet"
     provides: tuple[str, ...] = ("valid_accuracy", "supernet_epochs")
@@ -64,8 +68,11 @@ class SupernetEstimator(Estimator):
                  few_shot_groups: int | None = None, few_shot_epochs: int = 0,
                  bn_batches: int = 4, checkpoint: str | None = None,
                  hybrid_proxies: Sequence[str] | str | None = None, hybrid_weight: float = 0.5,
-                 finetune_steps: int = 0, progressive_shrinking: bool = False, host: Any = None):
+                 finetune_steps: int = 0, progressive_shrinking: bool = False,
+                 sandwich: int = 0, host: Any = None):
         check_range("epochs", epochs, 0)
+        check_range("sandwich", sandwich, 0)
+        self.sandwich = int(sandwich)
         check_range("finetune_steps", finetune_steps, 0)
         check_range("few_shot_epochs", few_shot_epochs, 0)
         check_range("bn_batches", bn_batches, 0)
@@ -106,7 +113,8 @@ class SupernetEstimator(Estimator):
         return {"epochs": self.epochs, "few_shot_epochs": self.few_shot_epochs,
                 "train": vars(self.config), "sharing": self.sharing,
                 "few_shot": [self.few_shot_split, self.few_shot_groups],
-                **({"progressive": True} if self.progressive_shrinking else {})}
+                **({"progressive": True} if self.progressive_shrinking else {}),
+                **({"sandwich": self.sandwich} if self.sandwich else {})}
 
     def trained_supernet(self, context: TrialContext) -> Supernet:
         """The study's supernet, trained (or loaded from its checkpoint) on first use."""
@@ -116,7 +124,7 @@ class SupernetEstimator(Estimator):
         split = FewShotSplit.create(context.space, self.few_shot_split, self.few_shot_groups)
         supernet = Supernet(context.space, data.num_classes, data.input_shape, self.sharing,
                             seed=context.seed, few_shot=split,
-                            progressive=self.progressive_shrinking)
+                            progressive=self.progressive_shrinking, sandwich=self.sandwich)
         path = self.checkpoint_path(context)
         with _locked(path):
             if path is not None and path.exists() and supernet.load(path):
@@ -146,6 +154,13 @@ class SupernetEstimator(Estimator):
             raise ConfigError(f"progressive_shrinking needs a space with shrinking phases "
                               f"(SearchSpace.shrinking_phases); search space {space.name!r} has "
                               "none (spaces with them: mobilenet)")
+        if self.sandwich and space.sandwich_bounds() is None:
+            raise ConfigError(f"sandwich needs a space with a largest and a smallest network "
+                              f"(SearchSpace.sandwich_bounds); search space {space.name!r} has "
+                              "none (spaces with them: mobilenet)")
+        if self.sandwich and self.few_shot_split:
+            raise ConfigError("sandwich trains one store; it does not combine with a few-shot "
+                              "split (give one of sandwich and few_shot_split)")
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         supernet = self.trained_supernet(context)

@@ -11,6 +11,11 @@ one-shot phase the store is copied into ``groups`` sub-supernets, each owning a 
 split decisions' values, and training goes on with every architecture routed to its own
 sub-supernet. Co-adaptation between operations that never appear together then stops.
 
+With ``sandwich = n`` each step instead trains the space's largest network on the labels and
+``n`` more on its predictions (BigNAS's sandwich rule with in-place distillation,
+:mod:`frugalnas.weight_sharing.sandwich`): the smallest network and ``n - 1`` drawn ones, or
+under progressive shrinking ``n`` drawn from the current phase.
+
 Batch-norm statistics of a path differ from those accumulated over all paths, so every
 evaluation first recalibrates them (running statistics reset, then averaged over a few
 training batches); the result depends only on the architecture and the data.
@@ -43,6 +48,7 @@ from frugalnas.core.training import split_accuracy
 from frugalnas.core.training import train as train_model
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
+from frugalnas.weight_sharing.sandwich import SandwichNetwork, sandwich_loss
 
 #: Bumped when the checkpoint layout changes.
 CHECKPOINT_VERSION = 1
@@ -106,8 +112,18 @@ class Supernet:
 
     def __init__(self, space: SearchSpace, num_classes: int, input_shape: tuple[int, int, int],
                  sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None,
-                 *, eager: bool = True, progressive: bool = False):
+                 *, eager: bool = True, progressive: bool = False, sandwich: int = 0):
         self.space, self.seed, self.few_shot = space, int(seed), few_shot
+        check_range("sandwich", sandwich, 0)
+        self.sandwich = int(sandwich)
+        self.bounds = space.sandwich_bounds() if self.sandwich else None
+        if self.sandwich and self.bounds is None:
+            raise ConfigError(f"sandwich needs a space with a largest and a smallest network "
+                              f"(SearchSpace.sandwich_bounds); search space {space.name!r} has "
+                              "none (spaces with them: mobilenet)")
+        if self.sandwich and few_shot is not None:
+            raise ConfigError("sandwich trains one store; it does not combine with a few-shot "
+                              "split (give one of sandwich and few_shot_split)")
         self.phases = space.shrinking_phases() if progressive else []
         if progressive and not self.phases:
             raise ConfigError(f"search space {space.name!r} has no progressive-shrinking "
@@ -196,18 +212,31 @@ class Supernet:
         total = n_epochs * per_epoch
         draws: dict[int, random.Random] = {}
 
+        def draw(epoch: int, rng: random.Random) -> Architecture:
+            if self.phases and phase == "one-shot":  # progressive shrinking
+                return self.phases[min(len(self.phases) - 1,
+                                       epoch * len(self.phases) // max(1, n_epochs))][1](rng)
+            return self.space.sample(rng)
+
         def pick(step: int) -> tuple[nn.Module, torch.optim.Optimizer]:
             epoch = step // per_epoch
             rng = draws.setdefault(epoch, random.Random(f"spos:{self.seed}:{phase}:{epoch}"))
-            if self.phases and phase == "one-shot":  # progressive shrinking
-                arch = self.phases[min(len(self.phases) - 1,
-                                       epoch * len(self.phases) // max(1, n_epochs))][1](rng)
+            net: nn.Module
+            if self.bounds is not None:
+                largest, smallest = self.bounds
+                students = [draw(epoch, rng) for _ in range(self.sandwich)] if self.phases \
+                    else [smallest, *(draw(epoch, rng) for _ in range(self.sandwich - 1))]
+                # the phase of the largest network alone has nothing to distil into
+                net = SandwichNetwork([self.subnet(a) for a in
+                                       (largest, *(s for s in students if s != largest))])
+                arch = largest
             else:
-                arch = self.space.sample(rng)
+                arch = draw(epoch, rng)
+                net = self.subnet(arch)
             index = self.stores.index(self.store_for(arch))
             for group in optimizers[index].param_groups:
                 group["lr"] = 0.5 * cfg.lr * (1 + math.cos(math.pi * min(step, total) / total))
-            return backend.prepare(self.subnet(arch)), optimizers[index]
+            return backend.prepare(net), optimizers[index]
 
         def each_epoch(epoch: int, losses: list[float]) -> None:
             mean = sum(losses) / len(losses)
@@ -221,7 +250,8 @@ class Supernet:
 
         run_steps(lambda epoch: dataset.batches("train", cfg.batch_size, seed=self.seed,
                                                 epoch=epoch),
-                  backend_step(backend, pick), total_steps=total - done * per_epoch,
+                  backend_step(backend, pick, loss_fn=sandwich_loss if self.bounds else None),
+                  total_steps=total - done * per_epoch,
                   steps_per_epoch=per_epoch, first_step=done * per_epoch, first_epoch=done,
                   on_epoch=each_epoch, what=f"supernet {phase}")
 
@@ -262,6 +292,8 @@ class Supernet:
                [list(self.few_shot.decisions), self.few_shot.groups]}
         if self.phases:   # only then, so checkpoints without progressive shrinking still match
             out["progressive"] = [name for name, _ in self.phases]
+        if self.sandwich:
+            out["sandwich"] = self.sandwich
         return out
 
     def save(self, path: str | Path, **meta: Any) -> None:

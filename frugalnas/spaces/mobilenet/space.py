@@ -400,6 +400,15 @@ class MobileNetSpace(SearchSpace):
         return self._complete({}, lambda key, dist: (
             dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]))
 
+    def smallest(self) -> Architecture:
+        """The shallowest architecture with the smallest kernels and ratios, no SE, at the
+        smallest searched resolution."""
+        return self._complete({}, lambda key, dist: (
+            dist.low if isinstance(dist, IntDistribution) else dist.choices[0]))
+
+    def sandwich_bounds(self) -> tuple[Architecture, Architecture]:
+        return self.largest(), self.smallest()
+
     def shrinking_phases(self) -> list[tuple[str, Any]]:
         """Once-for-All's order: the largest network, then elastic kernels (and SE), then
         elastic depth, then elastic expansion ratios (the whole space). A searched resolution

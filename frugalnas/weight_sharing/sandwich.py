@@ -1,0 +1,44 @@
+"""The sandwich rule with in-place distillation (BigNAS, Yu et al., ECCV 2020): each supernet
+step trains the largest network on the labels and a few smaller ones on the largest one's
+predictions for the same batch.
+
+The networks of one step run as one module (:class:`SandwichNetwork`) whose output stacks
+their logits, and :func:`sandwich_loss` reads the stack, so a step goes through
+``Backend.train_step`` like any other: backends that split the batch (virtual nodes) split
+every network's logits and the soft labels alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SandwichNetwork(nn.Module):
+    """The networks of one sandwich step, the teacher (largest) first; ``forward`` returns
+    their logits stacked on axis 1: ``(batch, networks, classes)``. The networks share the
+    supernet's modules, so gradients from all of them add up in the shared weights."""
+
+    def __init__(self, networks: Sequence[nn.Module]):
+        super().__init__()
+        if not networks:
+            raise ValueError("a sandwich step needs at least the teacher network")
+        self.networks = nn.ModuleList(networks)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([net(x) for net in self.networks], dim=1)
+
+
+def sandwich_loss(stacked: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the teacher (index 0) with the labels, plus each student's
+    cross-entropy with the teacher's predicted distribution (detached: the students learn
+    from the teacher, not the reverse)."""
+    teacher = stacked[:, 0]
+    loss = F.cross_entropy(teacher, targets)
+    soft = F.softmax(teacher.detach(), dim=1)
+    for i in range(1, stacked.shape[1]):
+        loss = loss + F.cross_entropy(stacked[:, i], soft)
+    return loss
