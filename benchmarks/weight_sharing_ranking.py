@@ -11,7 +11,10 @@ default members). Scores are kept in ``--cache`` so a rerun only computes what i
 
 On ``--space mobilenet`` (elastic blocks, one store; ``--space-options`` default
 ``{"width_mult": 0.35}``, 28x28 inputs) the variants are SPOS with uniform sampling
-(``per-operation``) and Once-for-All's progressive shrinking (``progressive-shrinking``).
+(``per-operation``), Once-for-All's progressive shrinking (``progressive-shrinking``), and
+BigNAS's sandwich rule with in-place distillation (``sandwich``: the largest, the smallest and
+one drawn network per step; ``progressive-shrinking sandwich``: the largest and two drawn
+from the current phase).
 
     python benchmarks/weight_sharing_ranking.py --ground-truth nb201-mnist5k --epochs 10
     python benchmarks/weight_sharing_ranking.py --partial benchmarks/results/ground_truth/nb201-mnist5k.jsonl
@@ -46,13 +49,16 @@ VARIANTS = {
     "few-shot K=2": {"sharing": "operation", "groups": 2},
     "few-shot K=4": {"sharing": "operation", "groups": 4},
     "progressive-shrinking": {"sharing": "operation", "progressive": True},
+    "sandwich": {"sharing": "operation", "sandwich": 2},
+    "progressive-shrinking sandwich": {"sharing": "operation", "progressive": True, "sandwich": 2},
 }
 #: Per space: the variants it supports (the first ones listed are the default) and its
 #: default space options and input side (0: as stored).
 SPACES = {
     "nb201": (("per-operation", "across-inputs", "few-shot K=2", "few-shot K=4"),
               '{"N": 1, "C": 8}', 16),
-    "mobilenet": (("per-operation", "progressive-shrinking"), '{"width_mult": 0.35}', 0),
+    "mobilenet": (("per-operation", "progressive-shrinking", "sandwich",
+                   "progressive-shrinking sandwich"), '{"width_mult": 0.35}', 0),
 }
 
 
@@ -78,7 +84,8 @@ def trained_supernet(args: argparse.Namespace, space, data, backend, name: str,
     split = FewShotSplit.create(space, ["edge_1_0"], spec["groups"]) if "groups" in spec else None
     seed_everything(args.seed)
     supernet = Supernet(space, data.num_classes, data.input_shape, spec["sharing"],
-                        seed=args.seed, few_shot=split, progressive=spec.get("progressive", False))
+                        seed=args.seed, few_shot=split, progressive=spec.get("progressive", False),
+                        sandwich=spec.get("sandwich", 0))
     path = None
     if args.checkpoints is not None:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
