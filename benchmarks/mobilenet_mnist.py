@@ -143,7 +143,9 @@ def one_seed(seed: int, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         supernet = {"epochs": args.supernet_epochs, "batch_size": 64, "bn_batches": 4,
-                    "progressive_shrinking": True}
+                    "progressive_shrinking": True,
+                    **({"sandwich": args.sandwich} if args.sandwich else {})}
+        out["supernet"] = supernet
         t0 = time.perf_counter()
         study = search(space_options, seed, args.trials, supernet,
                        str(folder / "latency.sqlite"), folder)
@@ -234,6 +236,11 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"| searched, {name} ({len(bests)} of {len(results)} seeds) | "
               f"{stat([b['test'] for b in bests])} | {stat([b['latency_ms'] for b in bests])} | "
               f"{stat([float(b['params']) for b in bests])} |")
+    for name in ("at most its latency", "half its latency"):
+        gaps = [r["targets"][name]["best"]["test"] - r["baseline"]["test"]
+                for r in results if r["targets"][name]["best"]]
+        print(f"searched minus baseline, {name}, per seed (points): "
+              f"{[round(g, 2) for g in gaps]}; mean {stat(gaps)}")
     if all("latency_interleaved_ms" in r["baseline"] for r in results):
         print("\nLatencies measured again together (interleaved rounds, the fastest of each):")
         print("| network | test accuracy (%) | latency (ms) | vs the baseline's latency |")
@@ -269,6 +276,9 @@ def main() -> None:
                              "(instead of --search-resolution)")
     parser.add_argument("--epochs", type=int, default=15, help="the training recipe's epochs")
     parser.add_argument("--supernet-epochs", type=int, default=16)
+    parser.add_argument("--sandwich", type=int, default=0,
+                        help="train the supernet with the sandwich rule: the largest network "
+                             "and this many drawn from each progressive-shrinking phase")
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/mobilenet_mnist.json")
