@@ -47,7 +47,7 @@ def test_ground_truth_refuses_a_bad_width_without_writing(tmp_path):
 
 
 @pytest.mark.slow
-def test_weight_sharing_ranking_scores_both_mobilenet_variants(tmp_path):
+def test_weight_sharing_ranking_scores_every_mobilenet_variant(tmp_path):
     # A partial reference of three networks and two seeds (values as ground_truth.py writes).
     archs = ["mobilenet:k3e3|k3e3|k3e3|k3e3|k3e3|k3e3",
              "mobilenet:k5e4s,k3e6|k7e6|k3e3,k5e4|k3e3|k7e6s|k3e4",
@@ -62,9 +62,11 @@ def test_weight_sharing_ranking_scores_both_mobilenet_variants(tmp_path):
               "--cache", str(scores))
     assert out.returncode == 0, out.stderr
     assert "3 cells x 2 seeds; seed-vs-seed tau 1.000" in out.stdout
-    assert "per-operation" in out.stdout and "progressive-shrinking" in out.stdout
+    for variant in ("per-operation", "progressive-shrinking", "sandwich",
+                    "progressive-shrinking sandwich"):
+        assert f"  {variant} " in out.stdout
     entries = json.loads(scores.read_text())
-    assert len(entries) == 2
+    assert len(entries) == 4
     assert all(len(e["scores"]) == 3 and all(0.0 <= v <= 100.0 for v in e["scores"])
                for e in entries.values())
     assert all('{"width_mult": 0.35}' in key for key in entries)
@@ -88,7 +90,7 @@ def test_the_shipped_mobilenet_ground_truth_loads_with_its_command_and_ceiling()
     assert "mobilenet-mnist5k" in shipped_names()
     gt = load_ground_truth("mobilenet-mnist5k")
     assert gt.space == "mobilenet" and gt.space_options == {"width_mult": 0.35}
-    assert gt.seeds == [0, 1] and gt.valid.shape == (50, 2) and gt.test.shape == (50, 2)
+    assert gt.seeds == [0, 1, 2, 3] and gt.valid.shape == (50, 4) and gt.test.shape == (50, 4)
     assert gt.command.startswith("python benchmarks/ground_truth.py --name mobilenet-mnist5k "
                                  "--space mobilenet --width 0.35 --resize 0")
     space = MobileNetSpace(width_mult=0.35)
