@@ -33,12 +33,14 @@ class SandwichNetwork(nn.Module):
 
 
 def sandwich_loss(stacked: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of the teacher (index 0) with the labels, plus each student's
-    cross-entropy with the teacher's predicted distribution (detached: the students learn
-    from the teacher, not the reverse)."""
+    """The mean over the networks of: the teacher's (index 0) cross-entropy with the labels,
+    each student's cross-entropy with the teacher's predicted distribution (detached: the
+    students learn from the teacher, not the reverse). The mean, not the sum, keeps a step
+    as large as a single network's under the same learning rate: summed, three networks from
+    scratch at SGD lr 0.05 trained to a supernet whose networks scored 22 % on mnist5k."""
     teacher = stacked[:, 0]
     loss = F.cross_entropy(teacher, targets)
     soft = F.softmax(teacher.detach(), dim=1)
     for i in range(1, stacked.shape[1]):
         loss = loss + F.cross_entropy(stacked[:, i], soft)
-    return loss
+    return loss / stacked.shape[1]
