@@ -46,6 +46,17 @@ def test_ground_truth_refuses_a_bad_width_without_writing(tmp_path):
     assert not cache.parent.exists()
 
 
+def test_ground_truth_refuses_bad_searched_resolutions_without_writing(tmp_path):
+    cache = tmp_path / "sub" / "gt.jsonl"
+    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", "--resolutions", "4,16",
+              "--cache", str(cache))
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "frugalnas: error: invalid resolutions [4, 16]; valid: a list of input sides of at "
+        "least 8 pixels, e.g. [16, 20, 24, 28]"]
+    assert not cache.parent.exists()
+
+
 @pytest.mark.slow
 def test_weight_sharing_ranking_scores_every_mobilenet_variant(tmp_path):
     # A partial reference of three networks and two seeds (values as ground_truth.py writes).
