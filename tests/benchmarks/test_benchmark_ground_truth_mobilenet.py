@@ -36,24 +36,17 @@ def test_ground_truth_trains_mobilenet_networks_and_resumes(tmp_path):
     assert [json.loads(line) for line in cache.read_text().splitlines()] == rows
 
 
-def test_ground_truth_refuses_a_bad_width_without_writing(tmp_path):
+@pytest.mark.parametrize("option, value, message", [
+    ("--width", "9", "invalid width_mult 9.0; valid range: [0.05, 4.0]"),
+    ("--resolutions", "4,16", "invalid resolutions [4, 16]; valid: a list of input sides of "
+                              "at least 8 pixels, e.g. [16, 20, 24, 28]")])
+def test_ground_truth_refuses_a_bad_space_option_without_writing(tmp_path, option, value,
+                                                                 message):
     cache = tmp_path / "sub" / "gt.jsonl"
-    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", "--width", "9",
+    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", option, value,
               "--cache", str(cache))
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        "frugalnas: error: invalid width_mult 9.0; valid range: [0.05, 4.0]"]
-    assert not cache.parent.exists()
-
-
-def test_ground_truth_refuses_bad_searched_resolutions_without_writing(tmp_path):
-    cache = tmp_path / "sub" / "gt.jsonl"
-    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", "--resolutions", "4,16",
-              "--cache", str(cache))
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
-        "frugalnas: error: invalid resolutions [4, 16]; valid: a list of input sides of at "
-        "least 8 pixels, e.g. [16, 20, 24, 28]"]
+    assert out.stderr.strip().splitlines() == [f"frugalnas: error: {message}"]
     assert not cache.parent.exists()
 
 
