@@ -32,6 +32,7 @@ from frugalnas.core.errors import ConfigError, check_range
 from frugalnas.core.space import SearchSpace
 from frugalnas.core.training import TrainConfig, seed_everything
 from frugalnas.proxies.ensemble import RankEnsembleEstimator, rank_average, stored_population
+from frugalnas.weight_sharing.sandwich import sandwich_bounds
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
 
 
@@ -154,13 +155,7 @@ class SupernetEstimator(Estimator):
             raise ConfigError(f"progressive_shrinking needs a space with shrinking phases "
                               f"(SearchSpace.shrinking_phases); search space {space.name!r} has "
                               "none (spaces with them: mobilenet)")
-        if self.sandwich and space.sandwich_bounds() is None:
-            raise ConfigError(f"sandwich needs a space with a largest and a smallest network "
-                              f"(SearchSpace.sandwich_bounds); search space {space.name!r} has "
-                              "none (spaces with them: mobilenet)")
-        if self.sandwich and self.few_shot_split:
-            raise ConfigError("sandwich trains one store; it does not combine with a few-shot "
-                              "split (give one of sandwich and few_shot_split)")
+        sandwich_bounds(space, self.sandwich, few_shot=bool(self.few_shot_split))
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         supernet = self.trained_supernet(context)

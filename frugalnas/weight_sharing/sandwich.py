@@ -16,6 +16,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from frugalnas.core.architecture import Architecture
+from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.core.space import SearchSpace
+
+
+def sandwich_bounds(space: SearchSpace, sandwich: int, *, few_shot: bool = False
+                    ) -> tuple[Architecture, Architecture] | None:
+    """The space's largest and smallest network when ``sandwich`` asks for the rule (None
+    for 0); a ConfigError, naming the option, where the space has none or a few-shot split
+    is asked for too."""
+    check_range("sandwich", sandwich, 0)
+    if not sandwich:
+        return None
+    bounds = space.sandwich_bounds()
+    if bounds is None:
+        raise ConfigError(f"sandwich needs a space with a largest and a smallest network "
+                          f"(SearchSpace.sandwich_bounds); search space {space.name!r} has "
+                          "none (spaces with them: mobilenet)")
+    if few_shot:
+        raise ConfigError("sandwich trains one store; it does not combine with a few-shot "
+                          "split (give one of sandwich and few_shot_split)")
+    return bounds
+
 
 class SandwichNetwork(nn.Module):
     """The networks of one sandwich step, the teacher (largest) first; ``forward`` returns

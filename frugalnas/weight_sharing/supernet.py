@@ -48,7 +48,7 @@ from frugalnas.core.training import split_accuracy
 from frugalnas.core.training import train as train_model
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
-from frugalnas.weight_sharing.sandwich import SandwichNetwork, sandwich_loss
+from frugalnas.weight_sharing.sandwich import SandwichNetwork, sandwich_bounds, sandwich_loss
 
 #: Bumped when the checkpoint layout changes.
 CHECKPOINT_VERSION = 1
@@ -114,16 +114,8 @@ class Supernet:
                  sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None,
                  *, eager: bool = True, progressive: bool = False, sandwich: int = 0):
         self.space, self.seed, self.few_shot = space, int(seed), few_shot
-        check_range("sandwich", sandwich, 0)
+        self.bounds = sandwich_bounds(space, sandwich, few_shot=few_shot is not None)
         self.sandwich = int(sandwich)
-        self.bounds = space.sandwich_bounds() if self.sandwich else None
-        if self.sandwich and self.bounds is None:
-            raise ConfigError(f"sandwich needs a space with a largest and a smallest network "
-                              f"(SearchSpace.sandwich_bounds); search space {space.name!r} has "
-                              "none (spaces with them: mobilenet)")
-        if self.sandwich and few_shot is not None:
-            raise ConfigError("sandwich trains one store; it does not combine with a few-shot "
-                              "split (give one of sandwich and few_shot_split)")
         self.phases = space.shrinking_phases() if progressive else []
         if progressive and not self.phases:
             raise ConfigError(f"search space {space.name!r} has no progressive-shrinking "

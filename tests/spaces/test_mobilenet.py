@@ -161,8 +161,7 @@ def test_searched_resolutions_are_refused_when_malformed_or_beside_a_fixed_one()
                                                      r"'resolution'.*8, 12"):
         space.parse("r20/k3e3|k3e3")
     with pytest.raises(ArchitectureParseError, match=r"missing \['resolution'\]"):
-        space.validate(MobileNetSpace(**SMALL).parse("k3e3|k3e3").__class__.create(
-            "mobilenet", MobileNetSpace(**SMALL).parse("k3e3|k3e3").decisions))
+        space.validate(MobileNetSpace(**SMALL).parse("k3e3|k3e3"))
     with pytest.raises(ConfigError, match="does not search the resolution"):
         MobileNetSpace(**SMALL).mobilenet_v2(resolution=12)
 

@@ -17,10 +17,11 @@ from frugalnas.surrogates.encodings import Encoding
 
 
 class MobileNetStructureEncoding(Encoding):
-    """A one-hot searched resolution (when the space searches it); per stage: its depth scaled to [0, 1]; per block slot: whether the block exists, a
-    one-hot kernel and ratio, and SE. A slot the network lacks is all zeros, so two
-    architectures that differ only in blocks they lack encode equally. The features follow
-    the network's structure, not the decisions' order."""
+    """A one-hot searched resolution (when the space searches it); per stage: its depth scaled
+    to [0, 1]; per block slot: whether the block exists, a one-hot kernel and ratio, and SE.
+    A slot the network lacks is all zeros, so two architectures that differ only in blocks
+    they lack encode equally. The features follow the network's structure, not the
+    decisions' order."""
 
     def __init__(self, space: SearchSpace):
         super().__init__(space)

@@ -92,8 +92,8 @@ class MobileNetGenotype(Architecture):
         resolution = _RESOLUTION.match(body)
         if resolution is not None:
             decisions[RESOLUTION_KEY] = int(resolution.group(1))
-            body = resolution.group(2)
-        for s, stage in enumerate(body.strip().split("|"), start=1):
+            body = resolution.group(2).strip()
+        for s, stage in enumerate(body.split("|"), start=1):
             blocks = [b for b in stage.split(",") if b]
             decisions[depth_key(s)] = len(blocks)
             for b, text in enumerate(blocks):
@@ -364,7 +364,7 @@ class MobileNetSpace(SearchSpace):
         """The macro network as a chain for drawings: one edge per stage from the stem
         onwards, labelled with the stage's blocks (``k5e4s, k3e3``)."""
         text = self.genotype.create(self.name, arch.decisions)._format_body()
-        body = _RESOLUTION.sub(r"\2", text).split("|")
+        body = text.rpartition("/")[2].split("|")   # the stages, without a resolution
         side = self.resolution_of(arch)
         stem = f"stem ({side}x{side})" if self.resolutions is not None else "stem"
         nodes = [stem, *(f"stage {s}" for s in range(1, len(body) + 1))]
