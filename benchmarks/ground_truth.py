@@ -84,7 +84,7 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
 
     host = PluginHost()
     space = host.create("search_spaces", job["space"], **job["space_options"])
-    dataset = host.create("datasets", job["dataset"], seed=0,
+    dataset = host.create("datasets", job["dataset"], seed=0, **job["dataset_options"],
                           **({"resize": job["resize"]} if job["resize"] else {}))
     cfg = TrainConfig(epochs=job["epochs"], batch_size=job["batch_size"], lr=job["lr"])
     out = train_stand_alone(space, space.parse(job["arch"]), dataset, SingleDeviceBackend(),
@@ -104,6 +104,8 @@ def main() -> int:
     p.add_argument("--resolutions", default=None,
                    help="mobilenet: searched input sides, comma-separated (e.g. 16,20,24,28)")
     p.add_argument("--dataset", default="mnist5k")
+    p.add_argument("--dataset-options", type=json.loads, default={},
+                   help='the dataset\'s options as JSON, e.g. \'{"size": 32, "clutter": 4}\'')
     p.add_argument("--resize", type=int, default=16, help="image side (0: as stored)")
     p.add_argument("--cells", type=int, default=100)
     p.add_argument("--sample-seed", type=int, default=0)
@@ -124,7 +126,11 @@ def main() -> int:
 
     try:
         cells = sample_cells(args)
-    except FrugalnasError as exc:  # a bad space option: one line, nothing written
+        from frugalnas.core.plugins import PluginHost
+
+        PluginHost().create("datasets", args.dataset, seed=0, **args.dataset_options,
+                            **({"resize": args.resize} if args.resize else {}))
+    except FrugalnasError as exc:  # a bad space or dataset option: one line, nothing written
         print(f"frugalnas: error: {exc}", file=sys.stderr)
         return 2
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +139,7 @@ def main() -> int:
     print(f"{args.name}: {len(cells)} cells x {len(seeds)} seeds; {len(done)} done, "
           f"{len(todo)} to train; cache {cache}", flush=True)
     common = {"space": args.space, "space_options": space_options(args), "dataset": args.dataset,
-              "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+              "dataset_options": args.dataset_options, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
               "threads": args.threads, "resize": args.resize}
     start = time.monotonic()
     if todo:
@@ -164,7 +170,9 @@ def main() -> int:
     if len(rows) >= 3 and len(seeds) >= 2:
         from frugalnas.weight_sharing.ground_truth import GroundTruth
 
-        dataset = args.dataset + (f" (resized to {args.resize}x{args.resize})" if args.resize else "")
+        dataset = (args.dataset + (f" {json.dumps(args.dataset_options)}" if args.dataset_options
+                                   else "")
+                   + (f" (resized to {args.resize}x{args.resize})" if args.resize else ""))
         gt = GroundTruth(args.name, args.space, space_options(args), dataset, args.epochs,
                          seeds, rows, np.array([[done[(a, s)]["valid"] for s in seeds] for a in rows]),
                          np.array([[done[(a, s)].get("test", np.nan) for s in seeds] for a in rows]))

@@ -62,7 +62,7 @@ SPACES = {
 }
 
 
-def from_cache(path: Path, space: str, space_options: dict) -> GroundTruth:
+def from_cache(path: Path, space: str, space_options: dict, dataset: str) -> GroundTruth:
     rows: dict[str, dict[int, dict]] = {}
     for line in path.read_text().splitlines():
         try:
@@ -72,7 +72,7 @@ def from_cache(path: Path, space: str, space_options: dict) -> GroundTruth:
         rows.setdefault(row["arch"], {})[int(row["seed"])] = row
     seeds = sorted({s for r in rows.values() for s in r})
     archs = [a for a, r in rows.items() if all(s in r for s in seeds)]
-    return GroundTruth(path.stem, space, space_options, "mnist5k", 0.0, seeds, archs,
+    return GroundTruth(path.stem, space, space_options, dataset, 0.0, seeds, archs,
                        np.array([[rows[a][s]["valid"] for s in seeds] for a in archs]),
                        np.array([[rows[a][s].get("test", np.nan) for s in seeds] for a in archs]))
 
@@ -108,6 +108,9 @@ def main() -> int:
     p.add_argument("--partial", type=Path, help="partial ground truth (jsonl of ground_truth.py)")
     p.add_argument("--space", choices=tuple(SPACES), default="nb201")
     p.add_argument("--space-options", default=None, help="JSON (default: per --space)")
+    p.add_argument("--dataset", default="mnist5k", help="the ground truth's dataset")
+    p.add_argument("--dataset-options", type=json.loads, default={},
+                   help='its options as JSON, as given to ground_truth.py')
     p.add_argument("--resize", type=int, default=None, help="image side (0: as stored; "
                    "default: 16 for nb201, 0 for mobilenet)")
     p.add_argument("--epochs", type=int, default=10, help="one-shot epochs")
@@ -142,11 +145,12 @@ def main() -> int:
         p.error(f"unknown --variants {unknown} for space {args.space}; valid: {', '.join(supported)}")
     torch.set_num_threads(args.threads)
 
-    gt = (from_cache(args.partial, args.space, json.loads(args.space_options)) if args.partial
+    gt = (from_cache(args.partial, args.space, json.loads(args.space_options), args.dataset)
+          if args.partial
           else load_ground_truth(args.ground_truth))
     host = PluginHost()
     space = host.create("search_spaces", args.space, **json.loads(args.space_options))
-    data = host.create("datasets", "mnist5k", seed=0,
+    data = host.create("datasets", args.dataset, seed=0, **args.dataset_options,
                        **({"resize": args.resize} if args.resize else {}))
     archs = [space.parse(a) for a in gt.architectures]
     backend = SingleDeviceBackend()
@@ -163,8 +167,11 @@ def main() -> int:
 
     # Scores depend on the cells and the data, not on which reference they are compared with,
     # so references of other budgets over the same cells reuse them.
+    # (mnist5k, the first dataset, is left out of the keys so that its scores still reprint)
+    on_data = ("" if args.dataset == "mnist5k" and not args.dataset_options
+               else f" data {args.dataset} {json.dumps(args.dataset_options, sort_keys=True)}")
     cells = (f"cells {hashlib.sha256(chr(10).join(gt.architectures).encode()).hexdigest()[:12]}"
-             f" x{len(archs)} {args.space_options} resize {args.resize}")
+             f" x{len(archs)} {args.space_options} resize {args.resize}{on_data}")
     results: dict[str, np.ndarray] = {}
     trained: dict[str, tuple[Supernet, float]] = {}  # one training per variant and run
     finetune = TrainConfig(batch_size=64, lr=args.finetune_lr, weight_decay=3e-4)
@@ -182,8 +189,9 @@ def main() -> int:
             continue
         # A supernet depends on the space, data and training, not on the cells it scores, so
         # a checkpoint serves every reference (a partial one as it grows included).
-        training = (f"{args.space} {args.space_options} resize {args.resize} {name} epochs "
-                    f"{args.epochs} few-shot {args.few_shot_epochs} lr {args.lr} seed {args.seed}")
+        training = (f"{args.space} {args.space_options} resize {args.resize}{on_data} {name} "
+                    f"epochs {args.epochs} few-shot {args.few_shot_epochs} lr {args.lr} seed "
+                    f"{args.seed}")
         if training not in trained:
             trained[training] = trained_supernet(args, space, data, backend, name, training)
         supernet, seconds = trained[training]

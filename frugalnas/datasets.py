@@ -82,6 +82,18 @@ def _plain_checks(name: str) -> Callable[..., None]:
 check_digits, check_mnist5k = _plain_checks("digits"), _plain_checks("mnist5k")
 
 
+def check_cluttered_mnist(valid_fraction: Any = 0.2, size: Any = 40, clutter: Any = 8,
+                          piece: Any = 8, resize: Any = None, test_fraction: Any = 0.2) -> None:
+    _check_common("cluttered-mnist", valid_fraction, resize, test_fraction)
+    for what, value, low, high in (("size", size, 28, None), ("clutter", clutter, 0, None),
+                                   ("piece", piece, 1, 28)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+                high is not None and value > high):
+            valid = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+            raise ConfigError(f"invalid {what} {value!r} for dataset 'cluttered-mnist'; "
+                              f"expected {valid}")
+
+
 def check_synthetic(valid_fraction: Any = 0.2, n: Any = 1024, num_classes: Any = 10,
                     channels: Any = 3, size: Any = 16, noise: Any = 0.5, resize: Any = None,
                     test_fraction: Any = 0.2) -> None:
@@ -270,6 +282,44 @@ def mnist5k(seed: int = 0, valid_fraction: float = 0.2, resize: int | None = Non
     x, y = _mnist5k_arrays()
     return _finish("mnist5k", x.reshape(-1, 1, 28, 28).astype(np.float32), y.copy(), 10, seed,
                    valid_fraction, resize, test_fraction)
+
+
+@functools.cache
+def _cluttered_arrays(size: int, clutter: int, piece: int) -> np.ndarray:
+    """mnist5k's digits, each at a random place on a ``size`` x ``size`` canvas with
+    ``clutter`` ``piece`` x ``piece`` fragments of other digits scattered over it. The layout is
+    drawn once from a fixed seed: every split seed sees the same images."""
+    x, _ = _mnist5k_arrays()
+    digits = x.reshape(-1, 28, 28).astype(np.float32)
+    n = len(digits)
+    rng = np.random.default_rng(0)
+    out = np.zeros((n, 1, size, size), dtype=np.float32)
+    for i in range(n):
+        canvas = out[i, 0]
+        for _ in range(clutter):
+            other = (i + 1 + int(rng.integers(n - 1))) % n  # any digit but this one
+            r, c = rng.integers(0, 28 - piece + 1, 2)
+            top, left = rng.integers(0, size - piece + 1, 2)
+            window = canvas[top:top + piece, left:left + piece]
+            np.maximum(window, digits[other, r:r + piece, c:c + piece], out=window)
+        top, left = rng.integers(0, size - 28 + 1, 2)
+        window = canvas[top:top + 28, left:left + 28]
+        np.maximum(window, digits[i], out=window)
+    out.setflags(write=False)
+    return out
+
+
+@_checks(check_cluttered_mnist)
+def cluttered_mnist(seed: int = 0, valid_fraction: float = 0.2, size: int = 40, clutter: int = 8,
+                    piece: int = 8, resize: int | None = None,
+                    test_fraction: float = 0.2) -> Dataset:
+    """Cluttered translated MNIST (Mnih et al., NeurIPS 2014) from mnist5k's 5,000 digits: each
+    at a random place on a grey ``size`` x ``size`` canvas among ``clutter`` fragments
+    (``piece`` x ``piece``) of other digits; 10 classes. The same images for every seed."""
+    check_cluttered_mnist(valid_fraction, size, clutter, piece, resize, test_fraction)
+    _, y = _mnist5k_arrays()
+    return _finish("cluttered-mnist", _cluttered_arrays(int(size), int(clutter), int(piece)).copy(),
+                   y.copy(), 10, seed, valid_fraction, resize, test_fraction)
 
 
 @_checks(check_synthetic)

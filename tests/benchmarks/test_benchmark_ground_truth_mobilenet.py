@@ -38,15 +38,20 @@ def test_ground_truth_trains_mobilenet_networks_and_resumes(tmp_path):
 
 @pytest.mark.parametrize("option, value, message", [
     ("--width", "9", "invalid width_mult 9.0; valid range: [0.05, 4.0]"),
+    ("--dataset-options", '{"clutter": -2}', "invalid clutter -2 for dataset 'cluttered-mnist'; "
+                                             "expected an integer >= 0"),
+    ("--dataset-options", '{"clutters": 2}', "unknown option 'clutters' for dataset "
+                                             "'cluttered-mnist'; valid options: clutter, "),
     ("--resolutions", "4,16", "invalid resolutions [4, 16]; valid: a list of input sides of "
                               "at least 8 pixels, e.g. [16, 20, 24, 28]")])
 def test_ground_truth_refuses_a_bad_space_option_without_writing(tmp_path, option, value,
                                                                  message):
     cache = tmp_path / "sub" / "gt.jsonl"
-    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", option, value,
-              "--cache", str(cache))
+    out = run("ground_truth.py", "--name", "x", "--space", "mobilenet", "--dataset",
+              "cluttered-mnist", option, value, "--cache", str(cache))
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [f"frugalnas: error: {message}"]
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith(f"frugalnas: error: {message}")
     assert not cache.parent.exists()
 
 
@@ -101,3 +106,24 @@ def test_the_shipped_mobilenet_ground_truth_loads_with_its_command_and_ceiling()
     assert len({str(space.parse(a)) for a in gt.architectures}) == 50
     assert 80.0 < gt.mean_valid.mean() < 100.0
     assert 0.2 < gt.tau_ceiling() < 0.6
+
+
+@pytest.mark.slow
+def test_a_reference_and_its_supernet_ranking_on_another_dataset(tmp_path):
+    cache, options = tmp_path / "gt.jsonl", '{"size": 28, "clutter": 2}'
+    out = run("ground_truth.py", "--name", "clut", "--space", "mobilenet", "--dataset",
+              "cluttered-mnist", "--dataset-options", options, "--resize", "0", "--cells", "3",
+              "--seeds", "0,1", "--epochs", "0.02", "--workers", "1", "--cache", str(cache))
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert len(rows) == 6 and all(0.0 <= r["valid"] <= 100.0 for r in rows)
+    assert "cells with every seed: 3" in out.stdout
+    scores = tmp_path / "scores.json"
+    ranked = run("weight_sharing_ranking.py", "--space", "mobilenet", "--partial", str(cache),
+                 "--dataset", "cluttered-mnist", "--dataset-options", options, "--epochs", "0",
+                 "--variants", "per-operation", "--proxies", "", "--bn-batches", "1",
+                 "--threads", "1", "--cache", str(scores))
+    assert ranked.returncode == 0, ranked.stderr
+    assert "3 cells x 2 seeds" in ranked.stdout and "  per-operation " in ranked.stdout
+    (key,) = json.loads(scores.read_text())
+    assert 'data cluttered-mnist {"clutter": 2, "size": 28}' in key

@@ -149,3 +149,38 @@ def test_cifar_batches_on_disk(tmp_path):
     # A fraction holds out training images instead of the official test batch.
     held = create_component("datasets", "cifar", path=str(tmp_path), test_fraction=0.25)
     assert len(held.test_x) == 10 and len(held.train_x) + len(held.valid_x) == 30
+
+
+def test_cluttered_mnist_places_each_digit_among_fragments():
+    from frugalnas.datasets import _cluttered_arrays, _mnist5k_arrays
+
+    ds = create_component("datasets", "cluttered-mnist", seed=0, size=36, clutter=3)
+    assert ds.input_shape == (1, 36, 36) and ds.num_classes == 10
+    assert len(ds.train_x) + len(ds.valid_x) + len(ds.test_x) == 5000
+    # The same images for every split seed; the seed only moves them between the splits.
+    other = create_component("datasets", "cluttered-mnist", seed=1, size=36, clutter=3)
+    assert _rows(ds.test_x) != _rows(other.test_x)
+    assert len(_rows(ds.train_x) | _rows(ds.valid_x) | _rows(ds.test_x)) == len(
+        _rows(other.train_x) | _rows(other.valid_x) | _rows(other.test_x))
+    # Without clutter a canvas holds its digit and nothing else, somewhere on the canvas.
+    digits = _mnist5k_arrays()[0].reshape(-1, 28, 28).astype(np.float32)
+    plain = _cluttered_arrays(36, 0, 8)[:20, 0]
+    for canvas, digit in zip(plain, digits[:20]):
+        rows, cols = np.nonzero(canvas)
+        top, left = rows.min() - np.nonzero(digit)[0].min(), cols.min() - np.nonzero(digit)[1].min()
+        assert np.array_equal(canvas[top:top + 28, left:left + 28], digit)
+        assert canvas.sum() == digit.sum()
+    # Clutter adds ink outside the digit on most canvases.
+    cluttered = _cluttered_arrays(36, 3, 8)[:20, 0]
+    assert sum(c.sum() > d.sum() for c, d in zip(cluttered, digits[:20])) >= 15
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"size": 20}, "size"), ({"clutter": -1}, "clutter"), ({"piece": 0}, "piece"),
+    ({"piece": 40}, "piece"), ({"size": "40"}, "size"),
+])
+def test_cluttered_mnist_refuses_bad_options_by_name(options, fragment):
+    from frugalnas.datasets import cluttered_mnist
+
+    with pytest.raises(ConfigError, match=f"^[^\n]*{fragment} {options[fragment]!r}"):
+        cluttered_mnist.check_options(**options)
