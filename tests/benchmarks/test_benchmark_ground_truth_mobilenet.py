@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,3 +128,17 @@ def test_a_reference_and_its_supernet_ranking_on_another_dataset(tmp_path):
     assert "3 cells x 2 seeds" in ranked.stdout and "  per-operation " in ranked.stdout
     (key,) = json.loads(scores.read_text())
     assert 'data cluttered-mnist {"clutter": 2, "size": 28}' in key
+
+
+@pytest.mark.slow  # imports torch, optuna and scipy
+def test_the_shipped_cluttered_reference_is_harder_and_spreads_the_networks():
+    from frugalnas.weight_sharing.ground_truth import load_ground_truth
+
+    gt = load_ground_truth("mobilenet-cluttered")
+    assert gt.dataset == 'cluttered-mnist {"size": 28, "clutter": 6}'
+    assert gt.seeds == [0, 1, 2, 3] and gt.valid.shape == (50, 4)
+    assert "--dataset cluttered-mnist --dataset-options" in gt.command
+    plain = load_ground_truth("mobilenet-mnist5k")
+    assert gt.architectures == plain.architectures  # the same 50 networks
+    assert gt.mean_valid.mean() < plain.mean_valid.mean() - 10
+    assert np.ptp(gt.mean_valid) > 3 * np.ptp(plain.mean_valid)
