@@ -313,9 +313,11 @@ def _cluttered_arrays(size: int, clutter: int, piece: int) -> np.ndarray:
 def cluttered_mnist(seed: int = 0, valid_fraction: float = 0.2, size: int = 40, clutter: int = 8,
                     piece: int = 8, resize: int | None = None,
                     test_fraction: float = 0.2) -> Dataset:
-    """Cluttered translated MNIST (Mnih et al., NeurIPS 2014) from mnist5k's 5,000 digits: each
-    at a random place on a grey ``size`` x ``size`` canvas among ``clutter`` fragments
-    (``piece`` x ``piece``) of other digits; 10 classes. The same images for every seed."""
+    """Cluttered translated MNIST from mnist5k's digits: each at a random place on a grey
+    ``size`` x ``size`` canvas among fragments of other digits; 10 classes.
+
+    ``clutter`` fragments of ``piece`` x ``piece`` pixels per canvas (Mnih et al., NeurIPS
+    2014). The canvases are the same for every seed; the seed only splits them."""
     check_cluttered_mnist(valid_fraction, size, clutter, piece, resize, test_fraction)
     _, y = _mnist5k_arrays()
     return _finish("cluttered-mnist", _cluttered_arrays(int(size), int(clutter), int(piece)).copy(),

