@@ -10,12 +10,16 @@ machine. When every (cell, seed) is done, ``--pack`` writes
 ``frugalnas/data/ground_truth/<name>.json`` (accuracies to 3 decimals, the command and seeds).
 Spaces: ``nb201`` and ``dag`` cells (``--N``, ``--C``, ``--nodes``, ``--reductions``) and
 ``mobilenet`` networks (``--width``: the width multiplier; ``--resolutions``: searched input
-sides; ``--resize 0`` keeps 28x28 MNIST).
+sides; ``--resize 0`` keeps 28x28 MNIST). ``--dataset`` names any registered dataset and
+``--dataset-options`` its options (JSON), checked before the first training.
 
     python benchmarks/ground_truth.py --name nb201-mnist5k --space nb201 --N 1 --C 8 \\
         --cells 100 --seeds 0,1 --epochs 2 --resize 16 --workers 2 --budget 3000 --pack
     python benchmarks/ground_truth.py --name mobilenet-mnist5k --space mobilenet --width 0.35 \\
         --resize 0 --cells 50 --seeds 0,1 --epochs 2 --workers 1 --budget 3000 --pack
+    python benchmarks/ground_truth.py --name mobilenet-cluttered --space mobilenet --width 0.35 \\
+        --dataset cluttered-mnist --dataset-options '{"size": 28, "clutter": 6}' --resize 0 \\
+        --cells 50 --seeds 0,1,2,3 --epochs 3 --workers 2 --pack
 """
 
 from __future__ import annotations
@@ -139,8 +143,9 @@ def main() -> int:
     print(f"{args.name}: {len(cells)} cells x {len(seeds)} seeds; {len(done)} done, "
           f"{len(todo)} to train; cache {cache}", flush=True)
     common = {"space": args.space, "space_options": space_options(args), "dataset": args.dataset,
-              "dataset_options": args.dataset_options, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-              "threads": args.threads, "resize": args.resize}
+              "dataset_options": args.dataset_options, "epochs": args.epochs,
+              "batch_size": args.batch_size, "lr": args.lr, "threads": args.threads,
+              "resize": args.resize}
     start = time.monotonic()
     if todo:
         with ProcessPoolExecutor(args.workers) as pool, open(cache, "a") as out:

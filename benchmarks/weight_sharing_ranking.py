@@ -22,6 +22,10 @@ from the current phase).
         --partial benchmarks/results/ground_truth/mobilenet-mnist5k.jsonl --epochs 4 --proxies ''
 
 ``--partial`` reads the partial results of ``benchmarks/ground_truth.py`` (cells with every seed).
+``--dataset`` and ``--dataset-options`` (JSON) name the reference's data when it is not mnist5k:
+
+    python benchmarks/weight_sharing_ranking.py --space mobilenet --ground-truth mobilenet-cluttered \\
+        --dataset cluttered-mnist --dataset-options '{"size": 28, "clutter": 6}' --epochs 10
 """
 
 from __future__ import annotations
