@@ -61,8 +61,8 @@ TAKEN_STATES = COUNTED_STATES
 MAX_DUPLICATES_IN_A_ROW = 20
 #: How the fail reason of a refused repeat starts (they have their own limit, above).
 DUPLICATE_REASON = "duplicate architecture"
-#: How optuna refuses to finish a trial that is already finished (by another worker's stale
-#: check).
+#: How optuna's ``tell`` refuses a trial it already reads as finished (by another worker's
+#: stale check); one finished between that read and the write raises UpdateFinishedTrialError.
 FINISHED_ELSEWHERE = "Cannot tell a "
 SUPPORTED_URLS = "sqlite:///PATH, journal:PATH, postgresql://..., mysql://..."
 
@@ -262,6 +262,7 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
                  space: SearchSpace | None = None):
         self.inner, self.n_trials, self.repeats, self.space = inner, n_trials, repeats, space
         self.lock = storage_lock(url, "trials")
+        self.finish_lock = storage_lock(url, "finish")
         self.duplicates_in_a_row = 0
         self._proposal: tuple[int, int] | None = None  # (trial id, study id) holding the lock
         self._beating: tuple[int, threading.Event] | None = None
@@ -369,7 +370,12 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
             return self._take_waiting(trial_id)
         self._stop_heartbeat(trial_id)
         try:
-            return self.inner.set_trial_state_values(trial_id, state, values)
+            # sqlite reads the trial's state outside the write's transaction, so two workers
+            # failing one stale trial at once (or one failing it while its owner tells it)
+            # would both succeed, and both retry it; one lock makes the second write see the
+            # first and be refused as optuna refuses any update of a finished trial.
+            with self.finish_lock:
+                return self.inner.set_trial_state_values(trial_id, state, values)
         finally:
             if self._proposal is not None and self._proposal[0] == trial_id:
                 self.end_proposal()
@@ -651,8 +657,8 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
                                         gc_after_trial=False)
         except QuotaReached:
             pass
-        except ValueError as exc:
-            if not str(exc).startswith(FINISHED_ELSEWHERE):
+        except (ValueError, optuna.exceptions.UpdateFinishedTrialError) as exc:
+            if isinstance(exc, ValueError) and not str(exc).startswith(FINISHED_ELSEWHERE):
                 quota.end_proposal(error=exc)
                 raise
             # Another worker failed this trial as stale while it still ran (its heartbeat

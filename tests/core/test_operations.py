@@ -407,6 +407,43 @@ def test_the_quota_reads_other_workers_trials_incrementally_and_exactly(tmp_path
     assert len(full_reads) <= 2, "the quota read every trial again after its first read"
 
 
+def _fail_each(url: str, trial_ids: list[int], barrier, results) -> None:
+    from frugalnas.core.worker import QuotaStorage, make_storage
+
+    quota = QuotaStorage(make_storage(url), url, n_trials=10_000)
+    succeeded = 0
+    for trial_id in trial_ids:
+        barrier.wait()
+        try:
+            succeeded += bool(quota.set_trial_state_values(trial_id, TrialState.FAIL))
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
+    results.put(succeeded)
+
+
+def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
+    """Two worker processes fail the same RUNNING trials at the same moment, as two workers'
+    stale checks do: each trial is failed by exactly one of them, so it is retried once (on
+    sqlite a bare RDB storage lets both writes succeed)."""
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    study = optuna.create_study(storage=url, study_name="q")
+    trial_ids = [study._storage.create_new_trial(study._study_id) for _ in range(60)]
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_fail_each, args=(url, trial_ids, barrier, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    succeeded = results.get(timeout=120) + results.get(timeout=120)
+    for p in procs:
+        p.join(timeout=30)
+    assert succeeded == len(trial_ids), f"{succeeded} FAIL writes for {len(trial_ids)} trials"
+    states = {t.state for t in study.get_trials(deepcopy=False)}
+    assert states == {TrialState.FAIL}
+
+
 def test_workers_show_no_optuna_experimental_warnings(tmp_path):
     import warnings
 
