@@ -175,12 +175,10 @@ def main() -> int:
     if len(rows) >= 3 and len(seeds) >= 2:
         from frugalnas.weight_sharing.ground_truth import GroundTruth
 
-        dataset = (args.dataset + (f" {json.dumps(args.dataset_options)}" if args.dataset_options
-                                   else "")
-                   + (f" (resized to {args.resize}x{args.resize})" if args.resize else ""))
-        gt = GroundTruth(args.name, args.space, space_options(args), dataset, args.epochs,
+        gt = GroundTruth(args.name, args.space, space_options(args), args.dataset, args.epochs,
                          seeds, rows, np.array([[done[(a, s)]["valid"] for s in seeds] for a in rows]),
-                         np.array([[done[(a, s)].get("test", np.nan) for s in seeds] for a in rows]))
+                         np.array([[done[(a, s)].get("test", np.nan) for s in seeds] for a in rows]),
+                         dataset_options=args.dataset_options, resize=args.resize or 0)
         print(f"cells with every seed: {len(rows)}; seed-to-seed Kendall tau (the ceiling): "
               f"{gt.tau_ceiling():.3f}; mean valid {gt.mean_valid.mean():.2f} %")
         if args.pack:

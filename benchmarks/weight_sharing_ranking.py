@@ -21,11 +21,15 @@ from the current phase).
     python benchmarks/weight_sharing_ranking.py --space mobilenet \\
         --partial benchmarks/results/ground_truth/mobilenet-mnist5k.jsonl --epochs 4 --proxies ''
 
-``--partial`` reads the partial results of ``benchmarks/ground_truth.py`` (cells with every seed).
-``--dataset`` and ``--dataset-options`` (JSON) name the reference's data when it is not mnist5k:
+A reference records its space, space options, dataset (with its options) and input side, and
+the supernets train on the same; ``--partial`` reads the partial results of
+``benchmarks/ground_truth.py`` (cells with every seed), which do not, so ``--space``,
+``--space-options``, ``--dataset``, ``--dataset-options`` and ``--resize`` say them:
 
-    python benchmarks/weight_sharing_ranking.py --space mobilenet --ground-truth mobilenet-cluttered \\
-        --dataset cluttered-mnist --dataset-options '{"size": 28, "clutter": 6}' --epochs 10
+    python benchmarks/weight_sharing_ranking.py --ground-truth mobilenet-cluttered --epochs 10
+    python benchmarks/weight_sharing_ranking.py --space mobilenet --dataset cluttered-mnist \\
+        --dataset-options '{"size": 28, "clutter": 6}' \\
+        --partial benchmarks/results/ground_truth/mobilenet-cluttered.jsonl --epochs 10
 """
 
 from __future__ import annotations
@@ -81,6 +85,26 @@ def from_cache(path: Path, space: str, space_options: dict, dataset: str) -> Gro
                        np.array([[rows[a][s].get("test", np.nan) for s in seeds] for a in archs]))
 
 
+def take_reference_settings(args: argparse.Namespace, reference: GroundTruth | None) -> None:
+    """Fill the space, data and input side left out on the command line: the reference's
+    (a shipped one records them), or with ``--partial`` the space's defaults. The space
+    options stay in the spelling of :data:`SPACES` when they equal its default, so that the
+    scores cached under that spelling are found."""
+    if args.space is None:
+        args.space = reference.space if reference is not None else "nb201"
+    _, default_options, default_resize = SPACES[args.space]
+    if args.space_options is None:
+        args.space_options = default_options
+        if reference is not None and reference.space_options != json.loads(default_options):
+            args.space_options = json.dumps(reference.space_options)
+    if args.dataset is None:
+        args.dataset = reference.dataset if reference is not None else "mnist5k"
+    if args.dataset_options is None:
+        args.dataset_options = reference.dataset_options if reference is not None else {}
+    if args.resize is None:
+        args.resize = reference.resize if reference is not None else default_resize
+
+
 def trained_supernet(args: argparse.Namespace, space, data, backend, name: str,
                      key: str) -> tuple[Supernet, float]:
     """The supernet of variant ``name``, trained, or loaded from ``--checkpoints``."""
@@ -110,13 +134,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ground-truth", default="nb201-mnist5k")
     p.add_argument("--partial", type=Path, help="partial ground truth (jsonl of ground_truth.py)")
-    p.add_argument("--space", choices=tuple(SPACES), default="nb201")
-    p.add_argument("--space-options", default=None, help="JSON (default: per --space)")
-    p.add_argument("--dataset", default="mnist5k", help="the ground truth's dataset")
-    p.add_argument("--dataset-options", type=json.loads, default={},
-                   help='its options as JSON, as given to ground_truth.py')
+    p.add_argument("--space", choices=tuple(SPACES), default=None,
+                   help="default: the reference's (nb201 with --partial)")
+    p.add_argument("--space-options", default=None,
+                   help="JSON (default: the reference's; with --partial, per --space)")
+    p.add_argument("--dataset", default=None,
+                   help="the reference's dataset (default: its own; mnist5k with --partial)")
+    p.add_argument("--dataset-options", type=json.loads, default=None,
+                   help="its options as JSON, as given to ground_truth.py (default: the "
+                        "reference's)")
     p.add_argument("--resize", type=int, default=None, help="image side (0: as stored; "
-                   "default: 16 for nb201, 0 for mobilenet)")
+                   "default: the reference's; with --partial 16 for nb201, 0 for mobilenet)")
     p.add_argument("--epochs", type=int, default=10, help="one-shot epochs")
     p.add_argument("--few-shot-epochs", type=int, default=5)
     p.add_argument("--variants", default=None, help="comma-separated (default: every variant "
@@ -140,18 +168,20 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    supported, default_options, default_resize = SPACES[args.space]
+    reference = None if args.partial else load_ground_truth(args.ground_truth)
+    if reference is not None and args.space not in (None, reference.space):
+        p.error(f"--space {args.space} does not match the reference {reference.name!r}, whose "
+                f"networks are of space {reference.space!r}")
+    take_reference_settings(args, reference)
+    supported = SPACES[args.space][0]
     args.variants = args.variants or ",".join(supported)
-    args.space_options = args.space_options or default_options
-    args.resize = default_resize if args.resize is None else args.resize
     unknown = [v for v in args.variants.split(",") if v not in supported]
     if unknown:
         p.error(f"unknown --variants {unknown} for space {args.space}; valid: {', '.join(supported)}")
     torch.set_num_threads(args.threads)
 
-    gt = (from_cache(args.partial, args.space, json.loads(args.space_options), args.dataset)
-          if args.partial
-          else load_ground_truth(args.ground_truth))
+    gt = reference or from_cache(args.partial, args.space, json.loads(args.space_options),
+                                 args.dataset)
     host = PluginHost()
     space = host.create("search_spaces", args.space, **json.loads(args.space_options))
     data = host.create("datasets", args.dataset, seed=0, **args.dataset_options,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ SUBDIR = "ground_truth"
 
 @dataclass
 class GroundTruth:
-    """Accuracies (%) of ``architectures`` trained stand-alone, one column per seed."""
+    """Accuracies (%) of ``architectures`` trained stand-alone, one column per seed, on the
+    registered dataset ``dataset`` with ``dataset_options``, its images resized to ``resize``
+    pixels a side (0: as stored)."""
 
     name: str
     space: str
@@ -46,6 +49,8 @@ class GroundTruth:
     valid: np.ndarray  # (cells, seeds)
     test: np.ndarray   # (cells, seeds)
     command: str = ""
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    resize: int = 0
 
     @property
     def mean_valid(self) -> np.ndarray:
@@ -84,16 +89,33 @@ class GroundTruth:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "space": self.space, "space_options": self.space_options,
-                "dataset": self.dataset, "epochs": self.epochs, "seeds": self.seeds,
+                "dataset": self.dataset, "dataset_options": self.dataset_options,
+                "resize": self.resize, "epochs": self.epochs, "seeds": self.seeds,
                 "command": self.command, "architectures": self.architectures,
                 "valid": np.round(self.valid, 3).tolist(), "test": np.round(self.test, 3).tolist()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "GroundTruth":
-        return cls(data["name"], data["space"], dict(data["space_options"]), data["dataset"],
+        if "dataset_options" in data:
+            dataset, options, resize = data["dataset"], dict(data["dataset_options"]), \
+                int(data.get("resize", 0))
+        else:
+            dataset, options, resize = _described_dataset(data["dataset"])
+        return cls(data["name"], data["space"], dict(data["space_options"]), dataset,
                    float(data["epochs"]), list(data["seeds"]), list(data["architectures"]),
                    np.asarray(data["valid"], dtype=float), np.asarray(data["test"], dtype=float),
-                   data.get("command", ""))
+                   data.get("command", ""), options, resize)
+
+
+def _described_dataset(text: str) -> tuple[str, dict[str, Any], int]:
+    """(name, options, resize) of a file that describes its data in one line of text, as
+    ``cluttered-mnist {"size": 28} (resized to 16x16)`` (before the fields were separate)."""
+    resized = re.search(r" \(resized to (\d+)x\d+\)$", text)
+    if resized is not None:
+        text = text[:resized.start()]
+    name, _, options = text.partition(" ")
+    return name, (json.loads(options) if options.strip() else {}), \
+        int(resized.group(1)) if resized else 0
 
 
 def shipped_names() -> list[str]:

@@ -129,13 +129,37 @@ def test_a_reference_and_its_supernet_ranking_on_another_dataset(tmp_path):
     (key,) = json.loads(scores.read_text())
     assert 'data cluttered-mnist {"clutter": 2, "size": 28}' in key
 
+    # A reference file records its space, data and input side: given it alone, the ranking
+    # trains and scores on the same (the scores of the run above are found under their key).
+    from frugalnas.weight_sharing.ground_truth import GroundTruth
+
+    archs = list(dict.fromkeys(r["arch"] for r in rows))  # the order the partial file has
+    valid = np.array([[next(r["valid"] for r in rows if r["arch"] == a and r["seed"] == s)
+                       for s in (0, 1)] for a in archs])
+    reference = tmp_path / "clut.json"
+    reference.write_text(json.dumps(GroundTruth(
+        "clut", "mobilenet", {"width_mult": 0.35}, "cluttered-mnist", 0.02, [0, 1], archs,
+        valid, valid, dataset_options=json.loads(options)).to_json()))
+    again = run("weight_sharing_ranking.py", "--ground-truth", str(reference), "--epochs", "0",
+                "--variants", "per-operation", "--proxies", "", "--bn-batches", "1",
+                "--threads", "1", "--cache", str(scores))
+    assert again.returncode == 0, again.stderr
+    assert "ground truth clut: 3 cells x 2 seeds" in again.stdout
+    assert "per-operation              tau" in again.stdout and "(cached;" in again.stdout
+    assert list(json.loads(scores.read_text())) == [key]
+    wrong = run("weight_sharing_ranking.py", "--ground-truth", str(reference), "--space",
+                "nb201", "--cache", str(scores))
+    assert wrong.returncode == 2
+    assert "--space nb201 does not match the reference 'clut', whose networks are of space " \
+           "'mobilenet'" in wrong.stderr
+
 
 @pytest.mark.slow  # imports torch, optuna and scipy
 def test_the_shipped_cluttered_reference_is_harder_and_spreads_the_networks():
     from frugalnas.weight_sharing.ground_truth import load_ground_truth
 
     gt = load_ground_truth("mobilenet-cluttered")
-    assert gt.dataset == 'cluttered-mnist {"size": 28, "clutter": 6}'
+    assert (gt.dataset, gt.dataset_options) == ("cluttered-mnist", {"size": 28, "clutter": 6})
     assert gt.seeds == [0, 1, 2, 3] and gt.valid.shape == (50, 4)
     assert "--dataset cluttered-mnist --dataset-options" in gt.command
     plain = load_ground_truth("mobilenet-mnist5k")

@@ -370,6 +370,38 @@ def test_ground_truth_file_round_trip_tau_and_ceiling(tmp_path):
         load_ground_truth("nope")
 
 
+def test_ground_truth_records_its_data_as_fields_and_reads_the_one_line_form(tmp_path):
+    from frugalnas.weight_sharing.ground_truth import GroundTruth
+
+    valid = np.array([[90.0, 91.0], [80.0, 79.0], [85.0, 86.0]])
+    gt = GroundTruth("t", "mobilenet", {"width_mult": 0.35}, "cluttered-mnist", 3.0, [0, 1],
+                     ["a", "b", "c"], valid, valid, dataset_options={"size": 28, "clutter": 6},
+                     resize=20)
+    back = GroundTruth.from_json(gt.to_json())
+    assert (back.dataset, back.dataset_options, back.resize) == \
+        ("cluttered-mnist", {"size": 28, "clutter": 6}, 20)
+    # A file that describes its data in one line of text, as files did before the fields.
+    for text, expected in [("mnist5k (resized to 16x16)", ("mnist5k", {}, 16)),
+                           ("mnist5k", ("mnist5k", {}, 0)),
+                           ('cluttered-mnist {"size": 28, "clutter": 6}',
+                            ("cluttered-mnist", {"size": 28, "clutter": 6}, 0))]:
+        old = {k: v for k, v in gt.to_json().items() if k not in ("dataset_options", "resize")}
+        read = GroundTruth.from_json({**old, "dataset": text})
+        assert (read.dataset, read.dataset_options, read.resize) == expected, text
+
+
+def test_the_shipped_references_name_their_registered_dataset():
+    from frugalnas.core.plugins import PluginHost
+    from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
+
+    registered = set(PluginHost().registry("datasets").names())
+    for name in shipped_names():
+        gt = load_ground_truth(name)
+        assert gt.dataset in registered, (name, gt.dataset)
+        assert f"--dataset {gt.dataset}" in gt.command or gt.dataset == "mnist5k", name
+        assert (gt.resize == 16) == ("--resize 16" in gt.command), name
+
+
 def test_stand_alone_training_reports_valid_and_test_accuracy():
     from frugalnas.weight_sharing.ground_truth import train_stand_alone
 
