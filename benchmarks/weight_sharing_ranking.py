@@ -263,7 +263,24 @@ def main() -> int:
                   f"{gt.kendall_tau(hybrid):+.3f}")
     for name, scores in results.items():
         print(f"  {name:16s} vs test: tau {kendalltau(scores, gt.mean_test).statistic:+.3f}")
+    sides = input_sides(space, archs)
+    if sides is not None:
+        print(f"  the input side alone: tau {gt.kendall_tau(sides):+.3f}; within one input "
+              f"side, two trainings agree at {gt.tau_ceiling_within(sides):.3f}")
+        for name, scores in results.items():
+            print(f"  {name:16s} within one input side: tau "
+                  f"{gt.kendall_tau_within(scores, sides):+.3f}")
     return 0
+
+
+def input_sides(space, archs: list) -> np.ndarray | None:
+    """Each network's input side when the space searches it (else None): a decision that can
+    order the networks on its own, so the ranking is also read within each side."""
+    from frugalnas.spaces.mobilenet.space import MobileNetSpace
+
+    if not isinstance(space, MobileNetSpace) or space.resolutions is None:
+        return None
+    return np.array([space.resolution_of(a) for a in archs])
 
 
 if __name__ == "__main__":

@@ -70,6 +70,25 @@ class GroundTruth:
         reference = self.mean_valid if target == "valid" else self.mean_test
         return float(kendalltau(scores, reference).statistic)
 
+    def kendall_tau_within(self, scores: Any, groups: Any) -> float:
+        """Mean Kendall tau of ``scores`` against the mean over seeds, taken within each group
+        of architectures that share a label in ``groups`` (one per architecture; groups of
+        fewer than 3 are left out): how well ``scores`` rank architectures that one decision,
+        e.g. the input side, does not already separate."""
+        scores, labels = np.asarray(scores, dtype=float), np.asarray(groups)
+        taus = [kendalltau(scores[labels == g], self.mean_valid[labels == g]).statistic
+                for g in _groups_of_three(labels)]
+        return float(np.nanmean(taus)) if taus else float("nan")
+
+    def tau_ceiling_within(self, groups: Any) -> float:
+        """:meth:`tau_ceiling` within each group of ``groups``, averaged over groups and pairs
+        of seeds."""
+        labels = np.asarray(groups)
+        taus = [kendalltau(self.valid[labels == g, a], self.valid[labels == g, b]).statistic
+                for g in _groups_of_three(labels)
+                for a in range(len(self.seeds)) for b in range(a + 1, len(self.seeds))]
+        return float(np.nanmean(taus)) if taus else float("nan")
+
     def tau_ceiling(self) -> float:
         """Mean Kendall tau between pairs of seeds: the agreement the reference has with
         itself, which bounds what any estimate can show against one seed."""
@@ -105,6 +124,11 @@ class GroundTruth:
                    float(data["epochs"]), list(data["seeds"]), list(data["architectures"]),
                    np.asarray(data["valid"], dtype=float), np.asarray(data["test"], dtype=float),
                    data.get("command", ""), options, resize)
+
+
+def _groups_of_three(labels: np.ndarray) -> list[Any]:
+    values, counts = np.unique(labels, return_counts=True)
+    return [v for v, c in zip(values, counts) if c >= 3]
 
 
 def _described_dataset(text: str) -> tuple[str, dict[str, Any], int]:

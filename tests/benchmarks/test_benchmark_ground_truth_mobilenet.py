@@ -166,3 +166,21 @@ def test_the_shipped_cluttered_reference_is_harder_and_spreads_the_networks():
     assert gt.architectures == plain.architectures  # the same 50 networks
     assert gt.mean_valid.mean() < plain.mean_valid.mean() - 10
     assert np.ptp(gt.mean_valid) > 3 * np.ptp(plain.mean_valid)
+
+
+@pytest.mark.slow  # imports torch, optuna and scipy
+def test_the_shipped_reference_with_a_searched_resolution_ranks_resolutions_apart():
+    from frugalnas.spaces.mobilenet.space import MobileNetSpace
+    from frugalnas.weight_sharing.ground_truth import load_ground_truth
+
+    gt = load_ground_truth("mobilenet-cluttered-res")
+    assert gt.space_options == {"width_mult": 0.35, "resolutions": [12, 16, 20, 24, 28]}
+    assert (gt.dataset, gt.dataset_options) == ("cluttered-mnist", {"size": 28, "clutter": 6})
+    assert len(gt.seeds) >= 2 and gt.valid.shape == (50, len(gt.seeds))
+    assert "--resolutions 12,16,20,24,28" in gt.command
+    space = MobileNetSpace(**gt.space_options)
+    sides = np.array([space.resolution_of(space.parse(a)) for a in gt.architectures])
+    assert set(sides) == {12, 16, 20, 24, 28}
+    # The input side is what spreads these networks: 12x12 inputs lose most of a digit.
+    assert gt.mean_valid[sides == 12].mean() < gt.mean_valid[sides >= 20].mean() - 20
+    assert gt.tau_ceiling() > 0.5

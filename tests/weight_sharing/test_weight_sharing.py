@@ -390,6 +390,24 @@ def test_ground_truth_records_its_data_as_fields_and_reads_the_one_line_form(tmp
         assert (read.dataset, read.dataset_options, read.resize) == expected, text
 
 
+def test_ground_truth_ranks_within_groups_that_one_decision_separates():
+    from frugalnas.weight_sharing.ground_truth import GroundTruth
+
+    # Two input sides: side 12 far below side 28. Within side 12 both seeds order the three
+    # networks alike, within side 28 the seeds disagree completely; one network of side 20.
+    valid = np.array([[30.0, 31.0], [35.0, 36.0], [40.0, 41.0],
+                      [80.0, 82.0], [81.0, 81.0], [82.0, 80.0], [60.0, 60.0]])
+    sides = [12, 12, 12, 28, 28, 28, 20]
+    gt = GroundTruth("t", "mobilenet", {}, "digits", 1.0, [0, 1], list("abcdefg"), valid, valid)
+    assert gt.kendall_tau(sides) > 0.6  # the side alone orders most pairs
+    assert gt.tau_ceiling_within(sides) == pytest.approx((1.0 + -1.0) / 2)
+    # A scorer that knows the side but orders each side's networks backwards.
+    backwards = [3.0, 2.0, 1.0, 9.0, 8.0, 7.0, 5.0]
+    assert gt.kendall_tau(backwards) > 0.3
+    assert gt.kendall_tau_within(backwards, sides) == pytest.approx(-1.0)  # side 28 ties: NaN
+    assert np.isnan(gt.kendall_tau_within(backwards, list("abcdefg")))  # no group of 3
+
+
 def test_the_shipped_references_name_their_registered_dataset():
     from frugalnas.core.plugins import PluginHost
     from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
