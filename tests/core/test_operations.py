@@ -427,9 +427,13 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     sqlite a bare RDB storage lets both writes succeed)."""
     import multiprocessing
 
+    from frugalnas.core.worker import make_storage
+
     url = f"sqlite:///{tmp_path / 'q.db'}"
-    study = optuna.create_study(storage=url, study_name="q")
-    trial_ids = [study._storage.create_new_trial(study._study_id) for _ in range(60)]
+    storage = make_storage(url)
+    optuna.create_study(storage=storage, study_name="q")
+    study_id = storage.get_study_id_from_name("q")
+    trial_ids = [storage.create_new_trial(study_id) for _ in range(60)]
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_fail_each, args=(url, trial_ids, barrier, results))
@@ -440,8 +444,7 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     for p in procs:
         p.join(timeout=30)
     assert succeeded == len(trial_ids), f"{succeeded} FAIL writes for {len(trial_ids)} trials"
-    states = {t.state for t in study.get_trials(deepcopy=False)}
-    assert states == {TrialState.FAIL}
+    assert {t.state for t in storage.get_all_trials(study_id)} == {TrialState.FAIL}
 
 
 def test_workers_show_no_optuna_experimental_warnings(tmp_path):
