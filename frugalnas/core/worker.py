@@ -16,6 +16,8 @@ trials plus the ones running now. Three things are shared through the storage:
   FAIL after ``grace`` seconds (a trial has a heartbeat from the moment it is created, so a
   worker killed while its strategy proposes is detected too); the plugins are told (MLflow
   closes the run as KILLED) and, with ``retries``, the same architecture is queued again.
+  Finishing a trial (a tell, a stale check's FAIL) holds a lock of its own, so a trial is
+  finished once even where the database does not isolate the read of its state (sqlite).
 
 :class:`StorageLock` is public: the MLflow plugin serializes its writes for one study with
 ``storage_lock(url, "mlflow")``, across machines when the storage is a database server.
