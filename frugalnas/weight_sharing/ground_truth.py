@@ -11,9 +11,10 @@ that noise to give the tau a perfect estimator could expect against the mean ove
 
 from __future__ import annotations
 
+import itertools
 import json
-import time
 import re
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -84,17 +85,20 @@ class GroundTruth:
         """:meth:`tau_ceiling` within each group of ``groups``, averaged over groups and pairs
         of seeds."""
         labels = np.asarray(groups)
-        taus = [kendalltau(self.valid[labels == g, a], self.valid[labels == g, b]).statistic
-                for g in _groups_of_three(labels)
-                for a in range(len(self.seeds)) for b in range(a + 1, len(self.seeds))]
+        taus = [t for g in _groups_of_three(labels) for t in self._seed_pair_taus(labels == g)]
         return float(np.nanmean(taus)) if taus else float("nan")
 
     def tau_ceiling(self) -> float:
         """Mean Kendall tau between pairs of seeds: the agreement the reference has with
         itself, which bounds what any estimate can show against one seed."""
-        taus = [kendalltau(self.valid[:, a], self.valid[:, b]).statistic
-                for a in range(len(self.seeds)) for b in range(a + 1, len(self.seeds))]
+        taus = self._seed_pair_taus(slice(None))
         return float(np.mean(taus)) if taus else float("nan")
+
+    def _seed_pair_taus(self, rows: Any) -> list[float]:
+        """Kendall tau between every pair of seeds over the architectures ``rows`` selects."""
+        valid = self.valid[rows]
+        return [kendalltau(valid[:, a], valid[:, b]).statistic
+                for a, b in itertools.combinations(range(len(self.seeds)), 2)]
 
     def expected_taus(self, floor: float = 50.0) -> tuple[float, float]:
         """(perfect, one more training): the Kendall tau a perfect estimator, and one more
