@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.plugins import hookimpl
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.host.plugins import hookimpl
 
 HERE = Path(__file__).resolve().parent
 PLUGIN = "cluster_throughput"
@@ -64,8 +64,8 @@ def _warm() -> str:
     storage, so that the imports a worker's first trial needs (frugalnas, this plugin,
     optuna's RDB storage with SQLAlchemy and alembic) are done, as on a cluster that has
     run a study before. A cold worker pays them once, about a second of CPU."""
-    from frugalnas.core.config import StudyConfig
-    from frugalnas.core.launcher import WorkerJob
+    from frugalnas.ports.config import StudyConfig
+    from frugalnas.distribution.launcher import WorkerJob
 
     with tempfile.TemporaryDirectory() as tmp:
         config = StudyConfig.from_mapping({
@@ -77,7 +77,7 @@ def _warm() -> str:
 
 
 def measure(address: str, workers: int, trials: int, seconds: float, folder: Path) -> dict[str, float]:
-    from frugalnas.core.config import StudyConfig
+    from frugalnas.ports.config import StudyConfig
     from frugalnas.launchers import launch
     from frugalnas.launchers.dask_cluster import DaskLauncher
 

@@ -995,7 +995,7 @@ def direct_loop(study: Any, data: Any, device: Any, sizes: dict[str, Any]) -> di
     import torch
 
     from frugalnas.backends.single_device import SingleDeviceBackend
-    from frugalnas.core.training import TrainConfig, train
+    from frugalnas.engine.training import TrainConfig, train
 
     torch.manual_seed(0)
     backend = SingleDeviceBackend(device=str(device))
@@ -1095,7 +1095,7 @@ def timed_supernet_epoch(supernet: Any, data: Any, device: Any, cfg: Any) -> tup
 def supernet_steps(run: PartRun, device: Any, sizes: dict[str, Any]) -> None:
     """SPOS steps/s of the NB201 supernet: one epoch to warm up, one timed."""
     import frugalnas
-    from frugalnas.core.training import TrainConfig
+    from frugalnas.engine.training import TrainConfig
     from frugalnas.weight_sharing.supernet import Supernet
 
     host = frugalnas.PluginHost(disable_plugins=blocked_plugins())
@@ -1187,7 +1187,7 @@ def part_mobilenet(run: PartRun) -> None:
     import torch
 
     import frugalnas
-    from frugalnas.core.training import TrainConfig
+    from frugalnas.engine.training import TrainConfig
     from frugalnas.spaces.mobilenet.supernet import export_subnet
     from frugalnas.weight_sharing.supernet import Supernet
 

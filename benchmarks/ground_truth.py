@@ -53,7 +53,7 @@ def space_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sample_cells(args: argparse.Namespace) -> list[str]:
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
 
     space = PluginHost().create("search_spaces", args.space, **space_options(args))
     rng = random.Random(args.sample_seed)
@@ -82,8 +82,8 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(job["threads"])
     from frugalnas.backends.single_device import SingleDeviceBackend
-    from frugalnas.core.plugins import PluginHost
-    from frugalnas.core.training import TrainConfig
+    from frugalnas.host.plugins import PluginHost
+    from frugalnas.engine.training import TrainConfig
     from frugalnas.weight_sharing.ground_truth import train_stand_alone
 
     host = PluginHost()
@@ -126,11 +126,11 @@ def main() -> int:
 
     seeds = [int(s) for s in args.seeds.split(",")]
     cache = args.cache or RESULTS / f"{args.name}.jsonl"
-    from frugalnas.core.errors import FrugalnasError
+    from frugalnas.ports.errors import FrugalnasError
 
     try:
         cells = sample_cells(args)
-        from frugalnas.core.plugins import PluginHost
+        from frugalnas.host.plugins import PluginHost
 
         PluginHost().create("datasets", args.dataset, seed=0, **args.dataset_options,
                             **({"resize": args.resize} if args.resize else {}))

@@ -51,7 +51,7 @@ PRUNERS = ("pareto", "pareto-halving", "pareto-hv")
 
 def largest_params(channels: int) -> int:
     """Parameters of the largest cell (every edge a 3x3 convolution) on digits."""
-    from frugalnas.core.cost import count_params
+    from frugalnas.ports.cost import count_params
     from frugalnas.spaces.nb201.space import NB201Space
 
     space = NB201Space(N=1, C=channels)
@@ -66,7 +66,7 @@ def run_one(job: tuple[int, bool, argparse.Namespace]) -> dict:
     import torch
 
     import frugalnas
-    from frugalnas.core.keys import INTERMEDIATE_ATTR
+    from frugalnas.ports.keys import INTERMEDIATE_ATTR
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -105,7 +105,7 @@ def replay(run: dict, pruner_name: str, options: dict[str, Any]) -> dict:
     import optuna
 
     import frugalnas
-    from frugalnas.core.keys import INTERMEDIATE_ATTR
+    from frugalnas.ports.keys import INTERMEDIATE_ATTR
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pruner = frugalnas.create_component("pruners", pruner_name, directions=list(DIRECTIONS),

@@ -42,8 +42,8 @@ import torch
 
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.core.training import TrainConfig, split_accuracy, train
-from frugalnas.datasets import mnist5k
+from frugalnas.engine.training import TrainConfig, split_accuracy, train
+from frugalnas.datasets.images import mnist5k
 from frugalnas.latency.measure import LatencySetup, measure, measure_many, onnx_bytes
 from frugalnas.spaces.mobilenet.space import MobileNetSpace
 

@@ -101,7 +101,7 @@ def remove_piece(piece: str) -> None:
 
     from optuna.trial import _trial
 
-    from frugalnas.core import runner
+    from frugalnas.engine import runner
 
     if piece == "records":
         runner.TrialRunner.record = lambda self, trial, result: None

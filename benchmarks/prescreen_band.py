@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 
-from frugalnas.core.plugins import get_host
+from frugalnas.host.plugins import get_host
 from frugalnas.proxies.base import score_with
 from frugalnas.proxies.ensemble import MEMBER_PRESETS, rank_average
 from frugalnas.proxies.shared import SharedPasses

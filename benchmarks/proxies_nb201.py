@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import kendalltau, rankdata
 
-from frugalnas.core.plugins import get_host
+from frugalnas.host.plugins import get_host
 from frugalnas.proxies.ensemble import (SELECTED_MEMBERS, aggregate, fit_weights,
                                         select_members, spectral_weights)
 from frugalnas.proxies.runner import ProxyRunner

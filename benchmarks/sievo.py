@@ -39,7 +39,7 @@ import torch
 from scipy.stats import kendalltau
 
 import frugalnas
-from frugalnas.core.cost import count_flops, count_params
+from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.sievo import retrain
 from frugalnas.sievo.final import final_choice
 from frugalnas.spaces.dag.space import DagSpace

@@ -33,7 +33,7 @@ WRAPPER = """
 import sys
 out, argv = sys.argv[1], sys.argv[2:]
 try:
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
     code = main(argv)
 except SystemExit as exc:
     code = exc.code

@@ -37,7 +37,7 @@ import torch
 from PIL import Image
 
 import frugalnas
-from frugalnas.core.training import TrainConfig, train
+from frugalnas.engine.training import TrainConfig, train
 
 os.environ["FRUGALNAS_PROGRESS"] = "0"
 optuna.logging.set_verbosity(optuna.logging.WARNING)

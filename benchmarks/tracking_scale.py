@@ -54,7 +54,7 @@ def lookup_objective() -> Any:
 
 def run_frugalnas(n: int, uri: str) -> dict[str, Any]:
     import frugalnas
-    from frugalnas.core.keys import ARCHITECTURE_ATTR
+    from frugalnas.ports.keys import ARCHITECTURE_ATTR
     from frugalnas.tracking.mlflow import tracker as tracker_module
 
     # the writer's time per batch of trials, by trial number (timing only: same calls)

@@ -46,8 +46,8 @@ import torch
 from scipy.stats import kendalltau
 
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.core.plugins import PluginHost
-from frugalnas.core.training import TrainConfig, seed_everything
+from frugalnas.host.plugins import PluginHost
+from frugalnas.engine.training import TrainConfig, seed_everything
 from frugalnas.weight_sharing.ground_truth import GroundTruth, load_ground_truth
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
 
@@ -240,7 +240,7 @@ def main() -> int:
         print(f"  {label:26s} tau {gt.kendall_tau(scores):+.3f}  (train {seconds:.0f} s, score "
               f"{cache[key]['score_seconds']:.0f} s, mean acc {scores.mean():.1f} %)", flush=True)
     if args.proxies:
-        from frugalnas.core.estimator import TrialContext
+        from frugalnas.ports.estimator import TrialContext
         from frugalnas.proxies.ensemble import rank_average
 
         ensemble = host.create_estimator("rank-ensemble", {"proxies": args.proxies.split(",")})

@@ -2,60 +2,60 @@
 
 from typing import TYPE_CHECKING
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.version import __version__
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.ports.version import __version__
 
 # The public names import their modules on first use (PEP 562), so ``import frugalnas`` and
 # the command line's answers that need no torch, optuna or MLflow do not pay for them.
 _EXPORTS: dict[str, str] = {
-    "Architecture": "frugalnas.core.architecture",
-    "ArchitectureParseError": "frugalnas.core.errors",
-    "Backend": "frugalnas.core.backend",
-    "Candidate": "frugalnas.core.study",
-    "ConfigError": "frugalnas.core.errors",
-    "Cost": "frugalnas.core.cost",
-    "Dataset": "frugalnas.core.data",
-    "DuplicateComponentError": "frugalnas.core.errors",
-    "EstimateResult": "frugalnas.core.estimator",
-    "Estimator": "frugalnas.core.estimator",
-    "EvaluationContext": "frugalnas.core.estimator",
-    "FrugalnasError": "frugalnas.core.errors",
-    "PluginError": "frugalnas.core.errors",
-    "PluginHost": "frugalnas.core.plugins",
-    "SearchSpace": "frugalnas.core.space",
-    "Study": "frugalnas.core.study",
-    "StudyConfig": "frugalnas.core.config",
-    "TrialContext": "frugalnas.core.estimator",
-    "TrialFailure": "frugalnas.core.errors",
-    "TrialRecord": "frugalnas.core.study",
-    "TrialReport": "frugalnas.core.trial_report",
-    "UnknownComponentError": "frugalnas.core.errors",
-    "create_component": "frugalnas.core.plugins",
-    "create_study": "frugalnas.core.study",
+    "Architecture": "frugalnas.ports.architecture",
+    "ArchitectureParseError": "frugalnas.ports.errors",
+    "Backend": "frugalnas.ports.backend",
+    "Candidate": "frugalnas.engine.study",
+    "ConfigError": "frugalnas.ports.errors",
+    "Cost": "frugalnas.ports.cost",
+    "Dataset": "frugalnas.ports.data",
+    "DuplicateComponentError": "frugalnas.ports.errors",
+    "EstimateResult": "frugalnas.ports.estimator",
+    "Estimator": "frugalnas.ports.estimator",
+    "EvaluationContext": "frugalnas.ports.estimator",
+    "FrugalnasError": "frugalnas.ports.errors",
+    "PluginError": "frugalnas.ports.errors",
+    "PluginHost": "frugalnas.host.plugins",
+    "SearchSpace": "frugalnas.ports.space",
+    "Study": "frugalnas.engine.study",
+    "StudyConfig": "frugalnas.ports.config",
+    "TrialContext": "frugalnas.ports.estimator",
+    "TrialFailure": "frugalnas.ports.errors",
+    "TrialRecord": "frugalnas.engine.study",
+    "TrialReport": "frugalnas.ports.trial_report",
+    "UnknownComponentError": "frugalnas.ports.errors",
+    "create_component": "frugalnas.host.plugins",
+    "create_study": "frugalnas.engine.study",
     "export_study": "frugalnas.export",
-    "get_host": "frugalnas.core.plugins",
-    "hookimpl": "frugalnas.core.plugins",
-    "list_components": "frugalnas.core.plugins",
-    "load_study": "frugalnas.core.study",
+    "get_host": "frugalnas.host.plugins",
+    "hookimpl": "frugalnas.host.plugins",
+    "list_components": "frugalnas.host.plugins",
+    "load_study": "frugalnas.engine.study",
 }
 
 if TYPE_CHECKING:
-    from frugalnas.core.architecture import Architecture
-    from frugalnas.core.backend import Backend
-    from frugalnas.core.config import StudyConfig
-    from frugalnas.core.cost import Cost
-    from frugalnas.core.data import Dataset
-    from frugalnas.core.errors import (ArchitectureParseError, ConfigError,
+    from frugalnas.ports.architecture import Architecture
+    from frugalnas.ports.backend import Backend
+    from frugalnas.ports.config import StudyConfig
+    from frugalnas.ports.cost import Cost
+    from frugalnas.ports.data import Dataset
+    from frugalnas.ports.errors import (ArchitectureParseError, ConfigError,
                                        DuplicateComponentError, FrugalnasError, PluginError,
                                        TrialFailure, UnknownComponentError)
-    from frugalnas.core.estimator import (EstimateResult, Estimator, EvaluationContext,
+    from frugalnas.ports.estimator import (EstimateResult, Estimator, EvaluationContext,
                                           TrialContext)
-    from frugalnas.core.plugins import (PluginHost, create_component, get_host, hookimpl,
+    from frugalnas.host.plugins import (PluginHost, create_component, get_host, hookimpl,
                                         list_components)
-    from frugalnas.core.space import SearchSpace
-    from frugalnas.core.runner import Candidate
-    from frugalnas.core.study import Study, TrialRecord, create_study, load_study
-    from frugalnas.core.trial_report import TrialReport
+    from frugalnas.ports.space import SearchSpace
+    from frugalnas.engine.runner import Candidate
+    from frugalnas.engine.study import Study, TrialRecord, create_study, load_study
+    from frugalnas.ports.trial_report import TrialReport
     from frugalnas.export import export_study
 
 

@@ -9,7 +9,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "define-by-run": "frugalnas.spaces.define_by_run",
     "mobilenet": "frugalnas.spaces.mobilenet",
     "latency": "frugalnas.latency",
-    "datasets": "frugalnas.datasets_plugin",
+    "datasets": "frugalnas.datasets.plugin",
     "estimators": "frugalnas.estimators",
     "single-device": "frugalnas.backends.single_device_plugin",
     "random": "frugalnas.strategies.random_plugin",

@@ -22,9 +22,9 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
-from frugalnas.core.trial_architecture import architecture_of
-from frugalnas.core.trial_constraints import recorded_feasible
+from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.ports.trial_architecture import architecture_of
+from frugalnas.ports.trial_constraints import recorded_feasible
 from frugalnas.multiobjective.pareto import pareto_fronts
 
 #: Input shape and classes used to count a network's size when the study has no dataset.
@@ -59,7 +59,7 @@ class _SizeCounter:
     def _count(self, arch: Any) -> tuple[int | None, int | None]:
         import torch
 
-        from frugalnas.core.cost import count_flops, count_params
+        from frugalnas.ports.cost import count_flops, count_params
 
         space = self.study.space
         for device in ("meta", "cpu"):

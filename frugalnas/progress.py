@@ -8,7 +8,7 @@ Its one option, ``show`` (``true``/``false``), comes from the study's ``session_
 wins. Without it the bar shows when stderr is a terminal. The environment variable
 ``FRUGALNAS_PROGRESS`` is the user's override (``1`` always, ``0`` never), except that
 ``show = false`` (``-q``) always wins. While the study runs, the same setting decides the bars
-of work outside trials, such as a strategy's warm start (:mod:`frugalnas.core.work_progress`).
+of work outside trials, such as a strategy's warm start (:mod:`frugalnas.ports.work_progress`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.work_progress import end_session_progress, progress_shown, session_progress
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import hookimpl
+from frugalnas.ports.work_progress import end_session_progress, progress_shown, session_progress
 
 if TYPE_CHECKING:  # the plugin loads with every command: optuna only when a study runs
-    from frugalnas.core.trial_report import TrialReport
+    from frugalnas.ports.trial_report import TrialReport
 
 PLUGIN = "progress"
 OPTIONS = ("show",)

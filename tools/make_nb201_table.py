@@ -25,7 +25,7 @@ Arrays written:
 params and FLOPs are those of the network ``NB201Space(N=5, C=16).build`` makes (the
 benchmark's macro skeleton) for CIFAR-10 (10 classes, 3x32x32), CIFAR-100 (100 classes,
 3x32x32) and ImageNet16-120 (120 classes, 3x16x16); FLOPs are counted by
-``frugalnas.core.cost.count_flops`` on one sample (2 FLOPs per multiply-add, convolutions and
+``frugalnas.ports.cost.count_flops`` on one sample (2 FLOPs per multiply-add, convolutions and
 the classifier). Every edge of a cell has the same shape, so a network's size depends only on
 the multiset of its six operations: the tool builds one network per multiset (210, not
 15,625) and then checks ``--verify`` randomly drawn cells against a network built for the
@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from frugalnas.core.cost import count_flops, count_params
+from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.spaces.nb201.space import DECISIONS, OPS, NB201Space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,7 +165,7 @@ def main() -> None:
         "sources": {p.name: sha256(p) for p in (nats_path, valid_path, latency_path)},
         "network": {"N": space.N, "C": space.C, "inputs": {k: list(v[1]) for k, v in NETWORKS.items()},
                     "classes": {k: v[0] for k, v in NETWORKS.items()},
-                    "flops": "frugalnas.core.cost.count_flops, one sample, forward"},
+                    "flops": "frugalnas.ports.cost.count_flops, one sample, forward"},
         "latency_dtype": f"float16, max relative rounding {rel:.2e}",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from frugalnas.core.backend import Backend
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.errors import ConfigError
 
 
 def resolve_device(device: str) -> torch.device:

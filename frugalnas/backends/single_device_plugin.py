@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 
 
 @hookimpl

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 
 __getattr__ = lazy_attributes(__name__, {
     "LowFidelityEstimator": "frugalnas.estimators.low_fidelity",

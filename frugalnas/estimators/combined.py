@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.space import SearchSpace
 
 
 class CombinedEstimator(Estimator):

@@ -4,10 +4,10 @@ shallower network. Scores validation accuracy like ``train``, at a fraction of i
 
 from __future__ import annotations
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.estimator import EstimateResult, TrialContext
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.estimator import EstimateResult, TrialContext
 from frugalnas.estimators.train import TrainEstimator
 
 

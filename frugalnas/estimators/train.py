@@ -6,12 +6,12 @@ import json
 import math
 import time
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost, count_flops, count_params
-from frugalnas.core.data import Dataset
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe, measure_latency
-from frugalnas.core.training import TrainConfig, seed_everything, split_accuracy, train
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost, count_flops, count_params
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
+from frugalnas.engine.training import TrainConfig, seed_everything, split_accuracy, train
 
 
 class TrainEstimator(Estimator):
@@ -23,7 +23,7 @@ class TrainEstimator(Estimator):
     the ``pareto`` pruner the objective vector of a multi-objective one.
 
     ``latency=True`` also measures the network's inference latency on the backend's
-    device (before training: it does not depend on the weights) (:func:`frugalnas.core.latency.measure_latency`, batches of ``latency_batch_size``
+    device (before training: it does not depend on the weights) (:func:`frugalnas.ports.latency.measure_latency`, batches of ``latency_batch_size``
     at the dataset's input shape, timed for about ``latency_min_run_time`` seconds) and adds
     the metrics ``latency_ms`` (median) and ``latency_ms_iqr`` (spread)."""
 

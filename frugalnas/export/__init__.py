@@ -22,8 +22,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
 
 # The commands are added without importing torch or the exporter; the names below are
 # imported when first used.

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.export.options import FORMATS, ExportError
 
 OVERRIDE_GROUPS = ("train", "backend", "dataset")
@@ -87,7 +87,7 @@ def open_study(args: argparse.Namespace, *, no_tracking: bool = False) -> Any:
     where the study needs such a plugin, the error names it and ``-p NAME``."""
     import optuna
 
-    from frugalnas.core.study import load_study
+    from frugalnas.engine.study import load_study
 
     add, block = _split(args.plugin)
     if no_tracking:

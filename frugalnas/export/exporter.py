@@ -26,15 +26,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import count_flops, count_params
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.exported import ExportedNetwork
-from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
-from frugalnas.core.trial_architecture import architecture_of
-from frugalnas.core.training import TrainConfig, seed_everything, train
-from frugalnas.core.work_progress import progress_shown
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import count_flops, count_params
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.exported import ExportedNetwork
+from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.ports.trial_architecture import architecture_of
+from frugalnas.engine.training import TrainConfig, seed_everything, train
+from frugalnas.ports.work_progress import progress_shown
 from frugalnas.export import formats as fmt
 from frugalnas.export.formats import FORMATS, ExportError
 from frugalnas.export.select import select_trials
@@ -89,7 +89,7 @@ class _Progress:
 
 
 def planned_steps(n_train: int, cfg: TrainConfig) -> int:
-    """The steps :func:`frugalnas.core.training.train` runs for ``n_train`` examples."""
+    """The steps :func:`frugalnas.engine.training.train` runs for ``n_train`` examples."""
     total = max(1, math.ceil(cfg.epochs * math.ceil(n_train / cfg.batch_size)))
     return min(total, cfg.max_steps) if cfg.max_steps is not None else total
 
@@ -123,7 +123,7 @@ def versions() -> dict[str, str | None]:
     """Versions of Python and of the libraries an exported model depends on."""
     from importlib import metadata
 
-    from frugalnas.core.version import __version__
+    from frugalnas.ports.version import __version__
 
     out: dict[str, str | None] = {"python": platform.python_version(),
                                   "frugalnas": __version__, "torch": torch.__version__}
@@ -341,7 +341,7 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset,
     # -- latency on this machine -------------------------------------------------------------
     latency_info: dict[str, Any] | None = None
     if latency:
-        from frugalnas.core.latency import measure_latency
+        from frugalnas.ports.latency import measure_latency
 
         # one thread: batch-1 latency of a small network is per-call overhead, and on a busy
         # machine several threads mostly measure the wait for each other

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.export.options import FORMATS, ExportError
 
 FILES = {"torchscript": "model.torchscript.pt", "export": "model.pt2", "onnx": "model.onnx"}

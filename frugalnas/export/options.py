@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from frugalnas.core.errors import FrugalnasError
+from frugalnas.ports.errors import FrugalnasError
 
 FORMATS = ("torchscript", "export", "onnx")
 

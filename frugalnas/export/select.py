@@ -9,8 +9,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.leaderboard import fmt_number, leaderboard_rows
 
 OPERATORS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt,

@@ -6,11 +6,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost, count_params
-from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost, count_params
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache
 from frugalnas.latency.measure import LatencySetup
 from frugalnas.latency.predictor import (KernelTablePredictor, LatencyMeter,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 
-from frugalnas.core.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
 
 RUNTIMES = ("onnxruntime", "torch")
 

@@ -20,8 +20,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache, cache_key
 from frugalnas.latency.kernels import Kernel, network_kernels, probe_leaves
 from frugalnas.latency.measure import LatencySetup, Measurement, measure_many

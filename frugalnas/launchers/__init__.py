@@ -2,7 +2,7 @@
 
 Two launchers are registered (``frugalnas_launchers``): ``local`` starts N worker processes on
 this machine, ``dask`` runs workers as tasks on an existing Dask cluster (``tcp://HOST:PORT``).
-Every worker runs :class:`~frugalnas.core.launcher.WorkerJob`, i.e. ``run_worker`` on the
+Every worker runs :class:`~frugalnas.distribution.launcher.WorkerJob`, i.e. ``run_worker`` on the
 study's shared storage, so the quota is exact and a worker that dies loses only its running
 trial (failed once its heartbeat is stale, its architecture proposed again).
 
@@ -19,15 +19,15 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.config import StudyConfig
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.launcher import Launcher, WorkerJob, check_shared_storage, positive_workers
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.secrets import OptionRoles
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.errors import ConfigError
+from frugalnas.distribution.launcher import Launcher, WorkerJob, check_shared_storage, positive_workers
+from frugalnas.host.plugins import hookimpl
+from frugalnas.ports.secrets import OptionRoles
 
 if TYPE_CHECKING:
-    from frugalnas.core.plugins import PluginHost
-    from frugalnas.core.study import Study
+    from frugalnas.host.plugins import PluginHost
+    from frugalnas.engine.study import Study
 
 PLUGIN = "launchers"
 OPTIONS = ("cluster", "workers", "resources")
@@ -104,10 +104,10 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
     heartbeats, by default ``frugalnas run``'s) and, with ``retries``, run again."""
     from dataclasses import asdict
 
-    from frugalnas.core.plugins import PluginHost
-    from frugalnas.core.study import create_study
-    from frugalnas.core.config import DEFAULT_RUN_HEARTBEAT
-    from frugalnas.core.worker import check_worker_settings, make_storage
+    from frugalnas.host.plugins import PluginHost
+    from frugalnas.engine.study import create_study
+    from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT
+    from frugalnas.distribution.worker import check_worker_settings, make_storage
 
     heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat
     check_worker_settings(heartbeat, grace, retries)

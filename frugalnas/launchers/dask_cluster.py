@@ -7,7 +7,7 @@ has passed and, with retries, proposes its architecture again; the scheduler giv
 worker's task to another (or a replacement) worker, where it joins the study again.
 
 The storage ``dask`` keeps the study in the scheduler's memory (``dask:ADDRESS``, see
-:mod:`frugalnas.core.dask_storage`): no database server, the same guarantees.
+:mod:`frugalnas.engine.dask_storage`): no database server, the same guarantees.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from frugalnas.core.errors import ConfigError, one_line
-from frugalnas.core.launcher import LaunchError, Launcher, WorkerJob, positive_workers
-from frugalnas.core.storage_url import DASK_STORAGE, is_dask_url, masked
+from frugalnas.ports.errors import ConfigError, one_line
+from frugalnas.distribution.launcher import LaunchError, Launcher, WorkerJob, positive_workers
+from frugalnas.engine.dask_url import DASK_STORAGE, is_dask_url
+from frugalnas.engine.storage_url import masked
 
 SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
 #: Seconds to reach the scheduler before a run is refused.
@@ -137,7 +138,7 @@ class DaskLauncher(Launcher):
         try:
             eligible = self._eligible(client)
             if is_dask_url(job.storage):
-                from frugalnas.core.dask_storage import install
+                from frugalnas.engine.dask_storage import install
 
                 try:
                     client.run_on_scheduler(install)

@@ -10,8 +10,8 @@ import signal
 import subprocess
 import sys
 
-from frugalnas.core.errors import FrugalnasError, one_line
-from frugalnas.core.launcher import (LaunchError, Launcher, WorkerJob,
+from frugalnas.ports.errors import FrugalnasError, one_line
+from frugalnas.distribution.launcher import (LaunchError, Launcher, WorkerJob,
                                      check_shared_storage, positive_workers)
 
 _CHILD = "from frugalnas.launchers.local import worker_main; worker_main()"
@@ -78,7 +78,7 @@ def worker_main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
-        from frugalnas.core.storage_url import operational_failure
+        from frugalnas.engine.storage_url import operational_failure
 
         failure = operational_failure(exc, job.storage)
         print(f"frugalnas: error: worker {os.getpid()}: {failure or one_line(exc)}",

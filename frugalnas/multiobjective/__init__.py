@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 # Eager: the module and this function share the name ``hypervolume`` (numpy only).
 from frugalnas.multiobjective.hypervolume import hypervolume
 

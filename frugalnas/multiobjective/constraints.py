@@ -2,8 +2,8 @@
 handing the constraints to optuna's samplers.
 
 A study's ``constraints`` are upper bounds, ``{metric: bound}``. After each completed trial the
-study records, as user attributes (names in :mod:`frugalnas.core.keys`; read through
-:mod:`frugalnas.core.trial_constraints`, the record of truth), each constraint's
+study records, as user attributes (names in :mod:`frugalnas.ports.keys`; read through
+:mod:`frugalnas.ports.trial_constraints`, the record of truth), each constraint's
 ``value - bound`` (:data:`CONSTRAINTS_ATTR`, optuna's convention: <= 0 is feasible), whether the
 trial is feasible (:data:`FEASIBLE_ATTR`) and its total relative violation
 ``sum(max(0, value - bound) / |bound|)`` (:data:`VIOLATION_ATTR`). With optuna >= 5 it also calls
@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 # The readers of a trial's record live in core (the study reads it too); the same names here.
-from frugalnas.core.trial_constraints import constraint_values, is_feasible, violation
+from frugalnas.ports.trial_constraints import constraint_values, is_feasible, violation
 
 __all__ = ["constraint_values", "constraints_func", "is_feasible", "sampler_constraint_options",
            "violation"]

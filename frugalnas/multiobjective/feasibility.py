@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frugalnas.core.errors import check_range
+from frugalnas.ports.errors import check_range
 
 
 class ConstraintModel:

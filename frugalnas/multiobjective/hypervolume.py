@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.multiobjective.pareto import nondominated_ranks
 
 VALID_DIRECTIONS = ("minimize", "maximize")

@@ -3,9 +3,9 @@ dominated by those of earlier trials at the same step.
 
 optuna's ``Trial.report`` takes one value and its pruners compare one number per step
 (optuna issue #3450 asks for more). In a frugalnas study with several objectives the estimator
-reports a dict of metrics after each epoch (:meth:`frugalnas.core.study.Study.report_step`);
+reports a dict of metrics after each epoch (:meth:`frugalnas.engine.study.Study.report_step`);
 the study keeps the vector of the objectives' values on the trial (user attribute
-:data:`~frugalnas.core.keys.INTERMEDIATE_ATTR`) and asks the pruner's :meth:`prune_vector`.
+:data:`~frugalnas.ports.keys.INTERMEDIATE_ATTR`) and asks the pruner's :meth:`prune_vector`.
 
 The rule of :class:`ParetoPruner` (``pareto``) at step ``s``: collect the vectors that the other
 trials of the study (finished or running) reported at the same step ``s``; sort them together
@@ -32,8 +32,8 @@ import optuna
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.keys import INTERMEDIATE_ATTR
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.keys import INTERMEDIATE_ATTR
 from frugalnas.multiobjective.pareto import (VALID_DIRECTIONS, crowding, direction_signs,
                                              nondominated_ranks)
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 
 
 def make_divisible(value: float, divisor: int = 8) -> int:

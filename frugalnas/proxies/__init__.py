@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import PluginHost, hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import PluginHost, hookimpl
+from frugalnas.host.registry import LazyFactory
 
 __all__ = ["LatencyProbe", "Proxy", "ProxyBatch", "ProxyCheckError", "ProxyEstimator"]
 

@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.core.errors import check_choice
-from frugalnas.core.network import BlockNetwork
+from frugalnas.ports.errors import check_choice
+from frugalnas.ports.network import BlockNetwork
 from frugalnas.proxies.activation import DEAD_SCORE
 from frugalnas.proxies.base import Proxy
 from frugalnas.proxies.shared import SharedPasses, shared_value
@@ -57,7 +57,7 @@ def kaiming_init(model: nn.Module) -> None:
 
 def primary_blocks(model: nn.Module) -> list[nn.Module]:
     """The chain of blocks whose outputs AZ-NAS scores: ``model.forward_blocks()`` when the
-    network declares them (a :class:`~frugalnas.core.network.BlockNetwork`, as NB201 and DAG
+    network declares them (a :class:`~frugalnas.ports.network.BlockNetwork`, as NB201 and DAG
     networks do: stem, cells, reductions), else its direct children."""
     if isinstance(model, BlockNetwork):
         return list(model.forward_blocks())

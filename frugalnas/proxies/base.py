@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost, count_flops, count_params
-from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe, measure_latency
-from frugalnas.core.training import seed_everything
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost, count_flops, count_params
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
+from frugalnas.engine.training import seed_everything
 from frugalnas.proxies.shared import SharedPasses
 
 DATA_SOURCES = ("dataset", "gaussian")
@@ -238,7 +238,7 @@ def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialCo
     share their common passes through one :class:`SharedPasses`), and return
     ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes).
     With a ``latency`` probe the network's inference latency on the backend's device is
-    measured too (:func:`~frugalnas.core.latency.measure_latency`, the batch's input shape)
+    measured too (:func:`~frugalnas.ports.latency.measure_latency`, the batch's input shape)
     and added as ``latency_ms`` and ``latency_ms_iqr``."""
     start = time.perf_counter()
     seed = context.seed if batch.seed is None else batch.seed

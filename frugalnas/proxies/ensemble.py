@@ -22,11 +22,11 @@ import numpy as np
 from scipy.optimize import nnls
 from scipy.stats import kendalltau, rankdata, spearmanr
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost
-from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.latency import LATENCY_METRICS, LatencyProbe
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe
 from frugalnas.proxies.base import Proxy, ProxyBatch, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")

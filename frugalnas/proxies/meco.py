@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from frugalnas.core.errors import check_range
+from frugalnas.ports.errors import check_range
 from frugalnas.proxies.base import Proxy
 
 

@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 
 T = TypeVar("T")
 

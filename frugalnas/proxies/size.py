@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frugalnas.core.cost import count_flops, count_params
+from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.proxies.base import Proxy, weighted_layers
 
 

@@ -23,8 +23,8 @@ import math
 import torch
 from torch import nn
 
-from frugalnas.core.cost import count_params
-from frugalnas.core.errors import check_choice, check_range
+from frugalnas.ports.cost import count_params
+from frugalnas.ports.errors import check_choice, check_range
 from frugalnas.proxies.base import Proxy
 from frugalnas.proxies.shared import SharedPasses, shared_value
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from frugalnas.core.errors import check_range
+from frugalnas.ports.errors import check_range
 from frugalnas.proxies.base import Proxy
 from frugalnas.proxies.swap import pack_bits
 

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from frugalnas.core.errors import check_range
+from frugalnas.ports.errors import check_range
 from frugalnas.proxies.base import Proxy, weighted_layers
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 
 if TYPE_CHECKING:
-    from frugalnas.core.architecture import Architecture
-    from frugalnas.core.estimator import EstimateResult
-    from frugalnas.core.space import SearchSpace
+    from frugalnas.ports.architecture import Architecture
+    from frugalnas.ports.estimator import EstimateResult
+    from frugalnas.ports.space import SearchSpace
     from frugalnas.sievo.sampler import SIEvolutionSampler
 
 #: The name of the ``inherited`` estimator (``frugalnas.sievo.estimator.InheritedEstimator``).

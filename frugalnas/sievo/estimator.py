@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost, count_params
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost, count_params
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.sievo.plan import GenerationPlans
 from frugalnas.sievo.session import SievoSession, checkpoint_file
 from frugalnas.nn.weight_store import WeightStore

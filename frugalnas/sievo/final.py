@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost
-from frugalnas.core.errors import ConfigError, check_range
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost
+from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.proxies.ensemble import RankEnsembleEstimator, proxy_list, rank_average
 from frugalnas.sievo.plan import GenerationPlans
 

@@ -10,7 +10,7 @@ population re-scores the estimator records after training, and persists both in 
 storage, so a resumed study or another worker follows the same plan. How they are stored is
 this module's business: callers use the typed methods only, with the study as the strategy
 sees it (an ``optuna.Study``) or as the estimator does (its
-:class:`~frugalnas.core.estimator.TrialContext`: the study's history and key-value store).
+:class:`~frugalnas.ports.estimator.TrialContext`: the study's history and key-value store).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any, TypeAlias
 import optuna
 from optuna.trial import TrialState
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.estimator import PastTrial, StudyStore, TrialContext
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.trial_context import OptunaStudyStore, study_directions, study_history
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.estimator import PastTrial, StudyStore, TrialContext
+from frugalnas.ports.space import SearchSpace
+from frugalnas.engine.trial_context import OptunaStudyStore, study_directions, study_history
 
 #: The study whose plans a method concerns: the ``optuna.Study`` a sampler is called with, or
 #: the :class:`TrialContext` an estimator receives.

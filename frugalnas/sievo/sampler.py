@@ -18,9 +18,9 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import RandomSampler
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import Strategy
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import Strategy
 from frugalnas.sievo.plan import GenerationPlans, SampledTraining
 
 

@@ -27,14 +27,14 @@ import optuna
 import torch
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.backend import Backend
-from frugalnas.core.cost import count_flops
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.training import TrainReport, backend_step, run_steps
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.trial_context import study_artifact_dir
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.cost import count_flops
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError
+from frugalnas.engine.training import TrainReport, backend_step, run_steps
+from frugalnas.ports.space import SearchSpace
+from frugalnas.engine.trial_context import study_artifact_dir
 from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.nn.weight_store import Key, WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 
 #: name -> (module:factory, summary): the strategies this plugin registers, named so that
 #: registering imports none of them (nor optuna, scipy, scikit-learn or torch); the summary is

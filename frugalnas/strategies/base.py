@@ -24,15 +24,15 @@ from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from frugalnas.core import optuna_compat
-from frugalnas.core.strategy import Strategy, StrategyServices
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.trial_architecture import architecture_from
-from frugalnas.core.trial_constraints import constraint_values, violation
-from frugalnas.core.work_progress import work_progress
+from frugalnas.ports import optuna_compat
+from frugalnas.ports.strategy import Strategy, StrategyServices
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.trial_architecture import architecture_from
+from frugalnas.ports.trial_constraints import constraint_values, violation
+from frugalnas.ports.work_progress import work_progress
 from frugalnas.multiobjective.feasibility import ConstraintModel, improves_towards_boundary
 from frugalnas.multiobjective.pareto import crowding, direction_signs, nondominated_ranks
 from frugalnas.surrogates.encodings import OneHotEncoding
@@ -85,10 +85,10 @@ class History:
     #: becomes a :class:`SeenKeys`).
     seen: SeenKeys = field(default_factory=SeenKeys)
     #: Each completed trial's total relative constraint violation (0.0: feasible, or a study
-    #: without constraints); user attribute :data:`~frugalnas.core.keys.VIOLATION_ATTR`.
+    #: without constraints); user attribute :data:`~frugalnas.ports.keys.VIOLATION_ATTR`.
     violations: list[float] = field(default_factory=list)
     #: Each completed trial's ``value - bound`` per constraint (constraint-name order; empty
-    #: tuples without constraints), user attribute :data:`~frugalnas.core.keys.CONSTRAINTS_ATTR`.
+    #: tuples without constraints), user attribute :data:`~frugalnas.ports.keys.CONSTRAINTS_ATTR`.
     constraint_diffs: list[tuple[float, ...]] = field(default_factory=list)
     #: The keys of the finished trials: the part of :attr:`seen` that stays seen for every
     #: later proposal (the rest belongs to unfinished trials and to this proposal).
@@ -123,7 +123,7 @@ class History:
 
 def _arch_of(trial: FrozenTrial, space: SearchSpace,
              parsed: dict[str, Architecture | None]) -> Architecture | None:
-    """The rule of :func:`~frugalnas.core.trial_architecture.architecture_from`, cached per
+    """The rule of :func:`~frugalnas.ports.trial_architecture.architecture_from`, cached per
     recorded string (an unfinished trial is read on every proposal until it finishes) and
     ``None``, never an error, for an unreadable one: a trial of another space or a partial one
     is not ours to reuse."""
@@ -260,7 +260,7 @@ class ArchSampler(Strategy):
     Options common to all: ``n_init`` architectures are drawn at random before the strategy
     starts (or, with ``warm_start_proxy``, the ``n_init`` best of ``warm_start_pool`` random
     architectures by that zero-cost proxy). When a study binds the sampler
-    (:mod:`frugalnas.core.strategy`), study-level metrics go to ``study.log_metrics``.
+    (:mod:`frugalnas.ports.strategy`), study-level metrics go to ``study.log_metrics``.
     Every ArchSampler can :meth:`propose` ``k`` distinct candidates for one trial, so any of
     them can sit inside a pre-screen.
     """

@@ -39,11 +39,11 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from frugalnas.core import optuna_compat
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_range
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import StrategyServices, WrappingStrategy
+from frugalnas.ports import optuna_compat
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import check_range
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import StrategyServices, WrappingStrategy
 from frugalnas.multiobjective.feasibility import improves_towards_boundary
 from frugalnas.multiobjective.pareto import direction_signs
 

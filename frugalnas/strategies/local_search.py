@@ -11,9 +11,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import StrategyServices
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import StrategyServices
 from frugalnas.multiobjective.pareto import direction_signs
 from frugalnas.strategies.base import ArchSampler, History
 

@@ -23,9 +23,9 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_choice, check_range
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import check_choice, check_range
+from frugalnas.ports.space import SearchSpace
 from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.hypervolume import (check_reference_point, contributions,
                                                  hypervolume_improvement, nondominated_rows)

@@ -21,7 +21,7 @@ from typing import Any
 
 import optuna
 
-from frugalnas.core.errors import ConfigError, check_range, nearest_hint
+from frugalnas.ports.errors import ConfigError, check_range, nearest_hint
 from frugalnas.multiobjective.constraints import sampler_constraint_options
 from frugalnas.strategies.feasible_draws import DEFAULT_MAX_DRAWS, DEFAULT_SCREEN, FeasibleDraws
 

@@ -1,11 +1,11 @@
 """The ``prescreen`` strategy: a zero-cost proxy in front of any frugalnas strategy.
 
 For each trial the wrapped (``inner``) strategy proposes ``k`` distinct candidates
-(:func:`frugalnas.core.strategy.propose`), a proxy (or a rank ensemble of proxies) scores their
+(:func:`frugalnas.ports.strategy.propose`), a proxy (or a rank ensemble of proxies) scores their
 untrained networks, and the best one becomes the trial's architecture, so the study's
 (expensive) estimator only sees pre-screened candidates (Abdelfattah et al., ICLR 2021,
 section 5 "warm-up / move proposal"). The chosen candidate's proxy values are kept on the trial
-(system attribute :data:`~frugalnas.core.keys.PRESCREEN_ATTR`), where rank ensembles find them.
+(system attribute :data:`~frugalnas.ports.keys.PRESCREEN_ATTR`), where rank ensembles find them.
 In a study with constraints, the proxy chooses only among the candidates the inner strategy's
 constraint model predicts feasible (frugalnas's strategies have one).
 
@@ -29,13 +29,13 @@ import torch
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial
 
-from frugalnas.core import optuna_compat
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.keys import PRESCREEN_ATTR
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import (Proposer, StrategyServices, WrappingStrategy,
+from frugalnas.ports import optuna_compat
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.keys import PRESCREEN_ATTR
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import (Proposer, StrategyServices, WrappingStrategy,
                                      feasible_candidates, propose)
 from frugalnas.proxies.base import Proxy, ProxyBatch
 from frugalnas.proxies.ensemble import proxy_list, rank_average

@@ -8,8 +8,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.space import SearchSpace
 from frugalnas.strategies.base import ArchSampler, History
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_range
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import StrategyServices
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import check_range
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import StrategyServices
 from frugalnas.strategies.base import ArchSampler, History
 
 #: Population and tournament sizes: by default, and with constraints known before evaluation

@@ -20,10 +20,10 @@ import optuna
 from scipy.stats import norm
 from optuna.trial import FrozenTrial
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import StrategyServices
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import StrategyServices
 from frugalnas.multiobjective.hypervolume import (check_reference_point, hypervolume_improvement,
                                                  nondominated_rows)
 from frugalnas.multiobjective.pareto import direction_signs

@@ -7,9 +7,9 @@ built-in plugin ``surrogates``; create one by name with ``host.create("surrogate
 
 from typing import Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 # Eager: the module and this function share the name ``acquisition``, so the function must be
 # bound here before anyone imports the module (which is light).
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from frugalnas.core.errors import check_choice
+from frugalnas.ports.errors import check_choice
 
 if TYPE_CHECKING:
     import numpy as np

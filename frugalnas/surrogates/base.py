@@ -9,7 +9,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 
 
 class Surrogate(BaseEstimator):

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from frugalnas.core.errors import FrugalnasError
+from frugalnas.ports.errors import FrugalnasError
 from frugalnas.surrogates.quality import rank_quality
 
 
@@ -26,7 +26,7 @@ class SurrogateCheckError(FrugalnasError, AssertionError):
 def _resolve(surrogate: Any, host: Any = None) -> tuple[str, Any]:
     if isinstance(surrogate, str):
         if host is None:
-            from frugalnas.core.plugins import PluginHost
+            from frugalnas.host.plugins import PluginHost
 
             host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         return surrogate, host.create("surrogates", surrogate)

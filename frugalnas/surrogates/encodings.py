@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.space import SearchSpace
 
 #: The built-in encodings: ``onehot`` and ``proxy`` work on every space; ``adjacency`` and
 #: ``path`` are NB201's own (a space lists its own in ``SearchSpace.encodings``).
@@ -67,7 +67,7 @@ class OneHotEncoding(Encoding):
 
 def make_encoding(name: str, space: SearchSpace, **options: Any) -> Encoding:
     """The encoding ``name`` for ``space``: ``onehot`` or ``proxy`` (any space) or one of the
-    space's own (:meth:`~frugalnas.core.space.SearchSpace.encodings`, e.g. NB201's
+    space's own (:meth:`~frugalnas.ports.space.SearchSpace.encodings`, e.g. NB201's
     ``adjacency`` and ``path``); ``options`` go to the ``proxy`` encoding (see
     :class:`~.proxy_features.ProxyEncoding`). ConfigError naming the space's encodings when
     it has no encoding ``name``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from frugalnas.core.errors import check_range
+from frugalnas.ports.errors import check_range
 from frugalnas.surrogates.base import Surrogate
 
 

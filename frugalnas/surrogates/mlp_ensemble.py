@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from frugalnas.core.errors import check_range
+from frugalnas.ports.errors import check_range
 from frugalnas.surrogates.base import Surrogate
 
 

@@ -2,7 +2,7 @@
 
 Proxies come from the host's ``proxies`` registry (each is also an estimator of the same name,
 created with ``host.create_estimator``) and are computed on the network
-the space builds. ``params`` and ``flops`` fall back to :mod:`frugalnas.core.cost` when no
+the space builds. ``params`` and ``flops`` fall back to :mod:`frugalnas.ports.cost` when no
 plugin registers them, so the encoding works with no proxy plugin at all.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import count_flops, count_params
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import TrialContext
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import count_flops, count_params
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.estimator import TrialContext
+from frugalnas.ports.space import SearchSpace
 from frugalnas.surrogates.encodings import Encoding
 
 #: Data-free proxies used by default when registered.

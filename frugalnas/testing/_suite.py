@@ -109,7 +109,7 @@ def quiet_host(host: Any = None) -> Any:
     global _QUIET_HOSTS
     import weakref
 
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
 
     if host is None:
         host = PluginHost()  # a fresh host of the installed plugins, not a shared one

@@ -69,7 +69,7 @@ class BackendChecks(Suite):
     def check_device(self) -> None:
         import torch
 
-        from frugalnas.core.backend import Backend
+        from frugalnas.ports.backend import Backend
 
         if not isinstance(self.backend, Backend):
             self.fail(f"{type(self.backend).__name__} does not subclass frugalnas.Backend")

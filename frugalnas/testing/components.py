@@ -37,7 +37,7 @@ def _suite_class(kind: str) -> type[Suite]:
     elif kind == "launchers":
         from frugalnas.testing.launchers import LauncherChecks as cls
     else:
-        from frugalnas.core.kinds import KINDS
+        from frugalnas.host.kinds import KINDS
 
         raise ValueError(f"unknown component kind {kind!r}; valid: {', '.join(KINDS)}")
     return cls
@@ -175,8 +175,8 @@ def component_checks(host: Any = None, kinds: Iterable[str] | None = None, *,
     (default: any) and named in ``names`` (default: all). Estimators include the derived
     ones (one per proxy), which belong to the plugin that registered their proxy: a plugin's
     proxy is checked as a proxy and as an estimator."""
-    from frugalnas.core.kinds import KINDS
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.kinds import KINDS
+    from frugalnas.host.plugins import PluginHost
 
     host = host if host is not None else PluginHost()
     plugins = set(plugins) if plugins is not None else None

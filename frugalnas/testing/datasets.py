@@ -25,7 +25,7 @@ class DatasetChecks(Suite):
     max_overlap = 0.01
 
     def __init__(self, dataset: Any, *, name: str | None = None, seed: int = 0):
-        from frugalnas.core.data import DataSource
+        from frugalnas.ports.data import DataSource
 
         self.seed = seed
         self.factory: Callable[..., Any] | None = None
@@ -47,12 +47,12 @@ class DatasetChecks(Suite):
     def check_shapes(self) -> None:
         import torch
 
-        from frugalnas.core.data import DataSource
+        from frugalnas.ports.data import DataSource
 
         ds = self.data
         if not isinstance(ds, DataSource):
             self.fail(f"the factory returned {type(ds).__name__}, not a frugalnas.Dataset "
-                      "(or another frugalnas.core.data.DataSource)")
+                      "(or another frugalnas.ports.data.DataSource)")
         for split in ("train", "valid"):
             x, y = getattr(ds, f"{split}_x"), getattr(ds, f"{split}_y")
             if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():

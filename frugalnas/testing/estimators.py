@@ -54,7 +54,7 @@ class EstimatorChecks(Suite):
 
                 space = NB201Space(**SMALL_NB201)
             if dataset is None:
-                from frugalnas.datasets import synthetic
+                from frugalnas.datasets.images import synthetic
 
                 dataset = synthetic(seed=seed, **SMALL_DATA)
             if backend is None:
@@ -87,7 +87,7 @@ class EstimatorChecks(Suite):
 
     def _evaluate(self, *, fresh: bool = False, with_data: bool = True) -> tuple[Any, Any, Any]:
         """``(estimator, architecture, result)`` of one evaluation."""
-        from frugalnas.core.estimator import TrialContext
+        from frugalnas.ports.estimator import TrialContext
 
         if self.study_factory is not None:
             study = self.study_factory()
@@ -110,8 +110,8 @@ class EstimatorChecks(Suite):
 
     # -- checks --------------------------------------------------------------------------
     def check_declarations(self) -> None:
-        from frugalnas.core.cost import Cost
-        from frugalnas.core.estimator import Estimator
+        from frugalnas.ports.cost import Cost
+        from frugalnas.ports.estimator import Estimator
 
         est = self._subject_estimator()
         if not isinstance(est, Estimator):
@@ -136,8 +136,8 @@ class EstimatorChecks(Suite):
                       "'value', every name in provides and every name in measures")
 
     def check_evaluate(self) -> None:
-        from frugalnas.core.cost import Cost
-        from frugalnas.core.estimator import EstimateResult
+        from frugalnas.ports.cost import Cost
+        from frugalnas.ports.estimator import EstimateResult
 
         est, arch, result = self._evaluate()
         where = f"evaluate({arch})"
@@ -204,7 +204,7 @@ class EstimatorChecks(Suite):
     def check_known_metrics(self) -> None:
         """What ``known_metrics`` gives before evaluation is what the evaluation reports (a
         strategy proposes by it; skipped for an estimator that knows nothing beforehand)."""
-        from frugalnas.core.estimator import TrialContext
+        from frugalnas.ports.estimator import TrialContext
 
         est = self._subject_estimator()
         if self.study_factory is not None:

@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def frugalnas_host(request: pytest.FixtureRequest):
     """A fresh :class:`frugalnas.PluginHost` with every installed plugin loaded. Parametrize
     indirectly with ``{"plugins": [...], "disable_plugins": [...]}`` to change what loads."""
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
 
     params: dict[str, Any] = getattr(request, "param", {}) or {}
     return PluginHost(params.get("plugins", ()), params.get("disable_plugins", ()))

@@ -8,7 +8,7 @@ from frugalnas.testing._suite import Suite, describe
 
 
 class LauncherChecks(Suite):
-    """The launcher contract: a :class:`frugalnas.core.launcher.Launcher` that says where it
+    """The launcher contract: a :class:`frugalnas.distribution.launcher.Launcher` that says where it
     runs workers (``where``) and whose ``check`` refuses, with a ``ConfigError`` and before
     touching any machine, a job on a storage its workers cannot share (the in-memory study,
     a relative sqlite path)."""
@@ -21,18 +21,18 @@ class LauncherChecks(Suite):
         self.subject = describe("launcher", launcher, name)
 
     def check_is_launcher(self) -> None:
-        from frugalnas.core.launcher import Launcher
+        from frugalnas.distribution.launcher import Launcher
 
         if not isinstance(self.launcher, Launcher):
             self.fail(f"is a {type(self.launcher).__name__}, not a "
-                      "frugalnas.core.launcher.Launcher")
+                      "frugalnas.distribution.launcher.Launcher")
         if not isinstance(self.launcher.where, str) or not self.launcher.where:
             self.fail(f"where = {self.launcher.where!r}; expected a non-empty description")
 
     def check_refuses_unshared_storage(self) -> None:
-        from frugalnas.core.config import StudyConfig
-        from frugalnas.core.errors import ConfigError
-        from frugalnas.core.launcher import WorkerJob
+        from frugalnas.ports.config import StudyConfig
+        from frugalnas.ports.errors import ConfigError
+        from frugalnas.distribution.launcher import WorkerJob
 
         config = StudyConfig.from_mapping({"space": "nb201", "estimator": "nb201-table"})
         for storage in ("", "sqlite:///:memory:", "sqlite:///relative.db"):

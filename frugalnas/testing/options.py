@@ -31,7 +31,7 @@ def misspell(valid: list[str]) -> tuple[str, str | None]:
 
 
 def component_of(host: Any, kind: str, name: str) -> Any:
-    """The registered :class:`~frugalnas.core.registry.Component` (estimators include the
+    """The registered :class:`~frugalnas.host.registry.Component` (estimators include the
     derived ones, e.g. one per proxy)."""
     registry = host.estimators() if kind == "estimators" else host.registry(kind)
     return registry.get(name)
@@ -50,7 +50,7 @@ def check_unknown_option_is_rejected(host: Any, kind: str, name: str,
     ``options``, e.g. the required ones; strategies also get a ``space``) and require a
     :class:`frugalnas.ConfigError` that names the misspelt key and every valid option.
     Returns the misspelt name; raises :class:`~frugalnas.testing.ConformanceError`."""
-    from frugalnas.core.errors import ConfigError
+    from frugalnas.ports.errors import ConfigError
 
     component = component_of(host, kind, name)
     subject = f"{component.kind} {name!r} (registered by plugin {component.plugin!r})"

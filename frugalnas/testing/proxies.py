@@ -56,7 +56,7 @@ def check_proxy(proxy: Any, host: Any = None) -> list[str]:
     first broken one."""
     if isinstance(proxy, str):
         if host is None:
-            from frugalnas.core.plugins import PluginHost
+            from frugalnas.host.plugins import PluginHost
 
             host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         proxy = host.create("proxies", proxy)

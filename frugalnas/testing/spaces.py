@@ -31,7 +31,7 @@ class SearchSpaceChecks(Suite):
 
     # -- helpers -------------------------------------------------------------------------
     def _sample(self, i: int = 0) -> Any:
-        from frugalnas.core.architecture import Architecture
+        from frugalnas.ports.architecture import Architecture
 
         arch = self.space.sample(random.Random(f"{self.seed}:{i}"))
         if not isinstance(arch, Architecture):
@@ -39,7 +39,7 @@ class SearchSpaceChecks(Suite):
         return arch
 
     def _valid(self, arch: Any, what: str) -> None:
-        from frugalnas.core.errors import ArchitectureParseError
+        from frugalnas.ports.errors import ArchitectureParseError
 
         try:
             self.space.validate(arch)
@@ -47,7 +47,7 @@ class SearchSpaceChecks(Suite):
             self.fail(f"{what} gave an architecture its own validate() rejects: {arch} ({exc})")
 
     def _expect_parse_error(self, what: str, call: Any) -> None:
-        from frugalnas.core.errors import ArchitectureParseError
+        from frugalnas.ports.errors import ArchitectureParseError
 
         try:
             call()
@@ -66,7 +66,7 @@ class SearchSpaceChecks(Suite):
             IntDistribution,
         )
 
-        from frugalnas.core.space import SearchSpace
+        from frugalnas.ports.space import SearchSpace
 
         if not isinstance(self.space, SearchSpace):
             self.fail(f"{type(self.space).__name__} does not subclass frugalnas.SearchSpace")
@@ -98,7 +98,7 @@ class SearchSpaceChecks(Suite):
                       "call; the order is the genotype order and must be stable")
 
     def check_round_trips(self) -> None:
-        from frugalnas.core.architecture import Architecture
+        from frugalnas.ports.architecture import Architecture
 
         for i in range(self.samples):
             arch = self._sample(i)
@@ -136,7 +136,7 @@ class SearchSpaceChecks(Suite):
     def check_validate_rejects_bad_architectures(self) -> None:
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
-        from frugalnas.core.architecture import Architecture
+        from frugalnas.ports.architecture import Architecture
 
         arch = self._sample()
         decisions = arch.decisions

@@ -1,5 +1,5 @@
 """Conformance checks for strategies (optuna samplers with frugalnas's optional protocol,
-:mod:`frugalnas.core.strategy`)."""
+:mod:`frugalnas.ports.strategy`)."""
 
 from __future__ import annotations
 
@@ -114,8 +114,8 @@ class StrategyChecks(Suite):
                               seed=seed)
         import optuna
 
-        from frugalnas.core.config import StudyConfig
-        from frugalnas.core.study import Study
+        from frugalnas.ports.config import StudyConfig
+        from frugalnas.engine.study import Study
 
         host = self._host()
         space = self._space()
@@ -130,8 +130,8 @@ class StrategyChecks(Suite):
         return Study(ostudy, config, host, space, estimator)
 
     def _run(self, seed: int | None = None, n_trials: int | None = None) -> Any:
-        from frugalnas.core import strategy as protocol
-        from frugalnas.core.keys import FAIL_REASON_ATTR
+        from frugalnas.ports import strategy as protocol
+        from frugalnas.ports.keys import FAIL_REASON_ATTR
 
         n_trials = self.n_trials if n_trials is None else n_trials
         study = self._study(seed)
@@ -145,7 +145,7 @@ class StrategyChecks(Suite):
                                 for t in failed[:3])
             self.fail(f"{len(failed)} of {len(trials)} trial(s) of an in-memory study failed "
                       f"({reasons})")
-        if len(trials) < n_trials and not protocol.should_stop(study.strategy, study):
+        if len(trials) < n_trials and not protocol.should_stop(study.strategy, study.optuna_study):
             self.fail(f"the study stopped after {len(trials)} of {n_trials} trials although "
                       "should_stop() did not ask for it")
         return study
@@ -154,7 +154,7 @@ class StrategyChecks(Suite):
     def check_is_sampler(self) -> None:
         import optuna
 
-        from frugalnas.core import strategy as protocol
+        from frugalnas.ports import strategy as protocol
 
         sampler = self._study().strategy if isinstance(self.strategy, str) else \
             self._sampler(self._space(), self.seed)
@@ -197,7 +197,7 @@ class StrategyChecks(Suite):
     def check_propose(self) -> None:
         from optuna.trial import TrialState
 
-        from frugalnas.core import strategy as protocol
+        from frugalnas.ports import strategy as protocol
 
         # A sampler object drives one study: check the one an earlier check ran, if any.
         study = self._instance_study if self._instance_study is not None else self._run()

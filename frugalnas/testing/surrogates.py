@@ -50,7 +50,7 @@ def check_surrogate(surrogate: Any, host: Any = None) -> list[str]:
     ``SurrogateCheckError``) at the first broken rule."""
     if isinstance(surrogate, str):
         if host is None:
-            from frugalnas.core.plugins import PluginHost
+            from frugalnas.host.plugins import PluginHost
 
             host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         name, surrogate = surrogate, host.create("surrogates", surrogate)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from frugalnas.core.data import Dataset
+from frugalnas.ports.data import Dataset
 from frugalnas.nn.shared_bn import SharedBatchNorm2d, recalibrated_bn
 
 

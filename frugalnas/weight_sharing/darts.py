@@ -26,14 +26,14 @@ import torch
 from optuna.trial import FrozenTrial
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.backend import Backend
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.training import run_steps
-from frugalnas.core.network import Relaxation, RelaxedBuilder
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.strategy import StrategyServices
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.engine.training import run_steps
+from frugalnas.ports.network import Relaxation, RelaxedBuilder
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.strategy import StrategyServices
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.strategies.base import ArchSampler, History
 

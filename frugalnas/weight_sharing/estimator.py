@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.training import TrainConfig, seed_everything
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.space import SearchSpace
+from frugalnas.engine.training import TrainConfig, seed_everything
 from frugalnas.proxies.ensemble import RankEnsembleEstimator, rank_average, stored_population
 from frugalnas.weight_sharing.sandwich import sandwich_bounds
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
@@ -77,7 +77,7 @@ class SupernetEstimator(Estimator):
         check_range("finetune_steps", finetune_steps, 0)
         check_range("few_shot_epochs", few_shot_epochs, 0)
         check_range("bn_batches", bn_batches, 0)
-        from frugalnas.core.errors import check_choice
+        from frugalnas.ports.errors import check_choice
         from frugalnas.spaces.nb201.supernet import SHARING
 
         check_choice("sharing", sharing, SHARING)

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.backend import Backend
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.training import TrainConfig, seed_everything, split_accuracy, train
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.space import SearchSpace
+from frugalnas.engine.training import TrainConfig, seed_everything, split_accuracy, train
 
 PACKAGE_DIR = "frugalnas.data"
 SUBDIR = "ground_truth"

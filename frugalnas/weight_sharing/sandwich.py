@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.space import SearchSpace
 
 
 def sandwich_bounds(space: SearchSpace, sandwich: int, *, few_shot: bool = False

@@ -38,14 +38,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.backend import Backend
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, check_range
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.training import TrainConfig, backend_step, make_optimizer, run_steps
-from frugalnas.core.training import split_accuracy
-from frugalnas.core.training import train as train_model
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.space import SearchSpace
+from frugalnas.engine.training import TrainConfig, backend_step, make_optimizer, run_steps
+from frugalnas.engine.training import split_accuracy
+from frugalnas.engine.training import train as train_model
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 from frugalnas.weight_sharing.sandwich import SandwichNetwork, sandwich_bounds, sandwich_loss

@@ -18,8 +18,8 @@ from frugalnas.backends.out_of_core.backend import OutOfCoreBackend
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
 from frugalnas.backends.virtual_node.world import ProcessWorld
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost, hookimpl
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost, hookimpl
 
 PROBE = "vnode_probe_plugin"
 PROBE_SOURCE = '''
@@ -28,7 +28,7 @@ import json
 import os
 
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.core.plugins import hookimpl
+from frugalnas.host.plugins import hookimpl
 
 
 class ProbeBackend(SingleDeviceBackend):

@@ -16,7 +16,7 @@ from torch import nn
 import frugalnas
 from frugalnas.backends.out_of_core.backend import OutOfCoreBackend, find_blocks
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
-from frugalnas.core.plugins import PluginHost
+from frugalnas.host.plugins import PluginHost
 from frugalnas.testing import fresh_mlflow_uri
 
 LOSS = nn.CrossEntropyLoss()

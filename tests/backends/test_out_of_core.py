@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.backends.out_of_core.backend import OutOfCoreBackend, find_blocks
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.spaces.nb201.space import NB201Space
@@ -185,7 +185,7 @@ def test_real_model_gets_a_mix_where_swap_and_recompute_costs_differ():
 @pytest.mark.slow
 def test_virtual_nodes_over_out_of_core_match_virtual_nodes_in_core():
     from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
 
     model = nb201()
     x, y = batch(8)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import frugalnas
-from frugalnas.core.errors import ConfigError, TrialFailure
+from frugalnas.ports.errors import ConfigError, TrialFailure
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
 from frugalnas.backends.virtual_node.engine import num_threads

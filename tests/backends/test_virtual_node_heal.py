@@ -21,7 +21,7 @@ import frugalnas
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
 from frugalnas.backends.virtual_node.comm import SECRET_ENV
 from frugalnas.backends.virtual_node.world import ProcessWorld
-from frugalnas.core.errors import TrialFailure
+from frugalnas.ports.errors import TrialFailure
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from torch import nn
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
 from frugalnas.backends.virtual_node.comm import CONFIG_KEY, PREFIX, SECRET_ENV, loads, seal
 from frugalnas.backends.virtual_node.world import listening_socket
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 
 #: The outsider: a pickle that creates ``marker`` when it is loaded, written into the store
 #: as the configuration and as the next commands, bare and with a made-up 32-byte tag.

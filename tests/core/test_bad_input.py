@@ -8,8 +8,8 @@ import pytest
 
 import frugalnas
 from frugalnas import ArchitectureParseError, ConfigError
-from frugalnas.core.cli import main
-from frugalnas.core.errors import PluginError
+from frugalnas.cli.main import main
+from frugalnas.ports.errors import PluginError
 
 NB201_OPS = ["none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3"]
 

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def frugalnas_cli(*args, cwd, check=True, env=None, timeout=600):
     full_env = {**os.environ, "FRUGALNAS_PROGRESS": "1", **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, env=full_env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -74,7 +74,7 @@ def test_readme_python_snippet_continues_the_run_files_study(tmp_path, monkeypat
     from dataclasses import asdict
 
     import frugalnas
-    from frugalnas.core.config import load_run_file
+    from frugalnas.ports.config import load_run_file
 
     monkeypatch.chdir(tmp_path)
     fresh_mlflow_uri(tmp_path / "mlflow.db")

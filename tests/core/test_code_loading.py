@@ -11,8 +11,8 @@ import textwrap
 import pytest
 
 import frugalnas
-from frugalnas.core.errors import PluginNotAllowedError
-from frugalnas.core.plugins import refused_plugins
+from frugalnas.ports.errors import PluginNotAllowedError
+from frugalnas.host.loading import refused_plugins
 
 MARKER_MODULE = "frugalnas_marker_plugin"
 SPACE_MODULE = "frugalnas_marker_space"
@@ -47,7 +47,7 @@ def _cli(tmp_path, plugin_dir, *args, env=None):
     for key in ("FRUGALNAS_DISABLE_PLUGIN_AUTOLOAD", "FRUGALNAS_PLUGINS_ALLOW"):
         if key not in (env or {}):
             full.pop(key, None)
-    return subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=tmp_path,
+    return subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=tmp_path,
                           capture_output=True, text=True, env=full, timeout=600)
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import PRESCREEN_ATTR
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.keys import PRESCREEN_ATTR
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies import Proxy
 from frugalnas.spaces.nb201 import NB201Space
 from frugalnas.surrogates import Surrogate
@@ -220,9 +220,13 @@ def _imports(path: Path) -> list[str]:
     return found
 
 
-def test_core_imports_no_feature_package():
-    allowed = ("frugalnas.core", "frugalnas.builtins")
-    bad = {f"{p.name}: {m}" for p in (PACKAGE / "core").glob("*.py") for m in _imports(p)
+CORE_LAYERS = ("ports", "host", "engine", "distribution", "cli")
+
+
+def test_core_layers_import_no_feature_package():
+    allowed = tuple(f"frugalnas.{layer}" for layer in CORE_LAYERS) + ("frugalnas.builtins",)
+    bad = {f"{p.relative_to(PACKAGE)}: {m}" for layer in CORE_LAYERS
+           for p in (PACKAGE / layer).glob("*.py") for m in _imports(p)
            if m.startswith("frugalnas") and not m.startswith(allowed)}
     assert not bad, bad
     assert "import" not in (PACKAGE / "builtins.py").read_text().split('"""')[-1].replace(
@@ -240,7 +244,7 @@ def test_tracking_and_export_do_not_import_each_other():
 
 def test_no_component_reaches_for_the_default_host():
     users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-             if "get_host(" in p.read_text()} - {"core/plugins.py", "core/study.py",
+             if "get_host(" in p.read_text()} - {"host/plugins.py", "engine/study.py",
                                                   "__init__.py"}
     assert not users, users
 
@@ -249,12 +253,12 @@ def test_private_optuna_calls_live_in_the_compatibility_module():
     private = ("._storage", "._trial_id", "._get_trials(", "optuna.storages._", "_backend.url")
     users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
              if any(s in p.read_text() for s in private)}
-    assert users <= {"core/optuna_compat.py"}, users
+    assert users <= {"ports/optuna_compat.py"}, users
 
 
 def test_the_optuna_compatibility_calls_work_with_the_installed_optuna(tmp_path):
-    from frugalnas.core import optuna_compat as compat
-    from frugalnas.core.worker import make_storage
+    from frugalnas.ports import optuna_compat as compat
+    from frugalnas.distribution.worker import make_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(storage=make_storage(url, heartbeat=5))

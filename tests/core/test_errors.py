@@ -4,7 +4,7 @@ import pytest
 
 import frugalnas
 from frugalnas import ArchitectureParseError, ConfigError, UnknownComponentError
-from frugalnas.core.config import load_run_file
+from frugalnas.ports.config import load_run_file
 
 
 @pytest.mark.parametrize("kwargs, fragments", [

@@ -21,9 +21,9 @@ import pytest
 
 import frugalnas
 from frugalnas import ConfigError, PluginError
-from frugalnas.core import storage_url
-from frugalnas.core.errors import ConfigConflictError, PluginHookError
-from frugalnas.core.storage_url import check_storage_url
+from frugalnas.engine import storage_url
+from frugalnas.ports.errors import ConfigConflictError, PluginHookError
+from frugalnas.engine.storage_url import check_storage_url
 from ops_support.cli_driver import cli_cases as ops_cli_cases
 
 NO_PLUGINS = {"disable_plugins": ["mlflow", "progress"]}
@@ -42,7 +42,7 @@ def cli_cases(cases: list[list[str]], cwd: Path) -> list[dict]:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, env=_env(cwd), timeout=300)
 
 

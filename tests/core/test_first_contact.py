@@ -12,7 +12,7 @@ import pytest
 from ops_support.cli_driver import cli_cases
 
 import frugalnas
-from frugalnas.core.errors import ConfigError, PluginError
+from frugalnas.ports.errors import ConfigError, PluginError
 
 BAD_INPUT = [
     (["run", "--n-trials", "abc"], "argument --n-trials: invalid int value: 'abc'"),
@@ -56,8 +56,8 @@ def test_space_and_estimator_mismatch_is_refused_before_the_storage_is_touched(t
 def _host_with_plain_space():
     """A host with the space ``plain``: NB201 cells without shared weights (as a third-party
     space that does not implement them)."""
-    from frugalnas.core.plugins import PluginHost, hookimpl
-    from frugalnas.core.space import SearchSpace
+    from frugalnas.host.plugins import PluginHost, hookimpl
+    from frugalnas.ports.space import SearchSpace
     from frugalnas.spaces.nb201.space import NB201Space
 
     class PlainSpace(NB201Space):
@@ -128,8 +128,8 @@ def test_a_trial_failed_elsewhere_as_stale_does_not_kill_the_worker(tmp_path):
         import optuna
         from optuna.trial import TrialState
 
-        from frugalnas.core.estimator import Estimator, EstimateResult
-        from frugalnas.core.plugins import hookimpl
+        from frugalnas.ports.estimator import Estimator, EstimateResult
+        from frugalnas.host.plugins import hookimpl
 
 
         class FailedElsewhere(Estimator):
@@ -150,7 +150,7 @@ def test_a_trial_failed_elsewhere_as_stale_does_not_kill_the_worker(tmp_path):
             return {{"failed-elsewhere": FailedElsewhere}}
     '''))
     proc = subprocess.run(
-        [sys.executable, "-m", "frugalnas.core.cli", "worker", "--storage", url, "--study-name",
+        [sys.executable, "-m", "frugalnas.cli.main", "worker", "--storage", url, "--study-name",
          "w", "--n-trials", "4", "--estimator", "failed-elsewhere", "-p", "failed_elsewhere",
          "--no-tracking", "-q"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(tmp_path)})
@@ -175,7 +175,7 @@ def test_every_config_shown_in_the_docs_is_a_run_file_frugalnas_reads():
     import tomllib
     from dataclasses import fields
 
-    from frugalnas.core.config import RUN_KEYS, StudyConfig, check_keys
+    from frugalnas.ports.config import RUN_KEYS, StudyConfig, check_keys
 
     assert not [name for lang in ("yaml", "yml") for name, _ in _doc_blocks(lang)]
     valid = [f.name for f in fields(StudyConfig)] + list(RUN_KEYS)
@@ -189,7 +189,7 @@ def test_every_config_shown_in_the_docs_is_a_run_file_frugalnas_reads():
 
 
 def test_a_yaml_run_file_is_refused_saying_run_files_are_toml(tmp_path):
-    from frugalnas.core.config import load_run_file
+    from frugalnas.ports.config import load_run_file
 
     path = tmp_path / "config.yaml"
     path.write_text("backend: virtual-node\n")

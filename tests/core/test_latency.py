@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.latency import LATENCY_METRICS, LatencyStats, measure_latency
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.latency import LATENCY_METRICS, LatencyStats, measure_latency
 
 TINY = {"N": 1, "C": 4}
 FAST = {"latency_min_run_time": 0.01}

@@ -13,14 +13,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from frugalnas.core.storage_url import operational_failure
+from frugalnas.engine.storage_url import operational_failure
 
 TABLE = ["--estimator", "nb201-table", "-q"]
 
 
 def frugalnas(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, FRUGALNAS_PROGRESS="0")
-    return subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -166,7 +166,7 @@ def test_a_lost_third_party_warning_filter_leaves_stderr_clean(tmp_path):
     site.mkdir()
     (site / "sitecustomize.py").write_text(LOST_FILTER)
     env = dict(os.environ, FRUGALNAS_PROGRESS="0", PYTHONPATH=str(site))
-    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "run", *TABLE,
+    proc = subprocess.run([sys.executable, "-m", "frugalnas.cli.main", "run", *TABLE,
                            "--n-trials", "2", "--tracking-uri",
                            f"sqlite:///{tmp_path / 'mlflow.db'}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

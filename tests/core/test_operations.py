@@ -36,7 +36,7 @@ PLUGIN = "ops_support.faults"
 def _worker(tmp_path: Path, n_trials: int, *extra: str, seconds: float = 0.2,
             name: str = "w") -> subprocess.Popen:
     """Start one ``frugalnas worker`` process on the test's stores."""
-    cmd = [sys.executable, "-m", "frugalnas.core.cli", "worker", "-q", "-p", PLUGIN,
+    cmd = [sys.executable, "-m", "frugalnas.cli.main", "worker", "-q", "-p", PLUGIN,
            "--space", "nb201", "--estimator", "ops-sleepy",
            "-o", f"estimator.seconds={seconds}",
            "-o", f"estimator.log='{tmp_path / 'trials.log'}'",
@@ -327,8 +327,8 @@ def test_study_trials_read_running_and_failed_trials_without_an_architecture(tmp
 def test_the_quota_storage_forwards_every_storage_method(tmp_path):
     from optuna.storages import BaseStorage
 
-    from frugalnas.core.optuna_compat import BaseHeartbeat
-    from frugalnas.core.worker import QuotaStorage, make_storage
+    from frugalnas.ports.optuna_compat import BaseHeartbeat
+    from frugalnas.distribution.worker import QuotaStorage, make_storage
 
     public = {n for base in (BaseStorage, BaseHeartbeat) for n, v in vars(base).items()
               if callable(v) and not n.startswith("__")}
@@ -360,8 +360,8 @@ def test_the_quota_reads_other_workers_trials_incrementally_and_exactly(tmp_path
     study's trials and the duplicate check agree with a full read of the storage while the
     other worker creates, finishes, fails and queues trials; after the first proposal they
     read only the trials created since and those unfinished then, never every trial."""
-    from frugalnas.core.keys import ARCHITECTURE_ATTR
-    from frugalnas.core.worker import COUNTED_STATES, QuotaStorage, make_storage
+    from frugalnas.ports.keys import ARCHITECTURE_ATTR
+    from frugalnas.distribution.worker import COUNTED_STATES, QuotaStorage, make_storage
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
     quotas = [QuotaStorage(make_storage(url), url, n_trials=10_000, repeats=True)
@@ -408,7 +408,7 @@ def test_the_quota_reads_other_workers_trials_incrementally_and_exactly(tmp_path
 
 
 def _fail_each(url: str, trial_ids: list[int], barrier, results) -> None:
-    from frugalnas.core.worker import QuotaStorage, make_storage
+    from frugalnas.distribution.worker import QuotaStorage, make_storage
 
     quota = QuotaStorage(make_storage(url), url, n_trials=10_000)
     succeeded = 0
@@ -427,7 +427,7 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     sqlite a bare RDB storage lets both writes succeed)."""
     import multiprocessing
 
-    from frugalnas.core.worker import make_storage
+    from frugalnas.distribution.worker import make_storage
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
     storage = make_storage(url)
@@ -450,7 +450,7 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
 def test_workers_show_no_optuna_experimental_warnings(tmp_path):
     import warnings
 
-    from frugalnas.core.worker import run_worker
+    from frugalnas.distribution.worker import run_worker
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -464,7 +464,7 @@ def test_workers_show_no_optuna_experimental_warnings(tmp_path):
 def test_a_worker_never_evaluates_an_architecture_twice_unless_asked(tmp_path):
     """A sampler that always proposes the same architecture: the repeats become FAIL trials
     that say why, nothing is evaluated twice, and the worker stops after 20 in a row."""
-    from frugalnas.core.worker import MAX_DUPLICATES_IN_A_ROW, run_worker
+    from frugalnas.distribution.worker import MAX_DUPLICATES_IN_A_ROW, run_worker
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     with pytest.raises(frugalnas.ConfigError, match="proposed 20 architectures in a row"):

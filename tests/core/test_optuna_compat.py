@@ -5,8 +5,8 @@ from __future__ import annotations
 import optuna
 from optuna.storages import InMemoryStorage, RDBStorage
 
-from frugalnas.core import optuna_compat
-from frugalnas.core.worker import QuotaStorage
+from frugalnas.ports import optuna_compat
+from frugalnas.distribution.worker import QuotaStorage
 
 
 def _quota_study(inner, url):

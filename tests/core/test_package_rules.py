@@ -16,10 +16,10 @@ MUTABLE_STATE = {
         "host-device copy bandwidth is a property of the machine, measured once per process",
     ("backends/virtual_node/world.py", "_ACTIVE"):
         "torch.distributed has one default process group per process; this mirrors it",
-    ("core/plugins.py", "_default_host"):
+    ("host/plugins.py", "_default_host"):
         "the host behind the public convenience functions (frugalnas.get_host, create_study "
         "without plugins); nothing below them falls back to it",
-    ("core/worker.py", "_LOCKS"):
+    ("distribution/worker.py", "_LOCKS"):
         "fcntl locks belong to the process: threads of one process share one lock per file",
     ("proxies/runner.py", "_STATE"):
         "the state of a proxy pool's worker process, set by the pool's initializer",
@@ -39,12 +39,12 @@ COMPONENT_NAMES = {"space", "model", "network", "net", "builder", "strategy", "s
 
 #: Probes that remain, by module and probed attribute: each a capability still to declare.
 KNOWN_PROBES = {
-    ("core/study.py", "report"): "a trial that takes intermediate values",
-    ("core/study.py", "prune_vector"): "a pruner for objective vectors",
-    ("core/worker.py", "optuna_study"): "a frugalnas Study or an optuna study",
+    ("engine/study.py", "report"): "a trial that takes intermediate values",
+    ("engine/study.py", "prune_vector"): "a pruner for objective vectors",
+    ("distribution/worker.py", "optuna_study"): "a frugalnas Study or an optuna study",
     ("leaderboard.py", "dataset"): "the study's configuration",
-    ("core/study.py", "check_options"): "a dataset factory's optional check of its options",
-    ("core/runner.py", "set_constraint"): "optuna < 5 trials have no set_constraint",
+    ("engine/study.py", "check_options"): "a dataset factory's optional check of its options",
+    ("engine/runner.py", "set_constraint"): "optuna < 5 trials have no set_constraint",
     ("multiobjective/constraints.py", "set_constraint"): "optuna < 5 trials have no "
                                                          "set_constraint",
     ("proxies/base.py", "score"): "whether a proxy overrides Proxy.score (its own kind)",
@@ -67,19 +67,40 @@ def _own_unit(rel: str) -> str:
     return "frugalnas" if parts == ("__init__",) else parts[0]
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and (
+        getattr(node.test, "id", None) == "TYPE_CHECKING"
+        or getattr(node.test, "attr", None) == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.Module, typing_only: bool = False) -> list[tuple[str, int]]:
+    """The ``frugalnas`` modules a module imports at run time, wherever the import stands
+    (or, with ``typing_only``, those it names only under ``if TYPE_CHECKING:``)."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, in_typing: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            typing = in_typing or _is_type_checking(child)
+            if typing == typing_only and isinstance(child, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in child.names] if isinstance(child, ast.Import) else \
+                    [f"{child.module}.{a.name}" for a in child.names] \
+                    if child.level == 0 and child.module else []
+                found.extend((n, child.lineno) for n in names
+                             if n == "frugalnas" or n.startswith("frugalnas."))
+            visit(child, typing)
+
+    visit(tree, False)
+    return found
+
+
 def test_no_import_cycle_between_subpackages_or_with_the_root_package():
     edges: dict[str, dict[str, str]] = {}
     for rel, tree in _modules():
         src = _own_unit(rel)
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 \
-                and node.module else []
-            for name in names:
-                if name == "frugalnas" or name.startswith("frugalnas."):
-                    dst = _unit(name)
-                    if dst != src:
-                        edges.setdefault(src, {}).setdefault(dst, rel)
+        for name, _ in _imports(tree):
+            dst = _unit(name)
+            if dst != src:
+                edges.setdefault(src, {}).setdefault(dst, rel)
 
     def reaches(start: str, goal: str) -> list[str] | None:
         stack, seen = [(start, [start])], {start}
@@ -100,6 +121,76 @@ def test_no_import_cycle_between_subpackages_or_with_the_root_package():
             if back:
                 cycles.append(f"{src} -> {dst} ({where}) and back: {' -> '.join(back)}")
     assert not cycles, "\n".join(cycles)
+
+
+#: The layers of the core, bottom up: each may import the layers before it, never one after.
+LAYERS = ("ports", "host", "engine", "distribution", "cli")
+
+#: Names of a higher layer a lower one uses in annotations only (``if TYPE_CHECKING:``), by
+#: module and imported module, with the reason; each is a port still to be declared.
+ANNOTATION_ONLY = {
+    ("host/hookspecs.py", "frugalnas.engine.study.Study"):
+        "the lifecycle hooks receive the engine's Study (a study port is to replace it)",
+    ("host/hookspecs.py", "frugalnas.distribution.launcher.Launcher"):
+        "frugalnas_launcher returns a distribution Launcher",
+}
+
+
+def _layer(unit: str) -> int | None:
+    return LAYERS.index(unit) if unit in LAYERS else None
+
+
+def test_the_core_layers_import_only_downwards():
+    """The layer matrix: a module of layer L imports (at run time, anywhere in the module)
+    only modules of layers up to L; a typing-only reference upwards is listed above."""
+    wrong, upward_types = [], set()
+    for rel, tree in _modules():
+        own = _layer(_own_unit(rel))
+        if own is None:
+            continue
+        for name, line in _imports(tree):
+            target = _layer(_unit(name))
+            if target is not None and target > own:
+                wrong.append(f"{rel}:{line} ({LAYERS[own]}) imports {name} ({LAYERS[target]})")
+        for name, line in _imports(tree, typing_only=True):
+            target = _layer(_unit(name))
+            if target is not None and target > own:
+                upward_types.add((rel, name))
+    assert not wrong, "imports against the layer matrix:\n" + "\n".join(wrong)
+    unlisted = sorted(upward_types - set(ANNOTATION_ONLY))
+    assert not unlisted, f"typing-only references to a higher layer: {unlisted}"
+    stale = sorted(set(ANNOTATION_ONLY) - upward_types)
+    assert not stale, f"listed but no longer there (drop them from ANNOTATION_ONLY): {stale}"
+
+
+def test_no_import_cycle_between_modules_of_the_core_layers():
+    """Within the core no module imports one that imports it back, even from inside a
+    function (a local import that only dodges a cycle counts)."""
+    graph: dict[str, set[str]] = {}
+    for rel, tree in _modules():
+        if _layer(_own_unit(rel)) is None:
+            continue
+        module = "frugalnas." + ".".join(Path(rel).with_suffix("").parts)
+        graph[module.removesuffix(".__init__")] = {n for n, _ in _imports(tree)}
+    for module in graph:
+        graph[module] = {_owner(n, graph) for n in graph[module]} - {None, module}
+    cycles = set()
+    for start in graph:
+        stack = [(start, (start,))]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    cycles.add(" -> ".join(sorted(path)))
+                elif nxt not in path and len(path) < 8:
+                    stack.append((nxt, (*path, nxt)))
+    assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
+
+
+def _owner(name: str, graph: dict[str, set[str]]) -> str | None:
+    while name and name not in graph:
+        name = name.rpartition(".")[0]
+    return name or None
 
 
 MUTATORS = {"append", "add", "update", "setdefault", "pop", "popitem", "clear", "extend",

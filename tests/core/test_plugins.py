@@ -5,7 +5,7 @@ import pytest
 
 import frugalnas
 from frugalnas import DuplicateComponentError, PluginError, UnknownComponentError
-from frugalnas.core.plugins import BUILTIN_PLUGINS, PluginHost
+from frugalnas.host.plugins import BUILTIN_PLUGINS, PluginHost
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.worker import StorageLock, run_worker
+from frugalnas.ports.errors import ConfigError
+from frugalnas.distribution.worker import StorageLock, run_worker
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from ops_support.checks import assert_exactly_n_distinct, assert_mlflow_follows_storage
 

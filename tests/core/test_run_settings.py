@@ -24,7 +24,7 @@ PLUGIN = "ops_support.faults"
 
 def _worker(tmp_path: Path, name: str, n_trials: int, *machine: str) -> subprocess.Popen:
     """A worker of study "shared": the same study settings, ``machine`` flags of its own."""
-    cmd = [sys.executable, "-m", "frugalnas.core.cli", "worker", "-q", "-p", PLUGIN,
+    cmd = [sys.executable, "-m", "frugalnas.cli.main", "worker", "-q", "-p", PLUGIN,
            "--space", "nb201", "--estimator", "ops-sleepy", "--backend", "virtual-node",
            "-o", "estimator.seconds=1.0", "-o", f"estimator.log='{tmp_path / 'trials.log'}'",
            "-o", f"estimator.control_dir='{tmp_path / 'control'}'",

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from frugalnas.builtins import BUILTIN_PLUGINS
-from frugalnas.core.errors import ConfigError, PluginError, UnknownComponentError
-from frugalnas.core.kinds import KINDS
-from frugalnas.core.plugins import PluginHost
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.errors import ConfigError, PluginError, UnknownComponentError
+from frugalnas.host.kinds import KINDS
+from frugalnas.host.plugins import PluginHost
+from frugalnas.host.registry import LazyFactory
 
 #: What the answers below must not import.
 HEAVY = ("torch", "mlflow", "lightgbm", "sklearn", "scipy", "optuna")
@@ -28,7 +28,7 @@ WRAPPER = """
 import sys
 out, argv = sys.argv[1], sys.argv[2:]
 try:
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
     code = main(argv)
 except SystemExit as exc:
     code = exc.code
@@ -97,7 +97,7 @@ def test_importing_frugalnas_imports_no_heavy_library_until_a_name_is_used():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[]", "frugalnas.core.study SearchSpace"]
+    assert done.stdout.split("\n")[:2] == ["[]", "frugalnas.engine.study SearchSpace"]
 
 
 def test_a_lazy_factory_is_imported_to_create_and_to_check_options():

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.core.data import Dataset
-from frugalnas.core.errors import ConfigError, TrialFailure
-from frugalnas.core.training import TrainConfig, run_steps, train
+from frugalnas.ports.data import Dataset
+from frugalnas.ports.errors import ConfigError, TrialFailure
+from frugalnas.engine.training import TrainConfig, run_steps, train
 from frugalnas.sievo.session import SievoSession
 from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.spaces.nb201.space import NB201Space

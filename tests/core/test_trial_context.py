@@ -10,10 +10,10 @@ import pytest
 from optuna.trial import TrialState
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import (EstimateResult, Estimator, MemoryStore, PastTrial,
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.estimator import (EstimateResult, Estimator, MemoryStore, PastTrial,
                                       TrialContext)
-from frugalnas.core.trial_context import OptunaTrialContext, StudyTrialContext
+from frugalnas.engine.trial_context import OptunaTrialContext, StudyTrialContext
 from frugalnas.spaces.nb201.space import NB201Space
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}
@@ -61,7 +61,7 @@ def _recording_study(**kwargs):
 
 
 def _forbidden(value):
-    from frugalnas.core.study import Study
+    from frugalnas.engine.study import Study
 
     return isinstance(value, (Study, optuna.Study, optuna.Trial, optuna.trial.FrozenTrial,
                               optuna.storages.BaseStorage))

@@ -21,10 +21,10 @@ from optuna.trial import TrialState
 
 import frugalnas
 from ops_support.chaos import env_with_tests
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.isolation import CRASHED_REASON, resolve_isolation
-from frugalnas.core.keys import CRASH_ATTR
-from frugalnas.core.plugins import hookimpl
+from frugalnas.ports.errors import ConfigError
+from frugalnas.engine.isolation import CRASHED_REASON, resolve_isolation
+from frugalnas.ports.keys import CRASH_ATTR
+from frugalnas.host.plugins import hookimpl
 
 TESTS = Path(__file__).resolve().parents[1]
 PLUGIN = "ops_support.crashing"
@@ -35,7 +35,7 @@ FIRST = "nb201:|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"
 
 
 def _command(tmp_path: Path, command: str, n_trials: int, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "frugalnas.core.cli", command, "-q", "-p", PLUGIN,
+    return [sys.executable, "-m", "frugalnas.cli.main", command, "-q", "-p", PLUGIN,
             "--space", "nb201", "--strategy", "ops-often-first", "--estimator", "ops-crash",
             "-o", f"estimator.crash_on='{FIRST}'",
             "-o", f"estimator.log='{tmp_path / 'trials.log'}'",
@@ -110,7 +110,7 @@ def test_process_isolation_refused_where_a_child_cannot_rebuild_the_estimator():
 def test_cli_refuses_process_isolation_with_a_shared_state_strategy(tmp_path):
     db = tmp_path / "optuna.db"
     proc = subprocess.run(
-        [sys.executable, "-m", "frugalnas.core.cli", "run", "-q", "--space", "nb201",
+        [sys.executable, "-m", "frugalnas.cli.main", "run", "-q", "--space", "nb201",
          "--strategy", "si-evolution", "--estimator", "inherited", "--dataset", "digits",
          "--storage", f"sqlite:///{db}", "--no-tracking", "--n-trials", "1",
          "--isolate", "process"], cwd=tmp_path, env=env_with_tests(TESTS), capture_output=True, text=True,

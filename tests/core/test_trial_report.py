@@ -14,10 +14,10 @@ import pytest
 from optuna.trial import TrialState
 
 import frugalnas
-from frugalnas.core.config import StudyConfig
-from frugalnas.core.cost import Cost
-from frugalnas.core.runner import STALE_REASON, TrialRunner
-from frugalnas.core.trial_report import TrialReport
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.cost import Cost
+from frugalnas.engine.runner import STALE_REASON, TrialRunner
+from frugalnas.ports.trial_report import TrialReport
 
 REPO = Path(__file__).resolve().parents[2]
 OFF = {"disable_plugins": ["mlflow", "progress"]}
@@ -143,7 +143,7 @@ def test_a_stale_trial_is_reported_from_the_storage():
 
 
 def test_one_stop_rule_for_optimize_and_the_worker(tmp_path, monkeypatch):
-    from frugalnas.core.worker import run_worker
+    from frugalnas.distribution.worker import run_worker
 
     def over_after_two(self):
         return len(self.study.optuna_study.get_trials(deepcopy=False,
@@ -157,7 +157,7 @@ def test_one_stop_rule_for_optimize_and_the_worker(tmp_path, monkeypatch):
     assert own.reason == "mine" and len(study.trials) == 2
 
     monkeypatch.setattr(TrialRunner, "search_is_over", over_after_two)
-    monkeypatch.setattr("frugalnas.core.strategy.can_stop", lambda sampler: True)
+    monkeypatch.setattr("frugalnas.ports.strategy.can_stop", lambda sampler: True)
     study = frugalnas.create_study(space_options=SMALL, **OFF)
     study.optimize(n_trials=5)
     assert len(study.trials) == 2

@@ -1,4 +1,4 @@
-"""frugalnas/core and the example plugin pass ``mypy --strict`` (the settings are
+"""The ports, the host, the engine and the example plugin pass ``mypy --strict`` (the settings are
 ``[tool.mypy]`` in pyproject.toml)."""
 
 import importlib.util
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CHECKED = ("frugalnas/core", "examples/plugin_hello/frugalnas_hello")
+CHECKED = ("frugalnas/ports", "frugalnas/host", "frugalnas/engine", "frugalnas/distribution",
+           "examples/plugin_hello/frugalnas_hello")
 
 
 @pytest.mark.slow

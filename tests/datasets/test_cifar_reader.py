@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from frugalnas import ConfigError, create_component
-from frugalnas.cifar_batch import read_cifar_batch
+from frugalnas.datasets.cifar_batch import read_cifar_batch
 
 
 def _py2_str(text: bytes) -> bytes:
@@ -129,7 +129,7 @@ def test_a_malicious_batch_in_a_real_run_never_runs(tmp_path):
     folder.mkdir()
     (folder / "data_batch_1").write_bytes(pickle.dumps({"data": _Payload(marker), "labels": []}))
     proc = subprocess.run(
-        [sys.executable, "-m", "frugalnas.core.cli", "run", "--space", "nb201",
+        [sys.executable, "-m", "frugalnas.cli.main", "run", "--space", "nb201",
          "--estimator", "naswot", "--dataset", "cifar", "-o", f"dataset.path={folder}",
          "--n-trials", "1", "-q", "-p", "no:mlflow"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,

@@ -7,7 +7,7 @@ from PIL import Image
 
 import frugalnas
 from frugalnas import ConfigError, create_component
-from frugalnas.core.data import split_arrays
+from frugalnas.ports.data import split_arrays
 
 
 def _rows(x):
@@ -83,7 +83,7 @@ def test_dataset_helpers_keep_the_test_split():
     ({"valid_fraction": 0.5, "test_fraction": 0.5}, "leave no training examples"),
 ])
 def test_bad_fractions_are_one_line_config_errors(options, fragment):
-    from frugalnas.datasets import digits
+    from frugalnas.datasets.images import digits
 
     with pytest.raises(ConfigError, match="^" + "[^\n]*" + fragment.replace("[", r"\[").replace(
             "(", r"\(").replace(")", r"\)").replace(".", r"\.")):
@@ -152,7 +152,7 @@ def test_cifar_batches_on_disk(tmp_path):
 
 
 def test_cluttered_mnist_places_each_digit_among_fragments():
-    from frugalnas.datasets import _cluttered_arrays, _mnist5k_arrays
+    from frugalnas.datasets.images import _cluttered_arrays, _mnist5k_arrays
 
     ds = create_component("datasets", "cluttered-mnist", seed=0, size=36, clutter=3)
     assert ds.input_shape == (1, 36, 36) and ds.num_classes == 10
@@ -186,7 +186,7 @@ def test_cluttered_mnist_places_each_digit_among_fragments():
     ({"piece": 40}, "piece"), ({"size": "40"}, "size"),
 ])
 def test_cluttered_mnist_refuses_bad_options_by_name(options, fragment):
-    from frugalnas.datasets import cluttered_mnist
+    from frugalnas.datasets.images import cluttered_mnist
 
     with pytest.raises(ConfigError, match=f"^[^\n]*{fragment} {options[fragment]!r}"):
         cluttered_mnist.check_options(**options)

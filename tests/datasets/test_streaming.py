@@ -14,7 +14,7 @@ from PIL import Image
 
 import frugalnas
 from frugalnas import ConfigError, create_component
-from frugalnas.core.data import StreamingSource
+from frugalnas.datasets.streaming import StreamingSource
 
 
 def make_folder(root, classes=3, per_class=20, size=8, seed=0):
@@ -215,7 +215,7 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize("options, message", BAD_OPTIONS)
 def test_bad_option_values_are_one_line_errors(folder, options, message):
-    from frugalnas.datasets import image_folder
+    from frugalnas.datasets.images import image_folder
 
     with pytest.raises(ConfigError) as info:
         image_folder.check_options(path=str(folder), **options)
@@ -223,7 +223,7 @@ def test_bad_option_values_are_one_line_errors(folder, options, message):
 
 
 def test_bad_folders_are_one_line_errors(tmp_path):
-    from frugalnas.datasets import image_folder
+    from frugalnas.datasets.images import image_folder
 
     def error(path, **options):
         with pytest.raises(ConfigError) as info:
@@ -262,7 +262,7 @@ def test_an_unreadable_image_met_while_training_names_the_file(tmp_path, workers
 @pytest.mark.slow
 def test_the_command_line_refuses_a_missing_folder_in_one_line(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "frugalnas.core.cli", "run", "--space", "nb201", "--estimator", "train",
+        [sys.executable, "-m", "frugalnas.cli.main", "run", "--space", "nb201", "--estimator", "train",
          "--dataset", "image-folder", "-o", f"dataset.path={tmp_path / 'nope'}",
          "-o", "dataset.num_workers=2", "--n-trials", "1",
          "--storage", f"sqlite:///{tmp_path / 's.db'}"],

@@ -17,7 +17,7 @@ import torch
 
 import frugalnas
 from frugalnas import ConfigError
-from frugalnas.core.data import Dataset
+from frugalnas.ports.data import Dataset
 from frugalnas.testing import fresh_mlflow_uri
 from ops_support.cli_driver import cli_cases
 
@@ -28,7 +28,7 @@ OFF = ["mlflow", "progress"]
 
 def frugalnas_cli(*args, cwd, check=True):
     env = {**os.environ, "FRUGALNAS_PROGRESS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
+    proc = subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
@@ -361,7 +361,7 @@ class PoisonedTestSplit:
     def frugalnas_datasets(self):
         from dataclasses import replace
 
-        from frugalnas.datasets import digits
+        from frugalnas.datasets.images import digits
 
         def test_digits(seed: int = 0) -> Dataset:
             """digits with a poisoned test split"""

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.latency.cache import LatencyCache
 from frugalnas.latency.estimators import PredictedLatency
 from frugalnas.latency.kernels import network_kernels

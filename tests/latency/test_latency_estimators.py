@@ -7,7 +7,7 @@ import pytest
 from torch import nn
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.latency.cache import LatencyCache
 from frugalnas.latency.measure import LatencySetup, measure
 from frugalnas.latency.predictor import (LatencyMeter, LayerTablePredictor, leaf_layers,
@@ -109,7 +109,7 @@ def test_predicted_latency_is_known_before_evaluation(space, tmp_path):
                            **FAST)
     arch = space.sample(random.Random(0))
     known = est.known_metrics(arch, space)["latency_ms"]
-    from frugalnas.core.estimator import TrialContext
+    from frugalnas.ports.estimator import TrialContext
     from frugalnas.backends.single_device import SingleDeviceBackend
 
     result = est.evaluate(arch, TrialContext(space=space, backend=SingleDeviceBackend()))

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from frugalnas.core.cli import main
+from frugalnas.cli.main import main
 from ops_support.chaos import env_with_tests
 from ops_support.checks import assert_exactly_n_distinct, assert_mlflow_follows_storage
 from ops_support.faults import read_log
@@ -91,7 +91,7 @@ def _run_file(tmp_path: Path, seconds: float) -> Path:
 
 
 def _frugalnas(tmp_path: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "frugalnas.core.cli", "run",
+    return subprocess.Popen([sys.executable, "-m", "frugalnas.cli.main", "run",
                              str(tmp_path / "run.toml"), "-p", "ops_support.faults", "-q", *args],
                             cwd=tmp_path, env=env_with_tests(TESTS), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -236,8 +236,8 @@ def test_worker_command_refuses_launcher_flags(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_launch_from_python_with_local_workers(tmp_path):
-    from frugalnas.core.config import StudyConfig
-    from frugalnas.core.errors import ConfigError
+    from frugalnas.ports.config import StudyConfig
+    from frugalnas.ports.errors import ConfigError
     from frugalnas.launchers import launch
     from frugalnas.launchers.local import LocalLauncher
 

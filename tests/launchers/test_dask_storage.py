@@ -16,8 +16,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from frugalnas.core.cli import main
-from frugalnas.core.storage_url import open_storage
+from frugalnas.cli.main import main
+from frugalnas.engine.storage_url import open_storage
 from ops_support.checks import assert_exactly_n_distinct
 from ops_support.faults import read_log
 from ops_support.servers import free_port
@@ -58,7 +58,7 @@ def _client(address: str):
 
 @pytest.mark.slow
 def test_scheduler_lock_is_exclusive_and_freed_when_its_holder_leaves(cluster):
-    from frugalnas.core.dask_storage import SchedulerLock
+    from frugalnas.engine.dask_storage import SchedulerLock
 
     first, second = SchedulerLock(cluster.address, "t"), SchedulerLock(cluster.address, "t")
     release = first.acquire()
@@ -82,7 +82,7 @@ def test_scheduler_lock_is_exclusive_and_freed_when_its_holder_leaves(cluster):
 def test_scheduler_lock_of_a_sigkilled_dask_worker_is_released(cluster, tmp_path):
     import os
 
-    from frugalnas.core.dask_storage import SchedulerLock
+    from frugalnas.engine.dask_storage import SchedulerLock
     from ops_support.dask_tasks import hold_lock
 
     client = _client(cluster.address)
@@ -115,7 +115,7 @@ def _fail_stale(study: optuna.Study) -> None:
 
 @pytest.mark.slow
 def test_scheduler_heartbeats_fail_a_silent_trial_after_the_grace(cluster):
-    from frugalnas.core.dask_storage import open_dask_storage
+    from frugalnas.engine.dask_storage import open_dask_storage
 
     stale: list[int] = []
     storage = open_dask_storage(f"dask:{cluster.address}", heartbeat=1, grace=2,
@@ -164,9 +164,9 @@ def test_dask_storage_of_another_scheduler_is_one_line(cluster, tmp_path, capsys
 
 @pytest.mark.slow
 def test_launch_from_python_keeps_the_study_in_the_scheduler(cluster, tmp_path, capsys):
-    from frugalnas.core.config import StudyConfig
-    from frugalnas.core.errors import ConfigError
-    from frugalnas.core.study import load_study
+    from frugalnas.ports.config import StudyConfig
+    from frugalnas.ports.errors import ConfigError
+    from frugalnas.engine.study import load_study
     from frugalnas.launchers import launch
     from frugalnas.launchers.dask_cluster import DaskLauncher
     from frugalnas.launchers.local import LocalLauncher

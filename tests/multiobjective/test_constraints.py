@@ -9,10 +9,10 @@ import pytest
 from optuna.study import StudyDirection
 
 import frugalnas
-from frugalnas.core.cli import main as cli_main
-from frugalnas.core.config import load_run_file
-from frugalnas.core.errors import ConfigConflictError, ConfigError
-from frugalnas.core.keys import CONSTRAINTS_ATTR, FEASIBLE_ATTR, VIOLATION_ATTR
+from frugalnas.cli.main import main as cli_main
+from frugalnas.ports.config import load_run_file
+from frugalnas.ports.errors import ConfigConflictError, ConfigError
+from frugalnas.ports.keys import CONSTRAINTS_ATTR, FEASIBLE_ATTR, VIOLATION_ATTR
 from frugalnas.strategies.base import fitness
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}

@@ -7,9 +7,9 @@ import optuna
 import pytest
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import INTERMEDIATE_ATTR
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.keys import INTERMEDIATE_ATTR
+from frugalnas.host.plugins import PluginHost
 from frugalnas.multiobjective.pruning import ParetoHalvingPruner, ParetoPruner, nondominated_rank
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.nn.elastic import (
     ElasticBatchNorm2d,
     ElasticConv2d,

@@ -1,6 +1,6 @@
 """Several ``frugalnas`` command lines in one fresh interpreter.
 
-Starting ``python -m frugalnas.core.cli`` costs seconds (torch, optuna, MLflow, scipy are
+Starting ``python -m frugalnas.cli.main`` costs seconds (torch, optuna, MLflow, scipy are
 imported), so tests whose command lines only parse, check and print run them in one process
 that calls the CLI's ``main`` once per case, each with its own captured stdout and stderr and
 its exit status (``main``'s return value or ``SystemExit``'s code). Command lines that train,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 DRIVER = textwrap.dedent('''
     import contextlib, io, json, sys, traceback
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
     results = []
     for argv in json.loads(sys.argv[1]):
         out, err = io.StringIO(), io.StringIO()

@@ -12,8 +12,8 @@ from typing import Any
 
 import optuna
 
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.plugins import hookimpl
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.host.plugins import hookimpl
 from frugalnas.spaces.nb201.table import NB201TableEstimator
 from ops_support.faults import note_event
 

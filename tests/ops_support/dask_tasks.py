@@ -11,7 +11,7 @@ from pathlib import Path
 def hold_lock(address: str, name: str, marker: str) -> None:
     """Take the scheduler lock ``name``, write this process's id to ``marker``, and keep the
     lock until the worker dies."""
-    from frugalnas.core.dask_storage import SchedulerLock
+    from frugalnas.engine.dask_storage import SchedulerLock
 
     SchedulerLock(address, name).acquire()
     Path(marker).write_text(str(os.getpid()))

@@ -13,9 +13,9 @@ from typing import Any
 import optuna
 import torch
 
-from frugalnas.core.errors import check_choice
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.plugins import hookimpl
+from frugalnas.ports.errors import check_choice
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.host.plugins import hookimpl
 from frugalnas.spaces.nb201.table import NB201TableEstimator
 
 MODES = ("ok", "raise", "nan", "oom", "hang")

@@ -93,4 +93,4 @@ def frugalnas_worker(recipe: Recipe, env: dict[str, str], run_file: Path,
     cmd = replace_flags(cmd, values)
     if "-q" not in cmd:
         cmd.append("-q")
-    return [sys.executable, "-m", "frugalnas.core.cli", *cmd[1:]]
+    return [sys.executable, "-m", "frugalnas.cli.main", *cmd[1:]]

@@ -11,11 +11,11 @@ import sys
 import pytest
 
 import frugalnas
-from frugalnas.core import work_progress
-from frugalnas.core.cli import build_parser, resolve_run
-from frugalnas.core.config import StudyConfig
-from frugalnas.core.keys import CONFIG_ATTR
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports import work_progress
+from frugalnas.cli.main import build_parser, resolve_run
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.keys import CONFIG_ATTR
+from frugalnas.host.plugins import PluginHost
 
 SMALL = {"N": 1, "C": 4}
 
@@ -102,7 +102,7 @@ def test_a_quiet_session_silences_the_work_bars_while_it_runs(monkeypatch):
 
 
 def test_the_command_line_writes_no_environment_variable(monkeypatch, capsys):
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
 
     monkeypatch.delenv("FRUGALNAS_PROGRESS", raising=False)
     bars = []

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies.ensemble import (MEMBER_PRESETS, SELECTED_MEMBERS, aggregate,
                                         select_members)
 from frugalnas.spaces.nb201.space import NB201Space

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from frugalnas.core.cost import count_params
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.cost import count_params
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies import Proxy
 from frugalnas.proxies.base import score_with
 from frugalnas.proxies.runner import ProxyRunner

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies.activation import DEAD_SCORE
 from frugalnas.proxies.ensemble import aggregate, log_rank_average, rank_average
 from frugalnas.proxies.epe import EPSILON

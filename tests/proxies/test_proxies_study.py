@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies.ensemble import MEMBER_PRESETS
 from frugalnas.strategies.prescreen import PRESCREEN_ATTR, PrescreenSampler
 from frugalnas.spaces.nb201.space import NB201Space

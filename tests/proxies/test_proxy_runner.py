@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from frugalnas import hookimpl
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies import Proxy
 from frugalnas.proxies.runner import CACHE_FILE, ProxyRunner, ScoreCache
 from frugalnas.spaces.nb201.space import NB201Space

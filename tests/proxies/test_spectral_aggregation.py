@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies.ensemble import (AGGREGATIONS, aggregate, fit_weights, rank_average,
                                         spectral_weights)
 

@@ -121,7 +121,7 @@ def test_inherited_scores_follow_training(tmp_path):
 
 
 def test_flops_of_a_candidate_equal_counting_the_whole_network():
-    from frugalnas.core.cost import count_flops
+    from frugalnas.ports.cost import count_flops
     from frugalnas.sievo.session import SievoSession
     import random as _random
 
@@ -200,7 +200,7 @@ def test_a_checkpoint_of_the_old_weight_store_layout_is_migrated(tmp_path):
 
 
 def test_a_checkpoint_of_another_supernet_is_refused(tmp_path):
-    from frugalnas.core.errors import ConfigError
+    from frugalnas.ports.errors import ConfigError
     from frugalnas.sievo.session import SievoSession
 
     study = _study(None, "sievo-other")

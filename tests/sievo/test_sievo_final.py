@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.proxies.ensemble import percentile_ranks
 from frugalnas.sievo.final import final_choice, last_pool
 from frugalnas.sievo.plan import GenerationPlans

@@ -8,9 +8,9 @@ import optuna
 import pytest
 
 import frugalnas
-from frugalnas.core import strategy as strategy_protocol
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.trial_context import StudyTrialContext
+from frugalnas.ports import strategy as strategy_protocol
+from frugalnas.ports.errors import ConfigError
+from frugalnas.engine.trial_context import StudyTrialContext
 from frugalnas.sievo import GenerationPlans, SIEvolutionSampler, si_evolution
 
 SPACE = {"channels": 4, "nodes": 2, "reductions": 1}
@@ -76,7 +76,7 @@ def test_the_study_ends_after_exactly_the_planned_trials(generations):
     study = _study(name=f"sievo-plans-stop{generations}", generations=generations)
     sampler = study.strategy
     planned = 3 + generations * 2
-    assert not strategy_protocol.should_stop(sampler, study)
+    assert not strategy_protocol.should_stop(sampler, study.optuna_study)
     study.optimize(50)
     trials = study.completed_trials()
     assert len(study.trials) == len(trials) == planned

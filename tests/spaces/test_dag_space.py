@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ArchitectureParseError, ConfigError
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError
 from frugalnas.spaces.dag.space import DagGenotype, DagSpace, check_dag
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import frugalnas
-from frugalnas.core.errors import ArchitectureParseError, ConfigError, PluginNotAllowedError
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError, PluginNotAllowedError
 from frugalnas.spaces import DefineByRunSpace, define
 from frugalnas.testing import check_search_space
 
@@ -169,7 +169,7 @@ SPACE_MODULE = textwrap.dedent('''
 
 
 def _frugalnas(*args, cwd, env=None):
-    return subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, env=env, timeout=240)
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.errors import ArchitectureParseError, ConfigError
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.spaces.mobilenet.network import MobileNetNetwork
 from frugalnas.spaces.mobilenet.space import MobileNetSpace, block_keys, depth_key
@@ -246,7 +246,7 @@ def test_the_shipped_example_passes_its_dry_run(tmp_path):
     example = Path(__file__).parents[2] / "examples" / "mobilenet_search.toml"
     folder = tmp_path / "run"
     folder.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "run", str(example),
+    proc = subprocess.run([sys.executable, "-m", "frugalnas.cli.main", "run", str(example),
                            "--dry-run"], cwd=folder, capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stderr

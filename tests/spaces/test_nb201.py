@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from frugalnas.spaces.nb201.table import nb201_table
-from frugalnas.core.errors import ArchitectureParseError
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.errors import ArchitectureParseError
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.nb201.space import OPS, NB201Space
 
 SHARED_CSV = __import__("pathlib").Path(__file__).resolve().parents[3] / "shared" / "data" / "nats_bench.csv"

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.config import StudyConfig
-from frugalnas.core.cost import count_flops, count_params
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.estimator import TrialContext
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.cost import count_flops, count_params
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.estimator import TrialContext
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import (
     LATENCY_DEVICES,
@@ -151,7 +151,7 @@ def test_edge_search_example_is_a_valid_two_objective_run_file(tmp_path):
                          if not line.startswith("constraints"))
     path = tmp_path / "edge.toml"
     path.write_text(text)
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
 
     assert main(["run", str(path), "--no-tracking", "--n-trials", "20", "--quiet"]) == 0
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from optuna.distributions import CategoricalDistribution
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.network import BlockNetwork
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.network import BlockNetwork
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.space import DagSpace
 from frugalnas.spaces.nb201.space import NB201Space
 

@@ -6,8 +6,8 @@ import optuna
 import pytest
 
 import frugalnas
-from frugalnas.core import optuna_compat
-from frugalnas.core.worker import QuotaStorage, make_storage
+from frugalnas.ports import optuna_compat
+from frugalnas.distribution.worker import QuotaStorage, make_storage
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_table
 from frugalnas.strategies.base import History, SeenKeys, read_history

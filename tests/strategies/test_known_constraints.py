@@ -12,7 +12,8 @@ import pytest
 
 import frugalnas
 from frugalnas import ConfigError
-from frugalnas.core.strategy import known_constraint_margins, services_of
+from frugalnas.engine.strategy_services import services_of
+from frugalnas.ports.strategy import known_constraint_margins
 from frugalnas.multiobjective.constraints import sampler_constraint_options
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import NB201TableEstimator, nb201_data

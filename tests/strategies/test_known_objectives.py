@@ -10,7 +10,8 @@ import pytest
 
 import frugalnas
 from frugalnas import ConfigError
-from frugalnas.core.strategy import known_objective_values, services_of
+from frugalnas.engine.strategy_services import services_of
+from frugalnas.ports.strategy import known_objective_values
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_data
 from frugalnas.strategies.base import read_history

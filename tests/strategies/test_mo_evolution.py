@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.multiobjective.hypervolume import (contributions, hypervolume,
                                                  hypervolume_improvement)
 from frugalnas.spaces.nb201.space import NB201Space

@@ -5,7 +5,7 @@ steer a size-bounded search into infeasible cells."""
 import numpy as np
 
 import frugalnas
-from frugalnas.core.keys import PRESCREEN_ATTR
+from frugalnas.ports.keys import PRESCREEN_ATTR
 from frugalnas.spaces.nb201.table import nb201_data
 
 SMALL = {"N": 1, "C": 8}

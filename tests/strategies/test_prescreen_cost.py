@@ -11,8 +11,8 @@ import torch
 
 import frugalnas
 from frugalnas import hookimpl
-from frugalnas.core.keys import PRESCREEN_ATTR
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.keys import PRESCREEN_ATTR
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies import Proxy
 from frugalnas.proxies.runner import CACHE_FILE
 from frugalnas.strategies.prescreen import PrescreenSampler

@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 from frugalnas.spaces.nb201.table import nb201_table
 from frugalnas.strategies.base import fitness, nondominated_ranks
 from frugalnas.spaces.nb201.space import NB201Space
@@ -172,7 +172,7 @@ def _common_options():
 def test_every_arch_sampler_strategy_lists_the_common_options_with_their_defaults(capsys):
     import json
 
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
 
     builtins = _arch_sampler_strategies()
     assert {"random", "regularized-evolution", "local-search", "surrogate-evolution",

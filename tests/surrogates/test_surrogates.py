@@ -6,10 +6,10 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 import frugalnas
-from frugalnas.core.cost import count_params
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import PluginHost
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.cost import count_params
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import PluginHost
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.surrogates import (Encoding, LightGBMSurrogate, RandomForestSurrogate, Surrogate,
                                   SurrogateCheckError, acquisition,

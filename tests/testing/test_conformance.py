@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.kinds import KINDS
-from frugalnas.core.plugins import BUILTIN_PLUGINS, PluginHost
+from frugalnas.host.kinds import KINDS
+from frugalnas.host.plugins import BUILTIN_PLUGINS, PluginHost
 from frugalnas.proxies import ProxyCheckError
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.testing import (CheckSetup, ConformanceError, check_backend, check_component,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import frugalnas
-from frugalnas.core.plugins import PluginHost, reset_default_host
+from frugalnas.host.plugins import PluginHost, reset_default_host
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plugin_hello"
 
@@ -28,7 +28,7 @@ def installed_example():
 
 @pytest.mark.slow
 def test_installed_plugin_is_listed_and_usable(installed_example, tmp_path, stores):
-    out = subprocess.run([sys.executable, "-m", "frugalnas.core.cli", "plugins", "--json"],
+    out = subprocess.run([sys.executable, "-m", "frugalnas.cli.main", "plugins", "--json"],
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     data = json.loads(out)
     hello = [p for p in data["plugins"] if p["name"] == "hello"][0]

@@ -16,9 +16,9 @@ import frugalnas
 import frugalnas.proxies
 import frugalnas.proxies.checks
 from frugalnas import UnknownComponentError
-from frugalnas.core import hookspecs
-from frugalnas.core.cli import main
-from frugalnas.core.plugins import PluginHost
+from frugalnas.host import hookspecs
+from frugalnas.cli.main import main
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies import Proxy
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.strategies.random import RandomArchSampler

@@ -100,7 +100,7 @@ def test_env_var_sets_the_default_store(tmp_path, monkeypatch):
 
 # -- the tracking URI is checked before the first trial ------------------------------------
 def _run_cli(capsys, *args):
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
 
     rc = main(["run", "--space", "nb201", "--estimator", "nb201-table", "--n-trials", "1",
                "-q", *args])
@@ -162,7 +162,7 @@ def test_ui_passes_sigterm_to_the_server_and_waits_for_it(tmp_path):
 
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "frugalnas.core.cli", "ui", "--tracking-uri",
+    proc = subprocess.Popen([sys.executable, "-m", "frugalnas.cli.main", "ui", "--tracking-uri",
                              uri, "--port", str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     end = time.monotonic() + 180
@@ -294,7 +294,7 @@ def test_two_objective_study_logs_hypervolume_per_trial_and_a_leaderboard(stores
 
 
 def test_hypervolume_reference_option_and_its_errors(stores):
-    from frugalnas.core.errors import ConfigError
+    from frugalnas.ports.errors import ConfigError
 
     storage, uri = stores
     opts = {"tracking_uri": uri, "hypervolume_reference": [0, 100]}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from frugalnas.core.config import StudyConfig
-from frugalnas.core.secrets import OptionRoles, mask_text
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.secrets import OptionRoles, mask_text
 from frugalnas.tracking.mlflow.tracker import runtime_uri
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -31,9 +31,9 @@ writing its SHA-256 (not the value) to token.sha256."""
 import hashlib
 from pathlib import Path
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.secrets import OptionRoles
+from frugalnas.ports.errors import ConfigError
+from frugalnas.host.plugins import hookimpl
+from frugalnas.ports.secrets import OptionRoles
 
 NAME = "secret_token_plugin"
 
@@ -70,7 +70,7 @@ def _env(extra_path: Path | None = None) -> dict[str, str]:
 
 def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None,
          timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "frugalnas.core.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "frugalnas.cli.main", *args], cwd=cwd,
                           env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
 

@@ -24,8 +24,8 @@ import pytest
 from mlflow import MlflowClient
 
 import frugalnas
-from frugalnas.core.cli import build_parser
-from frugalnas.core.plugins import PluginHost
+from frugalnas.cli.main import build_parser
+from frugalnas.host.plugins import PluginHost
 from frugalnas.testing import fresh_mlflow_uri
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def _start_ui(tmp_path: Path, uri: str, *extra: str) -> tuple[subprocess.Popen, 
     base = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "ui.log"
     log = open(log_path, "w")
-    server = subprocess.Popen([sys.executable, "-m", "frugalnas.core.cli", "ui", "--tracking-uri",
+    server = subprocess.Popen([sys.executable, "-m", "frugalnas.cli.main", "ui", "--tracking-uri",
                                uri, "--port", str(port), *extra], stdout=log,
                               stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
     end = time.monotonic() + 120
@@ -171,7 +171,7 @@ def test_frugalnas_ui_opens_the_study_on_its_trial_rows(tmp_path):
 
 
 def test_ui_names_a_missing_study_in_one_line(tmp_path, capsys):
-    from frugalnas.core.cli import main
+    from frugalnas.cli.main import main
 
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
     study = frugalnas.create_study(estimator="nb201-table", study_name="there",

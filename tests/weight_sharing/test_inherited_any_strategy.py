@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import frugalnas
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.space import SearchSpace
 from frugalnas.sievo import supernet_of, weight_store_of
 from frugalnas.sievo.session import SievoSession, checkpoint_path
 from frugalnas.spaces.nb201.space import NB201Space

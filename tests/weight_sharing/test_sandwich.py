@@ -11,9 +11,9 @@ import torch.nn.functional as F
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.training import TrainConfig
-from frugalnas.datasets import synthetic
+from frugalnas.ports.errors import ConfigError
+from frugalnas.engine.training import TrainConfig
+from frugalnas.datasets.images import synthetic
 from frugalnas.spaces.mobilenet.space import MobileNetSpace
 from frugalnas.weight_sharing.sandwich import SandwichNetwork, sandwich_loss
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet

@@ -12,10 +12,10 @@ import torch
 
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.keys import METRICS_ATTR
-from frugalnas.core.training import TrainConfig
-from frugalnas.datasets import digits
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.keys import METRICS_ATTR
+from frugalnas.engine.training import TrainConfig
+from frugalnas.datasets.images import digits
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.weight_sharing import FewShotSplit, Supernet, darts_search
 
@@ -203,7 +203,7 @@ def test_the_darts_strategy_proposes_its_choice_first_and_keeps_it_in_a_checkpoi
 def test_darts_refuses_a_space_it_cannot_relax():
     from optuna.distributions import CategoricalDistribution
 
-    from frugalnas.core.space import SearchSpace
+    from frugalnas.ports.space import SearchSpace
     from frugalnas.weight_sharing.darts import DartsSampler
 
     class Uneven(SearchSpace):
@@ -221,7 +221,7 @@ def test_darts_refuses_a_space_it_cannot_relax():
 
 
 def test_darts_on_the_dag_space_mixes_inputs_operations_and_attention():
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
 
     dag = PluginHost().create("search_spaces", "dag", nodes=2, channels=4, reductions=1)
     relaxation = dag.darts_relaxation()
@@ -259,7 +259,7 @@ def test_darts_without_a_dataset_is_refused_before_any_trial():
 def test_spaces_without_weight_sharing_say_so():
     from optuna.distributions import CategoricalDistribution
 
-    from frugalnas.core.space import SearchSpace
+    from frugalnas.ports.space import SearchSpace
 
     class Plain(SearchSpace):
         name = "plain"
@@ -275,7 +275,7 @@ def test_spaces_without_weight_sharing_say_so():
 
 
 def test_the_dag_space_shares_weights_too():
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
 
     dag = PluginHost().create("search_spaces", "dag", nodes=2, channels=4, reductions=1)
     data = digits(seed=0).subset(0.15)
@@ -295,7 +295,7 @@ def test_inherited_accuracy_is_recalibrated_per_candidate_on_every_space(space_n
     """On both spaces a candidate's logits come from statistics of the fixed training
     batches, not of the examples being scored (a subset scores as in the whole split), and
     scoring leaves the store's own statistics as they were."""
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
     from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
 
     space = (SPACE if space_name == "nb201" else
@@ -409,7 +409,7 @@ def test_ground_truth_ranks_within_groups_that_one_decision_separates():
 
 
 def test_the_shipped_references_name_their_registered_dataset():
-    from frugalnas.core.plugins import PluginHost
+    from frugalnas.host.plugins import PluginHost
     from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
 
     registered = set(PluginHost().registry("datasets").names())

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from frugalnas.core.backend import Backend, LossFn
-from frugalnas.core.errors import ConfigError, check_choice, check_range
-from frugalnas.core.network import BlockNetwork
+from frugalnas.ports.backend import Backend, LossFn
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.network import BlockNetwork
 from frugalnas.backends.out_of_core.hooks import ModelRuntime, StepContext
 from frugalnas.backends.out_of_core.cost import RECOMPUTE, RESIDENT, SWAP
 from frugalnas.backends.out_of_core.planner import FORCED, PLANNERS, Plan, make_plan
@@ -32,7 +32,7 @@ from frugalnas.backends.single_device import resolve_device
 
 def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """The model's blocks in forward order: its ``forward_blocks()`` when it is a
-    :class:`~frugalnas.core.network.BlockNetwork` (NB201 and DAG-space networks), else the
+    :class:`~frugalnas.ports.network.BlockNetwork` (NB201 and DAG-space networks), else the
     children of an ``nn.Sequential``; anything else stays resident."""
     if isinstance(model, BlockNetwork):
         modules: list[Any] = list(model.forward_blocks())

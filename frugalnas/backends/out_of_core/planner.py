@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from frugalnas.core.errors import check_choice
+from frugalnas.ports.errors import check_choice
 from frugalnas.backends.out_of_core.cost import POLICIES, RECOMPUTE, RESIDENT, SWAP, Profile, isolated_costs, peak_bytes, step_time
 
 PLANNERS = ("auto", "exact", "greedy")

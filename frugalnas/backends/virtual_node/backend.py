@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from frugalnas.core.backend import Backend, LossFn
-from frugalnas.core.errors import (ConfigError, TrialFailure, check_choice, check_range,
+from frugalnas.ports.backend import Backend, LossFn
+from frugalnas.ports.errors import (ConfigError, TrialFailure, check_choice, check_range,
                                    one_line)
-from frugalnas.core.plugins import PluginHost
+from frugalnas.host.plugins import PluginHost
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 
 PREFIX = "frugalnas-vnode/"
 CONFIG_KEY = PREFIX + "config"

@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from frugalnas.core.backend import Backend, LossFn
-from frugalnas.core.errors import ConfigError, TrialFailure, check_choice
+from frugalnas.ports.backend import Backend, LossFn
+from frugalnas.ports.errors import ConfigError, TrialFailure, check_choice
 from frugalnas.backends.virtual_node.batchnorm import (BatchNormRecorder, apply_running_updates, preserved_buffers,
                               stats_width, tracked_batchnorms)
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, offsets, shares_from_speed, split_sizes, vn_seed

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.errors import ConfigError
 
 _MASK64 = (1 << 64) - 1
 

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from frugalnas.core.backend import Backend
-from frugalnas.core.errors import ConfigError, TrialFailure, one_line
-from frugalnas.core.plugins import PluginHost
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.errors import ConfigError, TrialFailure, one_line
+from frugalnas.host.plugins import PluginHost
 from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, all_ok, broadcast_state,
                                                   error_key, loads, ready_key, reset_group_names,
                                                   secret_from_env, unseal, wait_command)

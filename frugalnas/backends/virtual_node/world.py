@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from frugalnas.core.errors import ConfigError, one_line
+from frugalnas.ports.errors import ConfigError, one_line
 from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, dumps, error_key,
                                                   post_command, ready_key, reset_group_names, seal,
                                                   secret_from_env)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
+from frugalnas.ports.architecture import Architecture
 from frugalnas.spaces.dag.space import CELL_TYPES, DagNetwork, DagSpace
 from frugalnas.nn.weight_store import Key
 

@@ -24,10 +24,10 @@ import torch
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ArchitectureParseError, ConfigError, check_range
-from frugalnas.core.network import Relaxation, SharedBuilder
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
+from frugalnas.ports.network import Relaxation, SharedBuilder
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.ops import (DEFAULT_OPS, OPS, BatchNorm, FactorizedReduce, ReLUConvBN, SqueezeExcite,
                       batch_stat_bn, make_op, running_bn)
 from frugalnas.nn.weight_store import Key

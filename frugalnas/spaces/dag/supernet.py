@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_choice
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import check_choice
 from frugalnas.spaces.dag.space import DagNetwork, DagSpace
 from frugalnas.nn.weight_store import Key
 

@@ -8,9 +8,9 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
 
 if TYPE_CHECKING:
     from frugalnas.spaces.define_by_run.space import DefineByRunSpace

@@ -19,9 +19,9 @@ from typing import Any
 from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
-from frugalnas.core.errors import ArchitectureParseError, ConfigError, one_line
-from frugalnas.core.space import contains, draw
-from frugalnas.core.space import describe_distribution as describe
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError, one_line
+from frugalnas.ports.space import contains, draw
+from frugalnas.ports.space import describe_distribution as describe
 
 Value = Any
 

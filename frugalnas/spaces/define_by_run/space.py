@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ArchitectureParseError, ConfigError
-from frugalnas.core.space import SearchSpace
-from frugalnas.core.space import contains, draw
-from frugalnas.core.space import describe_distribution as describe
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError
+from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.space import contains, draw
+from frugalnas.ports.space import describe_distribution as describe
 from frugalnas.spaces.define_by_run.replay import (Answers, Drawn, First, Fixed, FromTrial,
                                                    Recorded, replay)
 

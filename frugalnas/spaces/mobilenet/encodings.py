@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.mobilenet.space import (
     RESOLUTION_KEY,
     MobileNetSpace,

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
+from frugalnas.ports.architecture import Architecture
 from frugalnas.nn.elastic import ElasticMBConv, MBConv, MBConvConfig
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def make_head(space: MobileNetSpace, num_classes: int) -> nn.Sequential:
 
 class MobileNetNetwork(nn.Module):
     """Stem, blocks, head, run in order; the blocks are listed for block-wise components
-    (:class:`~frugalnas.core.network.BlockNetwork`)."""
+    (:class:`~frugalnas.ports.network.BlockNetwork`)."""
 
     def __init__(self, stem: nn.Module, blocks: Sequence[nn.Module], head: nn.Module):
         super().__init__()

@@ -29,14 +29,14 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from frugalnas.core.architecture import Architecture, Value
-from frugalnas.core.errors import ArchitectureParseError, ConfigError, check_range
-from frugalnas.core.space import SearchSpace, contains, describe_distribution, draw
+from frugalnas.ports.architecture import Architecture, Value
+from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
+from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from frugalnas.core.network import SharedBuilder
+    from frugalnas.ports.network import SharedBuilder
 
 
 @dataclass(frozen=True)

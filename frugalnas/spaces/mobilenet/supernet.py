@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ConfigError
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError
 from frugalnas.nn.elastic import ElasticMBConv
 from frugalnas.nn.weight_store import Key
 from frugalnas.spaces.mobilenet.network import (

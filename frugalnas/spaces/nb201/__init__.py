@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from frugalnas.core.lazy import lazy_attributes
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.registry import LazyFactory
+from frugalnas.ports.lazy import lazy_attributes
+from frugalnas.host.plugins import hookimpl
+from frugalnas.host.registry import LazyFactory
 
 # Registering the space and the estimator imports neither module (nor torch); they and the
 # names below are imported when first used.

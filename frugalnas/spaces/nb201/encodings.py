@@ -10,8 +10,8 @@ import itertools
 
 import numpy as np
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.nb201.space import DECISIONS, OPS
 from frugalnas.surrogates.encodings import Encoding
 

@@ -19,10 +19,10 @@ import torch
 from optuna.distributions import CategoricalDistribution
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import ArchitectureParseError, check_range
-from frugalnas.core.network import SharedBuilder
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ArchitectureParseError, check_range
+from frugalnas.ports.network import SharedBuilder
+from frugalnas.ports.space import SearchSpace
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 EDGES = ((1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2))

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.errors import check_choice
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import check_choice
 from frugalnas.nn.weight_store import Key
 from frugalnas.spaces.nb201.space import (DECISIONS, EDGES, OPS, InferCell, NB201Space,
                                           ResidualReduction, make_op)

@@ -18,11 +18,11 @@ from importlib import resources
 
 import numpy as np
 
-from frugalnas.core.architecture import Architecture
-from frugalnas.core.cost import Cost
-from frugalnas.core.errors import ConfigError, check_choice
-from frugalnas.core.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.core.space import SearchSpace
+from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.cost import Cost
+from frugalnas.ports.errors import ConfigError, check_choice
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.nb201.space import NB201Space
 
 TABLE_DATASETS = ("cifar10", "cifar100", "imagenet16-120")

@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from frugalnas.core.errors import ConfigError
-from frugalnas.core.secrets import mask_text
+from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.secrets import mask_text
 
 #: Seconds a tracking server or database may take to answer the reachability check.
 PROBE_SECONDS = 5.0

@@ -120,7 +120,7 @@ def _png_image(img) -> bytes:
 
 #: Units of objectives and metrics recognised by name (first match wins): frugalnas's
 #: accuracies are percentages, latencies ``latency_ms_*`` milliseconds, cost fields as in
-#: :class:`frugalnas.core.cost.Cost`. The plugin option ``mlflow.units`` adds or overrides.
+#: :class:`frugalnas.ports.cost.Cost`. The plugin option ``mlflow.units`` adds or overrides.
 UNIT_RULES: tuple[tuple[str, str], ...] = (
     ("accuracy", "%"), ("latency_ms", "ms"), ("_ms", "ms"), ("seconds", "s"),
     ("peak_memory", "bytes"), ("memory", "bytes"), ("energy_mj", "mJ"), ("params", "count"),

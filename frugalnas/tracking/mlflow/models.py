@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from frugalnas.core.exported import ExportedNetwork
-from frugalnas.core.storage_url import masked
-from frugalnas.core.version import __version__
+from frugalnas.ports.exported import ExportedNetwork
+from frugalnas.engine.storage_url import masked
+from frugalnas.ports.version import __version__
 from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
 from frugalnas.tracking.mlflow.tracker import (UID_ATTR, ensure_experiment,
                                                prepare_tracking_store, runtime_uri,

@@ -14,7 +14,7 @@ What the storage holds and MLflow shows after a reconciliation: the architecture
 or backend attached to a trial are not in the storage; they are in MLflow only if the worker
 that ran the trial wrote them.
 
-A run is made from a :class:`~frugalnas.core.trial_report.TrialReport` in one place,
+A run is made from a :class:`~frugalnas.ports.trial_report.TrialReport` in one place,
 :func:`trial_run`: the report the study hands the plugin when a trial ends, or the one
 :func:`report_of` builds from the storage for a trial no process wrote.
 """
@@ -29,12 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.trial_constraints import feasible_flag
+from frugalnas.ports.trial_constraints import feasible_flag
 
 if TYPE_CHECKING:  # the mlflow plugin loads for --help, which needs no optuna
     from optuna.trial import FrozenTrial
 
-    from frugalnas.core.trial_report import TrialReport
+    from frugalnas.ports.trial_report import TrialReport
 
 #: MLflow's longest parameter value; a longer architecture string is also written whole as
 #: the artifact ``architecture.txt``.
@@ -128,7 +128,7 @@ def report_of(tracker: Any, frozen: FrozenTrial) -> TrialReport:
     """The :class:`TrialReport` of a finished trial as the storage records it (the same one
     the study hands the plugins for a stale trial)."""
     study = tracker.study
-    from frugalnas.core.trial_report import TrialReport
+    from frugalnas.ports.trial_report import TrialReport
 
     return TrialReport.from_frozen(frozen, study.space, study.config.objectives)
 
@@ -402,7 +402,7 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
     (trial number -> (state, run id)) receives every trial whose run is right afterwards, and
     ``unsettled`` the runs found for the trials left alone (skipped or not finished), so that
     their writer completes those runs without searching for them."""
-    from frugalnas.core import optuna_compat
+    from frugalnas.ports import optuna_compat
 
     if trials is None:
         trials = optuna_compat.fresh_trials(tracker.study.optuna_study)

@@ -175,7 +175,7 @@ class StudyReview:
 
 def entry_of_report(report: Any) -> ReviewEntry:
     """A :class:`ReviewEntry` from a COMPLETE trial's
-    :class:`~frugalnas.core.trial_report.TrialReport`."""
+    :class:`~frugalnas.ports.trial_report.TrialReport`."""
     from dataclasses import asdict
 
     cost = {k: float(v) for k, v in asdict(report.cost).items()} if report.cost is not None else {}
@@ -190,8 +190,8 @@ def entry_of_report(report: Any) -> ReviewEntry:
 
 def entry_of_trial(frozen: Any) -> ReviewEntry:
     """A :class:`ReviewEntry` from a COMPLETE trial as the storage records it."""
-    from frugalnas.core.keys import ARCHITECTURE_ATTR, COST_ATTR, METRICS_ATTR
-    from frugalnas.core.trial_constraints import recorded_feasible
+    from frugalnas.ports.keys import ARCHITECTURE_ATTR, COST_ATTR, METRICS_ATTR
+    from frugalnas.ports.trial_constraints import recorded_feasible
 
     def numbers(raw: Any) -> dict[str, float]:
         return {k: float(v) for k, v in (raw or {}).items()

@@ -21,7 +21,7 @@ Block it with ``-p no:mlflow`` (``--no-tracking``,
 The optuna storage is the record of truth and MLflow follows it: when a study (or a worker)
 starts and when it ends, :mod:`frugalnas.tracking.mlflow.reconcile` writes the runs that a
 killed process never wrote and closes the ones it left open. The writes of all processes on
-one storage take turns under one lock (``frugalnas.core.worker.study_lock``), so there is one
+one storage take turns under one lock (``frugalnas.distribution.worker.study_lock``), so there is one
 parent run per study and one run per trial. The tracking URI is checked before the first
 trial (:mod:`frugalnas.tracking.mlflow.checks`).
 
@@ -67,10 +67,10 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.core.errors import ConfigError, OperationalFailure
-from frugalnas.core.plugins import hookimpl
-from frugalnas.core.secrets import OptionRoles, mask_text, option_roles, without_masked_password
-from frugalnas.core.storage_url import masked, operational_failure
+from frugalnas.ports.errors import ConfigError, OperationalFailure
+from frugalnas.host.plugins import hookimpl
+from frugalnas.ports.secrets import OptionRoles, mask_text, without_masked_password
+from frugalnas.engine.storage_url import masked, operational_failure
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
 from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
@@ -80,7 +80,7 @@ from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG
 from frugalnas.tracking.mlflow.review import StudyReview, entry_of_report, entry_of_trial
 
 if TYPE_CHECKING:  # the plugin loads for --help, which needs no optuna
-    from frugalnas.core.trial_report import TrialReport
+    from frugalnas.ports.trial_report import TrialReport
 
 PLUGIN = "mlflow"
 OPTIONS = ("tracking_uri", "hypervolume_reference", "ui_url", "units")
@@ -150,7 +150,7 @@ def prepare_tracking_store(uri: str) -> None:
         return
     from mlflow import MlflowClient
 
-    from frugalnas.core.worker import file_lock
+    from frugalnas.distribution.worker import file_lock
 
     path = Path(uri[len("sqlite:///"):]).resolve()
     with file_lock(path.with_name(path.name + ".frugalnas.lock")):
@@ -311,7 +311,7 @@ class StudyTracker:
     run for one trial, and a reconciliation never sees a run another worker is writing."""
 
     def __init__(self, study: Any):
-        from frugalnas.core.worker import study_lock
+        from frugalnas.distribution.worker import study_lock
 
         self.study = study
         self.uri = tracking_uri_of(study.config)
@@ -413,7 +413,7 @@ class StudyTracker:
         """Reconcile MLflow with the storage. At the start, the trials this process is about
         to write are left to it; at the end, nothing is read from MLflow when every finished
         trial in the storage is one whose run this process wrote or checked."""
-        from frugalnas.core import optuna_compat
+        from frugalnas.ports import optuna_compat
 
         trials = optuna_compat.fresh_trials(self.study.optuna_study)
         self._review_trials(trials)
@@ -445,7 +445,7 @@ class StudyTracker:
     def _log_config(self) -> None:
         from mlflow.entities import Param
 
-        cfg = json.loads(self.study.config.to_json(option_roles(self.study.host)))
+        cfg = json.loads(self.study.config.to_json(self.study.host.option_roles()))
         params = [Param(k, json.dumps(v) if isinstance(v, (dict, list)) else str(v))
                   for k, v in sorted(cfg.items())]
         self.client.log_batch(self.parent_run_id, params=params)

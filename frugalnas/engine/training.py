@@ -1,0 +1,187 @@
+"""The training loop every training estimator shares; steps run through a Backend."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from frugalnas.ports.backend import Backend, LossFn
+from frugalnas.ports.data import DataSource
+from frugalnas.ports.errors import ConfigError, TrialFailure, check_range
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass
+class TrainConfig:
+    epochs: float = 1.0
+    batch_size: int = 64
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    optimizer: str = "sgd"
+    max_steps: int | None = None      # stop after this many steps (low-fidelity budgets)
+
+    def __post_init__(self) -> None:
+        from frugalnas.ports.errors import check_choice, check_range
+
+        check_range("epochs", self.epochs, 0)
+        check_range("batch_size", self.batch_size, 1)
+        check_range("lr", self.lr, 0)
+        check_range("momentum", self.momentum, 0, 1)
+        check_range("weight_decay", self.weight_decay, 0)
+        if self.max_steps is not None:
+            check_range("max_steps", self.max_steps, 1)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+
+
+@dataclass
+class TrainReport:
+    """What a run of :func:`run_steps` did: steps, epochs (steps over batches per epoch),
+    seconds, every step's loss, and the training FLOPs where the trainer counts them."""
+
+    steps: int = 0
+    epochs: float = 0.0
+    seconds: float = 0.0
+    losses: list[float] = field(default_factory=list)
+    flops: float = 0.0
+
+    def mean_loss(self, last: int | None = None) -> float:
+        """The mean of the last ``last`` step losses (all of them by default); 0.0 without
+        steps."""
+        window = self.losses[-last:] if last else self.losses
+        return sum(window) / len(window) if window else 0.0
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                           weight_decay=cfg.weight_decay, nesterov=cfg.momentum > 0)
+
+
+Batches = Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
+"""An epoch's training batches: ``epoch -> iterable of (x, y)``."""
+
+StepFn = Callable[[int, torch.Tensor, torch.Tensor], float]
+"""One optimisation step: ``(global step, x, y) -> loss``."""
+
+
+def run_steps(batches: Batches, step: StepFn, *, total_steps: int, steps_per_epoch: int,
+              first_step: int = 0, first_epoch: int = 0,
+              on_epoch: Callable[[int, list[float]], None] | None = None,
+              what: str = "training") -> TrainReport:
+    """The training loop of every trainer in frugalnas (the ``train`` and low-fidelity
+    estimators, the supernet, DARTS, si-evolution, export): run ``step`` on the batches of
+    epochs ``first_epoch, first_epoch + 1, ...`` until ``total_steps`` steps have run, counting
+    global steps from ``first_step``.
+
+    One rule for every trainer: a non-finite loss raises :class:`TrialFailure` naming ``what``
+    and the step. ``on_epoch(epoch, losses)`` follows every epoch that ran all of its
+    ``steps_per_epoch`` batches. The report's ``epochs`` counts steps in epochs."""
+    check_range("total_steps", total_steps, 0)
+    check_range("steps_per_epoch", steps_per_epoch, 1)
+    report = TrainReport()
+    start = time.perf_counter()
+    epoch = first_epoch
+    while report.steps < total_steps:
+        epoch_losses: list[float] = []
+        for x, y in batches(epoch):
+            loss = step(first_step + report.steps, x, y)
+            if not math.isfinite(loss):
+                raise TrialFailure(f"non-finite {what} loss {loss} at step "
+                                   f"{first_step + report.steps}")
+            epoch_losses.append(loss)
+            report.steps += 1
+            if report.steps >= total_steps:
+                break
+        if not epoch_losses:  # an epoch without batches would repeat for ever
+            raise ConfigError(f"{what}: epoch {epoch} has no training batch")
+        report.losses.extend(epoch_losses)
+        if on_epoch is not None and len(epoch_losses) == steps_per_epoch:
+            on_epoch(epoch, epoch_losses)
+        epoch += 1
+    report.epochs = report.steps / steps_per_epoch
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def backend_step(backend: Backend, model: Callable[[int], tuple[nn.Module, torch.optim.Optimizer]],
+                 *, after: Callable[[int], None] | None = None,
+                 loss_fn: LossFn | None = None) -> StepFn:
+    """The usual step: ``model(step)`` gives the network and optimiser to train (the same
+    every step, or a sub-network drawn per step), trained in train mode through
+    ``backend.train_step`` with ``loss_fn`` (default: cross-entropy); ``after(step)`` then
+    runs (a schedule)."""
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+
+    def step(index: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        net, optimizer = model(index)
+        net.train()
+        loss = backend.train_step(net, optimizer, loss_fn, x, y, index)
+        if after is not None:
+            after(index)
+        return loss
+
+    return step
+
+
+def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainConfig, *,
+          seed: int = 0, on_epoch: Callable[[int, float], None] | None = None) -> TrainReport:
+    """Train ``model`` (already prepared by ``backend``) with a cosine schedule.
+
+    Fractional ``epochs`` train on that fraction of an epoch's batches. ``on_epoch(epoch,
+    mean_loss)`` is called after each full epoch (used for pruning). A non-finite loss raises
+    :class:`TrialFailure`."""
+    n_train = dataset.num_examples("train")
+    if n_train == 0:  # no batch would ever come: the loop would never end
+        raise ConfigError(f"cannot train on dataset {dataset.name!r}: its training split is "
+                          "empty")
+    batches_per_epoch = math.ceil(n_train / cfg.batch_size)
+    total_steps = max(1, math.ceil(cfg.epochs * batches_per_epoch))
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+    optimizer = make_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+
+    def each_epoch(epoch: int, losses: list[float]) -> None:
+        if on_epoch is not None:
+            on_epoch(epoch + 1, sum(losses) / len(losses))
+
+    return run_steps(
+        lambda epoch: dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch),
+        backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step()),
+        total_steps=total_steps, steps_per_epoch=batches_per_epoch, on_epoch=each_epoch)
+
+
+def accuracy(model: nn.Module, backend: Backend, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Top-1 accuracy in percent."""
+    logits = backend.predict(model, x)
+    return float((logits.argmax(1) == y).float().mean().item() * 100.0)
+
+
+def split_accuracy(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",
+                   limit: int | None = None) -> float:
+    """Top-1 accuracy in percent on (the first ``limit`` examples of) a split, read through
+    the source's evaluation batches (an in-memory source: one call on the whole split)."""
+    parts = [(backend.predict(model, x), y) for x, y in data.eval_batches(which, limit)]
+    if len(parts) == 1:
+        logits, y = parts[0]
+    else:
+        logits, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    return float((logits.argmax(1) == y).float().mean().item() * 100.0)
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
