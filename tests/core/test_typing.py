@@ -10,6 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKED = ("frugalnas/ports", "frugalnas/host", "frugalnas/engine", "frugalnas/distribution",
+           "frugalnas/cli",
            "examples/plugin_hello/frugalnas_hello")
 
 
