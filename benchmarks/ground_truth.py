@@ -7,7 +7,7 @@ scratch with the same budget. Results are appended, one JSON line per (cell, see
 (default ``benchmarks/results/ground_truth/<name>.jsonl``, committed with the repository), so a
 run cut short by ``--budget``, a kill or a time limit resumes where it stopped, from any
 machine. When every (cell, seed) is done, ``--pack`` writes
-``frugalnas/data/ground_truth/<name>.json`` (accuracies to 3 decimals, the command and seeds).
+``benchmarks/frugalnas_lab/references/<name>.json`` (accuracies to 3 decimals, the command and seeds).
 Spaces: ``nb201`` and ``dag`` cells (``--N``, ``--C``, ``--nodes``, ``--reductions``) and
 ``mobilenet`` networks (``--width``: the width multiplier; ``--resolutions``: searched input
 sides; ``--resize 0`` keeps 28x28 MNIST). ``--dataset`` names any registered dataset and
@@ -39,7 +39,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "ground_truth"
-SHIPPED = REPO / "frugalnas" / "data" / "ground_truth"
+SHIPPED = REPO / "benchmarks" / "frugalnas_lab" / "references"
 
 
 def space_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _work(job: dict[str, Any]) -> dict[str, Any]:
     from frugalnas.backends.single_device import SingleDeviceBackend
     from frugalnas.host.plugins import PluginHost
     from frugalnas.engine.training import TrainConfig
-    from frugalnas.weight_sharing.ground_truth import train_stand_alone
+    from frugalnas_lab.ground_truth import train_stand_alone
 
     host = PluginHost()
     space = host.create("search_spaces", job["space"], **job["space_options"])
@@ -173,7 +173,7 @@ def main() -> int:
           f"trained ({time.monotonic() - start:.0f} s this run)")
     rows = [a for a in cells if all((a, s) in done for s in seeds)]
     if len(rows) >= 3 and len(seeds) >= 2:
-        from frugalnas.weight_sharing.ground_truth import GroundTruth
+        from frugalnas_lab.ground_truth import GroundTruth
 
         gt = GroundTruth(args.name, args.space, space_options(args), args.dataset, args.epochs,
                          seeds, rows, np.array([[done[(a, s)]["valid"] for s in seeds] for a in rows]),

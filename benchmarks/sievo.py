@@ -43,7 +43,7 @@ from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.sievo import retrain
 from frugalnas.sievo.final import final_choice
 from frugalnas.spaces.dag.space import DagSpace
-from frugalnas.weight_sharing.ground_truth import reference_ceiling
+from frugalnas_lab.ground_truth import reference_ceiling
 
 
 def space_options(args: argparse.Namespace, attention: bool = True) -> dict:

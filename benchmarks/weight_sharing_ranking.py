@@ -48,7 +48,7 @@ from scipy.stats import kendalltau
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.host.plugins import PluginHost
 from frugalnas.engine.training import TrainConfig, seed_everything
-from frugalnas.weight_sharing.ground_truth import GroundTruth, load_ground_truth
+from frugalnas_lab.ground_truth import GroundTruth, load_ground_truth
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
 
 VARIANTS = {

@@ -95,7 +95,7 @@ def test_weight_sharing_ranking_refuses_a_variant_the_space_lacks(tmp_path):
 @pytest.mark.slow  # imports torch, optuna and scipy
 def test_the_shipped_mobilenet_ground_truth_loads_with_its_command_and_ceiling():
     from frugalnas.spaces.mobilenet.space import MobileNetSpace
-    from frugalnas.weight_sharing.ground_truth import load_ground_truth, shipped_names
+    from frugalnas_lab.ground_truth import load_ground_truth, shipped_names
 
     assert "mobilenet-mnist5k" in shipped_names()
     gt = load_ground_truth("mobilenet-mnist5k")
@@ -131,7 +131,7 @@ def test_a_reference_and_its_supernet_ranking_on_another_dataset(tmp_path):
 
     # A reference file records its space, data and input side: given it alone, the ranking
     # trains and scores on the same (the scores of the run above are found under their key).
-    from frugalnas.weight_sharing.ground_truth import GroundTruth
+    from frugalnas_lab.ground_truth import GroundTruth
 
     archs = list(dict.fromkeys(r["arch"] for r in rows))  # the order the partial file has
     valid = np.array([[next(r["valid"] for r in rows if r["arch"] == a and r["seed"] == s)
@@ -156,7 +156,7 @@ def test_a_reference_and_its_supernet_ranking_on_another_dataset(tmp_path):
 
 @pytest.mark.slow  # imports torch, optuna and scipy
 def test_the_shipped_cluttered_reference_is_harder_and_spreads_the_networks():
-    from frugalnas.weight_sharing.ground_truth import load_ground_truth
+    from frugalnas_lab.ground_truth import load_ground_truth
 
     gt = load_ground_truth("mobilenet-cluttered")
     assert (gt.dataset, gt.dataset_options) == ("cluttered-mnist", {"size": 28, "clutter": 6})
@@ -171,7 +171,7 @@ def test_the_shipped_cluttered_reference_is_harder_and_spreads_the_networks():
 @pytest.mark.slow  # imports torch, optuna and scipy
 def test_the_shipped_reference_with_a_searched_resolution_ranks_resolutions_apart():
     from frugalnas.spaces.mobilenet.space import MobileNetSpace
-    from frugalnas.weight_sharing.ground_truth import load_ground_truth
+    from frugalnas_lab.ground_truth import load_ground_truth
 
     gt = load_ground_truth("mobilenet-cluttered-res")
     assert gt.space_options == {"width_mult": 0.35, "resolutions": [12, 16, 20, 24, 28]}

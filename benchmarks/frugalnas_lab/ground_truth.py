@@ -2,7 +2,7 @@
 seeds, to measure how well cheap estimates (weight sharing, proxies, surrogates) rank them.
 
 ``benchmarks/ground_truth.py`` produces it (resumable, in worker processes) and packs it into
-``frugalnas/data/ground_truth/<name>.json``, which ships with the package:
+``benchmarks/frugalnas_lab/references/<name>.json``, kept with the benchmarks:
 :func:`load_ground_truth` reads it, :meth:`GroundTruth.kendall_tau` scores a ranking against
 the mean over seeds, and :meth:`GroundTruth.tau_ceiling` says how far the reference's own
 noise lets any ranking go (the Kendall tau between its seeds); :func:`reference_ceiling` models
@@ -16,7 +16,6 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,8 @@ from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.space import SearchSpace
 from frugalnas.engine.training import TrainConfig, seed_everything, split_accuracy, train
 
-PACKAGE_DIR = "frugalnas.data"
-SUBDIR = "ground_truth"
+#: The packed references, kept beside this module.
+REFERENCES = Path(__file__).resolve().parent / "references"
 
 
 @dataclass
@@ -147,19 +146,19 @@ def _described_dataset(text: str) -> tuple[str, dict[str, Any], int]:
 
 
 def shipped_names() -> list[str]:
-    folder = resources.files(PACKAGE_DIR) / SUBDIR
+    folder = REFERENCES
     if not folder.is_dir():
         return []
     return sorted(p.name[:-len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
 def load_ground_truth(name: str | Path) -> GroundTruth:
-    """A ground truth shipped with frugalnas by name, or a JSON file written by
+    """A packed reference by name, or a JSON file written by
     ``benchmarks/ground_truth.py``."""
     path = Path(name)
     if path.suffix == ".json" and path.exists():
         return GroundTruth.from_json(json.loads(path.read_text()))
-    folder = resources.files(PACKAGE_DIR) / SUBDIR
+    folder = REFERENCES
     item = folder / f"{name}.json"
     if not item.is_file():
         raise ConfigError(f"unknown ground truth {str(name)!r}; shipped: "
