@@ -365,9 +365,6 @@ class PluginHost:
         return self.pm.has_plugin(name)
 
 
-_default_host: PluginHost | None = None
-
-
 def _culprit(exc: BaseException, impls: list[Any]) -> str:
     codes = {getattr(i.function, "__code__", None): i.plugin_name for i in impls}
     name, tb = "(unknown plugin)", exc.__traceback__
@@ -378,27 +375,17 @@ def _culprit(exc: BaseException, impls: list[Any]) -> str:
 
 
 def get_host(plugins: Sequence[Any] = (), disable_plugins: Iterable[str] = ()) -> PluginHost:
-    """The shared default host, or a new one when plugins are added or blocked."""
-    global _default_host
-    plugins, disable_plugins = list(plugins), list(disable_plugins)
-    if plugins or disable_plugins:
-        return PluginHost(plugins, disable_plugins)
-    if _default_host is None:
-        _default_host = PluginHost()
-    return _default_host
-
-
-def reset_default_host() -> None:
-    """Forget the cached default host (after installing a plugin, or in tests)."""
-    global _default_host
-    _default_host = None
+    """A new host with the built-in and installed plugins, plus ``plugins`` and less
+    ``disable_plugins``; nothing is shared between two calls, so what one study registers in
+    its host (a given search space) no other study sees."""
+    return PluginHost(list(plugins), list(disable_plugins))
 
 
 def list_components(kind: str) -> list[str]:
-    """Names of the registered components of ``kind`` in the default host."""
+    """Names of the registered components of ``kind`` (built-in and installed plugins)."""
     return get_host().registry(kind).names()
 
 
 def create_component(kind: str, name: str, **options: Any) -> Any:
-    """Create the component ``name`` of ``kind`` from the default host."""
+    """Create the component ``name`` of ``kind`` from the built-in and installed plugins."""
     return get_host().create(kind, name, **options)

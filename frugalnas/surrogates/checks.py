@@ -45,7 +45,7 @@ def _data(seed: int, n: int, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
 
 def check_surrogate(surrogate: Any, host: Any = None) -> None:
     """Raise :class:`SurrogateCheckError` unless ``surrogate`` (an instance, a class or factory
-    called without arguments, or a name registered in ``host``, default: the default host)
+    called without arguments, or a name registered in ``host``, default: a host of the installed plugins)
     follows the contract: parameters stored unchanged by ``__init__``
     (``get_params``/``clone`` round-trip), a clear error on
     ``predict`` before ``fit``, ``fit`` returning ``self``, ``predict`` returning finite

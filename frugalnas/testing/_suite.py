@@ -103,7 +103,7 @@ _QUIET_HOSTS: Any = None
 
 
 def quiet_host(host: Any = None) -> Any:
-    """``host`` (default: the default host, every installed plugin) without the tracking and
+    """``host`` (default: a new host of every installed plugin) without the tracking and
     progress plugins, for the studies the checks create; plugins given to ``host`` as objects
     are kept."""
     global _QUIET_HOSTS

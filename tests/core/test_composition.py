@@ -242,7 +242,9 @@ def test_tracking_and_export_do_not_import_each_other():
     assert not bad, bad
 
 
-def test_no_component_reaches_for_the_default_host():
+def test_no_component_makes_a_host_of_its_own():
+    """A component receives its study's host; only the public convenience functions and the
+    study (when no host is given) make one from the installed plugins."""
     users = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
              if "get_host(" in p.read_text()} - {"host/plugins.py", "engine/study.py",
                                                   "__init__.py"}

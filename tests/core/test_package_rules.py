@@ -16,9 +16,6 @@ MUTABLE_STATE = {
         "host-device copy bandwidth is a property of the machine, measured once per process",
     ("backends/virtual_node/world.py", "_ACTIVE"):
         "torch.distributed has one default process group per process; this mirrors it",
-    ("host/plugins.py", "_default_host"):
-        "the host behind the public convenience functions (frugalnas.get_host, create_study "
-        "without plugins); nothing below them falls back to it",
     ("distribution/worker.py", "_LOCKS"):
         "fcntl locks belong to the process: threads of one process share one lock per file",
     ("proxies/runner.py", "_STATE"):

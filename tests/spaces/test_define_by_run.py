@@ -227,3 +227,15 @@ def test_load_study_refuses_a_stored_path_unless_allowed(tmp_path, monkeypatch):
     monkeypatch.setenv("FRUGALNAS_PLUGINS_ALLOW", __name__.split(".")[0])
     study = frugalnas.load_study(study_name="s", storage=storage, disable_plugins=["mlflow"])
     assert study.space.name == "small_cnn"
+
+
+def test_a_builder_given_to_one_study_is_not_seen_by_the_next_one():
+    """Studies created without a host each get their own: a builder registered by one does
+    not reach another, nor the public convenience functions."""
+    first = frugalnas.create_study(space=small_cnn, estimator="params", direction="minimize")
+    second = frugalnas.create_study(space="nb201", space_options={"N": 1, "C": 4},
+                                    estimator="params", direction="minimize")
+    assert first.host is not second.host
+    assert first.config.space in first.host.given_spaces
+    assert not second.host.given_spaces and not frugalnas.get_host().given_spaces
+    assert frugalnas.get_host() is not frugalnas.get_host()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import frugalnas
-from frugalnas.host.plugins import PluginHost, reset_default_host
+from frugalnas.host.plugins import PluginHost
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plugin_hello"
 
@@ -20,10 +20,8 @@ def installed_example():
     subprocess.run(pip + ["install", "--no-deps", "--no-build-isolation", str(EXAMPLE)],
                    check=True, capture_output=True, timeout=300)
     importlib.invalidate_caches()
-    reset_default_host()
     yield
     subprocess.run(pip + ["uninstall", "-y", "frugalnas-hello"], check=True, capture_output=True)
-    reset_default_host()
 
 
 @pytest.mark.slow
