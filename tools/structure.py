@@ -7,7 +7,7 @@ Figures: import cycles between modules of ``frugalnas/`` (every ``import`` of a 
 module counts, wherever it stands, except under ``if TYPE_CHECKING:``), function-local imports
 (all, and those of frugalnas modules), ``global`` statements, the longest function, the largest
 module, the parameters of ``create_study``, the public members of ``SearchSpace`` and the
-package's lines (code and docstrings; blank lines and comments not counted).
+package's lines (all, and those of code and docstrings: blank and comment lines left out).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
-    """The dotted names an import statement brings in (relative ones resolved)."""
+    """The dotted names an import statement brings in (relative ones resolved): for
+    ``from P import N``, ``P.N`` (resolved later to the submodule ``P.N`` or to ``P``)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     base = node.module or ""
@@ -58,7 +59,7 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) 
         anchor = anchor if is_package else anchor[:-1]
         anchor = anchor[:len(anchor) - node.level + 1]
         base = ".".join([*anchor, base] if base else anchor)
-    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+    return [f"{base}.{alias.name}" for alias in node.names]
 
 
 def _walk(node: ast.AST, in_function: bool) -> Iterator[tuple[ast.AST, bool]]:
@@ -85,8 +86,7 @@ def read_modules() -> dict[str, ModuleFacts]:
                 continue
             names = _imported(node, fact.name, is_package)
             if in_function:
-                fact.local_imports.append(names[0] if isinstance(node, ast.Import)
-                                          else names[-1])
+                fact.local_imports.append(names[0])
             for name in names:
                 target = _known_module(name, facts)
                 if target and target != fact.name:
@@ -212,7 +212,9 @@ def figures(facts: dict[str, ModuleFacts]) -> dict[str, str]:
         "largest module": f"{largest[0]} lines ({largest[1]})",
         "create_study parameters": str(_function_parameters(facts, study, "create_study")),
         "SearchSpace public members": str(_public_members(facts, space, "SearchSpace")),
-        "package lines": str(sum(code_lines(f.path) for f in facts.values())),
+        "package lines": f"{sum(len(f.path.read_text().splitlines()) for f in facts.values())} "
+                         f"({sum(code_lines(f.path) for f in facts.values())} of code and "
+                         "docstrings)",
     }
 
 
