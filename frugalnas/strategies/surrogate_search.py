@@ -28,7 +28,7 @@ from frugalnas.multiobjective.hypervolume import (check_reference_point, hypervo
                                                  nondominated_rows)
 from frugalnas.multiobjective.pareto import direction_signs
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
-from frugalnas.surrogates.encodings import make_encoding, preferred_encoding
+from frugalnas.surrogates.choice import make_encoding, preferred_encoding
 from frugalnas.surrogates.quality import rank_quality
 from frugalnas.strategies.base import ArchSampler, History
 from frugalnas.strategies.regularized import RegularizedEvolutionSampler

@@ -21,7 +21,7 @@ __getattr__ = lazy_attributes(__name__, {
     "check_surrogate": "frugalnas.surrogates.checks",
     "ENCODINGS": "frugalnas.surrogates.encodings",
     "Encoding": "frugalnas.surrogates.encodings",
-    "make_encoding": "frugalnas.surrogates.encodings",
+    "make_encoding": "frugalnas.surrogates.choice",
     "RandomForestSurrogate": "frugalnas.surrogates.forest",
     "LightGBMSurrogate": "frugalnas.surrogates.gbm",
     "GPSurrogate": "frugalnas.surrogates.gp",

@@ -1,4 +1,4 @@
-"""Architecture encodings for surrogates, chosen by name.
+"""Architecture encodings for surrogates (chosen by name in :mod:`.choice`).
 
 * ``onehot``: every categorical decision one-hot, every numeric one scaled to [0, 1]; works on
   any :class:`SearchSpace`.
@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from frugalnas.ports.architecture import Architecture
-from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.space import SearchSpace
 
 #: The built-in encodings: ``onehot`` and ``proxy`` work on every space; ``adjacency`` and
 #: ``path`` are NB201's own (a space lists its own in ``SearchSpace.encodings``).
 ENCODINGS = ("onehot", "adjacency", "path", "proxy")
-#: Encodings that work on every space.
-GENERIC = ("onehot", "proxy")
 
 
 class Encoding:
@@ -63,36 +59,3 @@ class OneHotEncoding(Encoding):
                     lo, hi, v = math.log(lo), math.log(hi), math.log(v)
                 out.append((v - lo) / (hi - lo) if hi > lo else 0.0)
         return np.asarray(out, dtype=np.float64)
-
-
-def make_encoding(name: str, space: SearchSpace, **options: Any) -> Encoding:
-    """The encoding ``name`` for ``space``: ``onehot`` or ``proxy`` (any space) or one of the
-    space's own (:meth:`~frugalnas.ports.space.SearchSpace.encodings`, e.g. NB201's
-    ``adjacency`` and ``path``); ``options`` go to the ``proxy`` encoding (see
-    :class:`~.proxy_features.ProxyEncoding`). ConfigError naming the space's encodings when
-    it has no encoding ``name``."""
-    own = space.encodings()
-    if name not in GENERIC and name not in own:
-        valid = ", ".join(available_encodings(space))
-        raise ConfigError(f"unknown encoding {name!r} for search space {space.name!r}; its "
-                          f"encodings: {valid}")
-    if name == "proxy":
-        from frugalnas.surrogates.proxy_features import ProxyEncoding
-
-        return ProxyEncoding(space, **options)
-    if options:
-        raise ConfigError(f"encoding {name!r} takes no options, got {sorted(options)}")
-    if name == "onehot":
-        return OneHotEncoding(space)
-    encoding: Encoding = own[name](space)
-    return encoding
-
-
-def available_encodings(space: SearchSpace) -> list[str]:
-    """The names :func:`make_encoding` accepts for ``space``."""
-    return ["onehot", *[n for n in space.encodings() if n not in GENERIC], "proxy"]
-
-
-def preferred_encoding(space: SearchSpace, preferred: str) -> str:
-    """``preferred`` when ``space`` has it, else ``onehot`` (a strategy's default encoding)."""
-    return preferred if preferred in GENERIC or preferred in space.encodings() else "onehot"
