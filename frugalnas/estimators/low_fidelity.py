@@ -4,6 +4,7 @@ shallower network. Scores validation accuracy like ``train``, at a fraction of i
 
 from __future__ import annotations
 
+from frugalnas.ports.capabilities import Scaling, require_capability
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError, check_range
@@ -48,10 +49,10 @@ class LowFidelityEstimator(TrainEstimator):
         space = context.space
         if self.width is not None or self.depth is not None:
             try:
-                space = space.scaled(width=self.width, depth=self.depth)
+                scaling = require_capability(space, Scaling, "low-fidelity width/depth")
             except ConfigError as e:
-                raise ConfigError(f"low-fidelity width/depth: {e}; leave width/depth "
-                                  "unset") from None
+                raise ConfigError(f"{e}; leave width/depth unset") from None
+            space = scaling.scaled(width=self.width, depth=self.depth)
         return space.build(arch, dataset.num_classes, dataset.input_shape)
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:

@@ -1,6 +1,6 @@
 """Declared structure of the networks a space builds, for components that work block by block
 (the out-of-core backend, the AZ-NAS proxies), and of the shared builders of weight
-sharing (``SearchSpace.shared_builder``) that DARTS can relax."""
+sharing (a ``WeightSharing`` capability's ``shared_builder``) that DARTS can relax."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class BlockNetwork(Protocol):
 
 @runtime_checkable
 class RelaxedBuilder(Protocol):
-    """A shared builder (``SearchSpace.shared_builder``) with DARTS's continuous relaxation:
+    """A shared builder (a ``WeightSharing`` capability's ``shared_builder``) with DARTS's continuous relaxation:
     ``mixed(get, alphas)`` is the network whose every decision mixes its choices by
     softmax(alphas) rows, its modules from ``get(key)``."""
 
@@ -36,7 +36,7 @@ class RelaxedBuilder(Protocol):
 
 @runtime_checkable
 class SharedBuilder(Protocol):
-    """What ``SearchSpace.shared_builder`` returns (weight sharing, docs/weight_sharing.md):
+    """What a ``WeightSharing`` capability's ``shared_builder`` returns (weight sharing, docs/weight_sharing.md):
     every store key of the supernet, a fresh module for a key, and the network of an
     architecture assembled from the store's modules."""
 
@@ -55,7 +55,7 @@ class SharedBuilder(Protocol):
 
 @runtime_checkable
 class Relaxation(Protocol):
-    """A continuous relaxation of a space for DARTS (``SearchSpace.darts_relaxation``): the
+    """A continuous relaxation of a space for DARTS (a ``DartsRelaxation`` capability): the
     shape of its mixing weights, the mixed network, and how an architecture is read off or
     drawn from the weights."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
@@ -13,12 +13,10 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
                                   FloatDistribution, IntDistribution)
 
 from frugalnas.ports.architecture import Architecture
-from frugalnas.ports.errors import ArchitectureParseError, ConfigError
+from frugalnas.ports.errors import ArchitectureParseError
 
 if TYPE_CHECKING:
     from torch import nn
-
-    from frugalnas.ports.network import Relaxation, SharedBuilder
 
 
 class SearchSpace(ABC):
@@ -29,6 +27,10 @@ class SearchSpace(ABC):
     #: The class of this space's architectures (a subclass with its own text form, or the
     #: generic :class:`Architecture`).
     genotype: ClassVar[type[Architecture]] = Architecture
+    #: The space's optional capabilities (weight sharing, progressive shrinking, ...): each
+    #: protocol of :mod:`frugalnas.ports.capabilities` mapped to its adapter's factory
+    #: ``(space) -> adapter``, or to ``"package.module:attribute"`` naming it.
+    capabilities: ClassVar[Mapping[type, Any]] = {}
 
     @abstractmethod
     def distributions(self) -> dict[str, BaseDistribution]:
@@ -133,59 +135,11 @@ class SearchSpace(ABC):
     def enumerate(self) -> Iterator[Architecture]:
         raise NotImplementedError(f"space {self.name!r} cannot be enumerated")
 
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> SharedBuilder:
-        """Weight sharing (:mod:`frugalnas.weight_sharing`): an object with ``keys()`` (every
-        store key of the supernet), ``factory(key)`` (a fresh module for a key), ``subnet(arch, get)`` (the network of ``arch`` built
-        from ``get(key)`` modules) and, for differentiable search, ``mixed(get, alphas)``.
-        Spaces that support weight sharing override this; see docs/weight_sharing.md."""
-        raise ConfigError(f"search space {self.name!r} does not support weight sharing (it has "
-                          "no shared_builder); built-in spaces that do: nb201, dag, mobilenet")
-
     def active_decisions(self, arch: Architecture) -> dict[str, BaseDistribution]:
         """The decisions ``arch`` holds, in order: every decision of :meth:`distributions`
         (the default), or, in a space with conditional decisions (a define-by-run space), only
         those its network uses; the others are neither stored nor mutated."""
         return self.distributions()
-
-    # -- optional capabilities: each default declines ------------------------------------
-    def has_shared_weights(self) -> bool:
-        """Whether the space overrides :meth:`shared_builder` (supports weight sharing)."""
-        return type(self).shared_builder is not SearchSpace.shared_builder
-
-    def shrinking_phases(self) -> list[tuple[str, Callable[[random.Random], Architecture]]]:
-        """Progressive shrinking (Once-for-All, Cai et al., ICLR 2020): the supernet's
-        training phases in order, each a name and a sampler of the architectures trained in
-        it, from the largest network alone to the whole space. The default is none: the
-        space does not support it, and the ``supernet`` estimator refuses the option."""
-        return []
-
-    def sandwich_bounds(self) -> tuple[Architecture, Architecture] | None:
-        """The largest and the smallest network of the space, for the sandwich rule
-        (BigNAS, Yu et al., ECCV 2020: every supernet step trains both). The default is
-        None: the space has no order of size, and the ``supernet`` estimator refuses
-        ``sandwich``."""
-        return None
-
-    def darts_relaxation(self) -> Relaxation | None:
-        """The space's own continuous relaxation for the ``darts`` strategy (an object with
-        ``shape``, ``weights``, ``network``, ``read`` and ``sample``), or None (the default):
-        DARTS then mixes the choices of every decision (all categorical, equally many)."""
-        return None
-
-    def scaled(self, *, width: int | None = None, depth: int | None = None) -> "SearchSpace":
-        """A copy of the space whose networks are ``width`` wide and ``depth`` deep (each
-        mapped to the space's own options; None keeps it), for low-fidelity training. The
-        default refuses: the space cannot be scaled."""
-        raise ConfigError(f"search space {self.name!r} cannot be scaled in width or depth (it "
-                          "does not override SearchSpace.scaled); built-in spaces that can: "
-                          "nb201, dag")
-
-    def encodings(self) -> Mapping[str, Callable[["SearchSpace"], Any]]:
-        """The space's own architecture encodings for surrogates, by name, each a factory
-        ``(space) -> encoding`` (see :mod:`frugalnas.surrogates.encodings`); the generic
-        ``onehot`` and ``proxy`` encodings work on every space and are not listed here."""
-        return {}
 
     def describe(self) -> dict[str, Any]:
         return {k: describe_distribution(d) for k, d in self.distributions().items()}

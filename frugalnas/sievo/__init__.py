@@ -1,7 +1,7 @@
 """SI-EvoNAS (built-in plugin ``sievo``): the ``si-evolution`` strategy (sampled training of the
 population on shared weights) and the ``inherited`` estimator (node inheritance), both on a
 :class:`~frugalnas.weight_sharing.supernet.Supernet`; ``inherited`` also serves any other
-strategy on any space with a ``shared_builder`` (see docs/weight_sharing.md)."""
+strategy on any space with weight sharing (see docs/weight_sharing.md)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def frugalnas_estimators() -> dict[str, Any]:
         "frugalnas.sievo.estimator:InheritedEstimator",
         "Scores a candidate on validation data with weights inherited from the study's shared "
         "store (a :class:`~frugalnas.weight_sharing.supernet.Supernet` with one module per "
-        "operation and position), on any space with a ``shared_builder`` (``dag``, NB201).")}
+        "operation and position), on any space with weight sharing (``dag``, NB201).")}
 
 
 @hookimpl

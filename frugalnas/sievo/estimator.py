@@ -1,6 +1,6 @@
 """The ``inherited`` estimator: scores a candidate with weights inherited from the study's
-supernet (:class:`~frugalnas.sievo.session.SievoSession`), on any space with a
-``shared_builder`` (``dag``, NB201).
+supernet (:class:`~frugalnas.sievo.session.SievoSession`), on any space with
+weight sharing (``dag``, NB201).
 
 When the study's strategy shares :class:`GenerationPlans` (the ``si-evolution`` strategy), the
 estimator also carries out the plans: the first trial of a generation trains the generation's
@@ -40,7 +40,7 @@ def shared_plans(context: TrialContext) -> GenerationPlans | None:
 class InheritedEstimator(Estimator):
     """Scores a candidate on validation data with weights inherited from the study's shared
     store (a :class:`~frugalnas.weight_sharing.supernet.Supernet` with one module per
-    operation and position), on any space with a ``shared_builder`` (``dag``, NB201).
+    operation and position), on any space with weight sharing (``dag``, NB201).
 
     With ``si-evolution`` it runs that strategy's sampled training (the population of each
     generation, in the generation's first trial) and the options below about training are

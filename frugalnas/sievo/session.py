@@ -5,7 +5,7 @@ The supernet is the one :mod:`frugalnas.weight_sharing` trains with SPOS, built 
 ``sharing="operation"`` and ``eager=False``: a module is created when a network first asks
 for its key, so the store grows with the part of the space the search visits. On the ``dag``
 space its keys are those of :class:`~frugalnas.spaces.dag.space.DagMacro`; any space with a
-``shared_builder`` (NB201 built in) works the same way.
+``WeightSharing`` capability (NB201 built in) works the same way.
 
 Checkpoints are :meth:`Supernet.save` files with ``meta`` ``{"generation": ..., ...}``. A file
 of the layout used before (a bare :class:`WeightStore` checkpoint: ``keys``, ``state``,
@@ -27,6 +27,7 @@ import optuna
 import torch
 from torch import nn
 
+from frugalnas.ports.capabilities import WeightSharing, supports
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.cost import count_flops
@@ -67,8 +68,8 @@ def _differing(saved: str, wanted: dict[str, Any]) -> list[str]:
 
 
 def supports_weight_sharing(space: Any) -> bool:
-    """Whether ``space`` has its own ``shared_builder`` (not the refusing default)."""
-    return isinstance(space, SearchSpace) and space.has_shared_weights()
+    """Whether ``space`` declares weight sharing (a :class:`WeightSharing` capability)."""
+    return isinstance(space, SearchSpace) and supports(space, WeightSharing)
 
 
 def check_weight_sharing(space: Any, what: str = "estimator 'inherited'") -> None:
@@ -76,7 +77,7 @@ def check_weight_sharing(space: Any, what: str = "estimator 'inherited'") -> Non
     if not supports_weight_sharing(space):
         name = space.name if isinstance(space, SearchSpace) else space
         raise ConfigError(f"{what} needs a search space with weight sharing (a "
-                          f"shared_builder); space {name!r} has none; "
+                          f"WeightSharing capability); space {name!r} has none; "
                           "built-in spaces that have one: nb201, dag, mobilenet")
 
 

@@ -2,7 +2,7 @@
 
 * ``onehot``: every categorical decision one-hot, every numeric one scaled to [0, 1]; works on
   any :class:`SearchSpace`.
-* a space's own encodings (:meth:`SearchSpace.encodings`), e.g. NB201's ``adjacency`` and
+* a space's own encodings (an ``OwnEncodings`` capability), e.g. NB201's ``adjacency`` and
   ``path`` (:mod:`frugalnas.spaces.nb201.encodings`); asking a space for an encoding it does
   not have is a ConfigError naming the ones it has.
 * ``proxy``: zero-cost proxy scores of the untrained network (see :mod:`.proxy_features`).
@@ -20,7 +20,7 @@ from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.space import SearchSpace
 
 #: The built-in encodings: ``onehot`` and ``proxy`` work on every space; ``adjacency`` and
-#: ``path`` are NB201's own (a space lists its own in ``SearchSpace.encodings``).
+#: ``path`` are NB201's own (a space declares its own in an ``OwnEncodings`` capability).
 ENCODINGS = ("onehot", "adjacency", "path", "proxy")
 
 

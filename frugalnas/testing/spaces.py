@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from frugalnas.ports.capabilities import WeightSharing, capability
 from frugalnas.testing._suite import Suite, describe
 
 #: a decision value no real space offers
@@ -262,17 +263,18 @@ class SearchSpaceChecks(Suite):
 
 
     def check_weight_sharing(self) -> None:
-        """For a space with a supernet (``has_shared_weights``): networks built over one weight
+        """For a space with a supernet (a ``WeightSharing`` capability): networks built over one weight
         store take every parameter from it, ask only keys the builder lists, share tensors
         between architectures and give ``(batch, num_classes)`` logits."""
-        if not self.space.has_shared_weights():
+        sharing = capability(self.space, WeightSharing)
+        if sharing is None:
             return
         import torch
 
         from frugalnas.nn.weight_store import WeightStore
 
         shape = self.input_shapes[0]
-        builder = self.space.shared_builder(self.num_classes, shape)
+        builder = sharing.shared_builder(self.num_classes, shape)
         listed = {repr(k) for k in builder.keys()}  # noqa: SIM118 - a builder, not a dict
         asked: list[Any] = []
         store = WeightStore(builder.factory, seed=self.seed)

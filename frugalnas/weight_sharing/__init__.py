@@ -5,7 +5,7 @@
 - the ``supernet`` estimator: any strategy scores candidates with inherited weights;
 - the ``darts`` strategy: first-order differentiable search on the same store.
 
-A space takes part by implementing ``shared_builder`` (see docs/weight_sharing.md).
+A space takes part by declaring a ``WeightSharing`` capability (see docs/weight_sharing.md).
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ import torch
 from optuna.trial import FrozenTrial
 from torch import nn
 
+from frugalnas.ports.capabilities import (DartsRelaxation, WeightSharing, capability,
+                                          require_capability)
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import Dataset
@@ -103,9 +105,10 @@ class DecisionRelaxation:
 
 
 def relaxation_of(space: SearchSpace) -> Relaxation:
-    """The space's own relaxation (``space.darts_relaxation()``, e.g. the ``dag`` space's,
-    which mixes inputs too), else :class:`DecisionRelaxation`; ConfigError when neither fits."""
-    own = space.darts_relaxation()
+    """The space's own relaxation (its :class:`~frugalnas.ports.capabilities.DartsRelaxation`,
+    e.g. the ``dag`` space's, which mixes inputs too), else :class:`DecisionRelaxation`;
+    ConfigError when neither fits."""
+    own = capability(space, DartsRelaxation)
     return own if own is not None else DecisionRelaxation(space)
 
 
@@ -118,7 +121,8 @@ def darts_search(space: SearchSpace, dataset: Dataset, backend: Backend, *, epoc
     check_range("epochs", epochs, 1)
     relaxation = relaxation_of(space)
     torch.manual_seed(seed)
-    builder = space.shared_builder(dataset.num_classes, dataset.input_shape, "operation")
+    builder = require_capability(space, WeightSharing, "darts").shared_builder(
+        dataset.num_classes, dataset.input_shape, "operation")
     store = WeightStore(builder.factory, seed=seed)
     for key in builder.keys():
         store.get(key)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from frugalnas.ports.capabilities import ProgressiveShrinking, WeightSharing, require_capability
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.cost import Cost
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
@@ -147,14 +148,9 @@ class SupernetEstimator(Estimator):
         return supernet
 
     def check_space(self, space: SearchSpace) -> None:
-        if type(space).shared_builder is SearchSpace.shared_builder:
-            raise ConfigError(f"estimator 'supernet' needs a search space with shared weights; "
-                              f"search space {space.name!r} has none (spaces with them: nb201, "
-                              "dag, mobilenet)")
-        if self.progressive_shrinking and not space.shrinking_phases():
-            raise ConfigError(f"progressive_shrinking needs a space with shrinking phases "
-                              f"(SearchSpace.shrinking_phases); search space {space.name!r} has "
-                              "none (spaces with them: mobilenet)")
+        require_capability(space, WeightSharing, "estimator 'supernet'")
+        if self.progressive_shrinking:
+            require_capability(space, ProgressiveShrinking, "progressive_shrinking")
         sandwich_bounds(space, self.sandwich, few_shot=bool(self.few_shot_split))
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:

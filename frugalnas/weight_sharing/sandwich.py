@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from frugalnas.ports.capabilities import SandwichRule, require_capability
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.ports.space import SearchSpace
@@ -29,11 +30,7 @@ def sandwich_bounds(space: SearchSpace, sandwich: int, *, few_shot: bool = False
     check_range("sandwich", sandwich, 0)
     if not sandwich:
         return None
-    bounds = space.sandwich_bounds()
-    if bounds is None:
-        raise ConfigError(f"sandwich needs a space with a largest and a smallest network "
-                          f"(SearchSpace.sandwich_bounds); search space {space.name!r} has "
-                          "none (spaces with them: mobilenet)")
+    bounds = require_capability(space, SandwichRule, "sandwich").sandwich_bounds()
     if few_shot:
         raise ConfigError("sandwich trains one store; it does not combine with a few-shot "
                           "split (give one of sandwich and few_shot_split)")

@@ -1,6 +1,6 @@
 """Supernet: one weight store for a whole search space, trained once, read by every candidate.
 
-A candidate's network is built by its space's shared builder (``space.shared_builder``) from
+A candidate's network is built by its space's shared builder (its ``WeightSharing`` capability's ``shared_builder``) from
 modules of a :class:`~frugalnas.nn.weight_store.WeightStore`, so sub-networks *are*
 views of the supernet: their parameters are the store's tensors. Training follows single-path
 one-shot NAS (SPOS, Guo et al., ECCV 2020): each step trains one architecture drawn uniformly
@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from frugalnas.ports.capabilities import ProgressiveShrinking, WeightSharing, require_capability
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import Dataset
@@ -116,12 +117,10 @@ class Supernet:
         self.space, self.seed, self.few_shot = space, int(seed), few_shot
         self.bounds = sandwich_bounds(space, sandwich, few_shot=few_shot is not None)
         self.sandwich = int(sandwich)
-        self.phases = space.shrinking_phases() if progressive else []
-        if progressive and not self.phases:
-            raise ConfigError(f"search space {space.name!r} has no progressive-shrinking "
-                              "phases (SearchSpace.shrinking_phases); built-in spaces that "
-                              "have them: mobilenet")
-        self.builder = space.shared_builder(num_classes, input_shape, sharing)
+        self.phases = require_capability(space, ProgressiveShrinking, "progressive shrinking").shrinking_phases() \
+            if progressive else []
+        self.builder = require_capability(space, WeightSharing, "a supernet").shared_builder(
+            num_classes, input_shape, sharing)
         self.sharing, self.eager = sharing, bool(eager)
         self.stores: list[WeightStore] = [self._new_store()]
         self.history = SupernetHistory()

@@ -47,7 +47,7 @@ def test_space_and_estimator_mismatch_is_refused_before_the_storage_is_touched(t
                                storage=f"sqlite:///{db}", disable_plugins=["mlflow"])
     assert not db.exists()
     with pytest.raises(ConfigError, match="estimator 'supernet' needs a search space with "
-                                          "shared weights"):
+                                          "weight sharing"):
         frugalnas.create_study(space="plain", estimator="supernet",
                                strategy=optuna.samplers.RandomSampler(),
                                disable_plugins=["mlflow"], host=_host_with_plain_space())
@@ -57,13 +57,12 @@ def _host_with_plain_space():
     """A host with the space ``plain``: NB201 cells without shared weights (as a third-party
     space that does not implement them)."""
     from frugalnas.host.plugins import PluginHost, hookimpl
-    from frugalnas.ports.space import SearchSpace
     from frugalnas.spaces.nb201.space import NB201Space
 
     class PlainSpace(NB201Space):
         """NB201 cells without weight sharing."""
 
-        shared_builder = SearchSpace.shared_builder
+        capabilities = {}
 
     class Plugin:
         @hookimpl

@@ -8,6 +8,7 @@ import optuna
 import pytest
 import torch
 
+from frugalnas.ports.capabilities import ProgressiveShrinking, WeightSharing, capability
 import frugalnas
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError
 from frugalnas.nn.weight_store import WeightStore
@@ -90,7 +91,7 @@ def test_optuna_samplers_see_only_the_active_decisions():
 
 def test_shared_network_equals_its_stand_alone_export_bitwise():
     space = MobileNetSpace(**SMALL)
-    builder = space.shared_builder(4, (1, 12, 12))
+    builder = capability(space, WeightSharing).shared_builder(4, (1, 12, 12))
     store = WeightStore(builder.factory, seed=0)
     x = torch.randn(3, 1, 12, 12, generator=torch.Generator().manual_seed(0))
     rng = random.Random(1)
@@ -168,7 +169,7 @@ def test_searched_resolutions_are_refused_when_malformed_or_beside_a_fixed_one()
 
 def test_one_supernet_serves_every_searched_resolution_bitwise():
     space = MobileNetSpace(**SMALL, resolutions=[8, 12])
-    builder = space.shared_builder(4, (1, 12, 12))
+    builder = capability(space, WeightSharing).shared_builder(4, (1, 12, 12))
     store = WeightStore(builder.factory, seed=0)
     x = torch.randn(3, 1, 12, 12, generator=torch.Generator().manual_seed(0))
     for text in ("r8/k5e4s|k3e6,k7e3", "r12/k5e4s|k3e6,k7e3"):
@@ -184,7 +185,7 @@ def test_one_supernet_serves_every_searched_resolution_bitwise():
     small, large = (builder.subnet(space.parse(t), store.get).eval()(x)
                     for t in ("r8/k5e4s|k3e6,k7e3", "r12/k5e4s|k3e6,k7e3"))
     assert not torch.equal(small, large)
-    phases = dict(space.shrinking_phases())
+    phases = dict(capability(space, ProgressiveShrinking).shrinking_phases())
     rng = random.Random(0)
     assert {phases["largest"](rng)["resolution"] for _ in range(20)} == {8, 12}
 
@@ -206,7 +207,7 @@ def test_supernet_and_training_studies_on_the_space(tmp_path):
 
 def test_progressive_shrinking_phases_widen_step_by_step():
     space = MobileNetSpace(**SMALL)
-    phases = dict(space.shrinking_phases())
+    phases = dict(capability(space, ProgressiveShrinking).shrinking_phases())
     assert list(phases) == ["largest", "elastic kernel", "elastic depth", "elastic expand"]
     rng = random.Random(0)
     assert {phases["largest"](rng) for _ in range(5)} == {space.largest()}
@@ -222,8 +223,9 @@ def test_progressive_shrinking_phases_widen_step_by_step():
 
 
 def test_progressive_shrinking_is_refused_where_a_space_has_no_phases():
-    with pytest.raises(ConfigError, match="progressive_shrinking needs a space with shrinking "
-                                          "phases.*'nb201' has none"):
+    with pytest.raises(ConfigError, match="progressive_shrinking needs a search space with "
+                                          "progressive shrinking; search space 'nb201' has "
+                                          "none"):
         frugalnas.create_study(space="nb201", space_options={"N": 1, "C": 4},
                                estimator="supernet",
                                estimator_options={"epochs": 1, "progressive_shrinking": True},

@@ -8,10 +8,13 @@ import pytest
 import torch
 from optuna.distributions import CategoricalDistribution
 
+from frugalnas.ports.capabilities import (CAPABILITIES, Scaling, WeightSharing, capability,
+                                          require_capability, supports)
 from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.network import BlockNetwork
 from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.space import DagSpace
+from frugalnas.spaces.mobilenet.space import MobileNetSpace
 from frugalnas.spaces.nb201.space import NB201Space
 
 
@@ -25,20 +28,30 @@ class Plain(SearchSpace):
         return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(num_classes))
 
 
-def test_the_defaults_decline():
+def test_a_space_declares_no_capability_by_default():
     space = Plain()
-    assert not space.has_shared_weights() and space.darts_relaxation() is None
-    assert dict(space.encodings()) == {}
-    with pytest.raises(ConfigError, match="search space 'plain' cannot be scaled"):
-        space.scaled(width=4)
+    assert all(capability(space, kind) is None and not supports(space, kind)
+               for kind in CAPABILITIES)
+    with pytest.raises(ConfigError, match="this test needs a search space with scaling in "
+                                          "width or depth; search space 'plain' has none .*"
+                                          "built-in spaces that have it: nb201, dag"):
+        require_capability(space, Scaling, "this test")
 
 
-def test_builtin_spaces_declare_weight_sharing_and_scaling():
-    assert NB201Space().has_shared_weights() and DagSpace().has_shared_weights()
-    nb = NB201Space(N=5, C=16).scaled(width=8, depth=1)
+def test_builtin_spaces_declare_what_the_messages_say_they_have():
+    spaces = {"nb201": NB201Space(), "dag": DagSpace(), "mobilenet": MobileNetSpace()}
+    for kind, (_, names) in CAPABILITIES.items():
+        having = {n for n, s in spaces.items() if supports(s, kind)}
+        assert having == set(names.split(", ")), kind.__name__
+        assert all(capability(spaces[n], kind) is not None for n in having)
+
+
+def test_builtin_spaces_scale():
+    nb = capability(NB201Space(N=5, C=16), Scaling).scaled(width=8, depth=1)
     assert (nb.C, nb.N) == (8, 1) and type(nb) is NB201Space
-    assert NB201Space(N=2, C=4).scaled(depth=3).C == 4
-    dag = DagSpace(channels=8, normal_cells=1).scaled(width=4, depth=2)
+    assert capability(NB201Space(N=2, C=4), Scaling).scaled(depth=3).C == 4
+    dag = capability(DagSpace(channels=8, normal_cells=1), Scaling).scaled(
+        width=4, depth=2)
     assert (dag.channels, dag.normal_cells) == (4, 2)
     assert dag.distributions().keys() == DagSpace().distributions().keys()
 
@@ -55,7 +68,7 @@ def test_low_fidelity_refuses_a_space_without_scaling_in_one_line():
     with pytest.raises(ConfigError) as info:
         LowFidelityEstimator(width=4).build(Plain().sample(random.Random(0)), Context(), Data())
     message = str(info.value)
-    assert "\n" not in message and "'plain' cannot be scaled" in message
+    assert "\n" not in message and "search space 'plain' has none" in message
     assert "leave width/depth unset" in message
     # without width/depth the space builds as it is
     LowFidelityEstimator().build(Plain().sample(random.Random(0)), Context(), Data())
@@ -88,7 +101,7 @@ def test_networks_of_the_builtin_spaces_declare_their_blocks():
     assert isinstance(dnet, BlockNetwork)
     assert primary_blocks(dnet) == [dnet.stem, *dnet.cells]
     assert [n for n, _ in find_blocks(dnet)] == ["stem"] + [f"cells.{i}" for i in range(len(dnet.cells))]
-    shared = nb.shared_builder(10, (3, 8, 8))
+    shared = capability(nb, WeightSharing).shared_builder(10, (3, 8, 8))
     from frugalnas.nn.weight_store import WeightStore
 
     subnet = shared.subnet(nb.sample(random.Random(1)), WeightStore(shared.factory).get)

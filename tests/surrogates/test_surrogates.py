@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
+from frugalnas.ports.capabilities import OwnEncodings, capability
 import frugalnas
 from frugalnas.ports.cost import count_params
 from frugalnas.ports.errors import ConfigError
@@ -132,9 +133,15 @@ def test_an_encoding_the_space_lacks_is_refused_naming_the_ones_it_has(name):
 
 
 def test_a_space_declares_its_own_encodings():
-    class Counted(TinySpace):
+    class CountedEncodings:
+        def __init__(self, space):
+            self.space = space
+
         def encodings(self):
             return {"width-only": lambda space: WidthOnly(space)}
+
+    class Counted(TinySpace):
+        capabilities = {OwnEncodings: CountedEncodings}
 
     class WidthOnly(Encoding):
         def encode_one(self, arch):
@@ -143,7 +150,7 @@ def test_a_space_declares_its_own_encodings():
     space = Counted()
     assert make_encoding("width-only", space).encode(
         [space.from_params({"act": "gelu", "width": 64})]).tolist() == [[64.0]]
-    assert set(NB201Space().encodings()) == {"adjacency", "path"}
+    assert set(capability(NB201Space(), OwnEncodings).encodings()) == {"adjacency", "path"}
 
 
 def test_surrogate_strategies_default_to_an_encoding_the_space_has():

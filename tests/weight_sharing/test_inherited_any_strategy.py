@@ -10,7 +10,6 @@ import torch
 
 import frugalnas
 from frugalnas.ports.errors import ConfigError
-from frugalnas.ports.space import SearchSpace
 from frugalnas.sievo import supernet_of, weight_store_of
 from frugalnas.sievo.session import SievoSession, checkpoint_path
 from frugalnas.spaces.nb201.space import NB201Space
@@ -123,10 +122,10 @@ def test_session_networks_are_made_of_the_supernets_tensors(space, options):
 
 
 class PlainNB201(NB201Space):
-    """NB201 without weight sharing: the refusing default ``shared_builder``."""
+    """NB201 without weight sharing: it declares no capability."""
 
     name = "plain-nb201"
-    shared_builder = SearchSpace.shared_builder
+    capabilities = {}
 
 
 class PlainSpacePlugin:

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from frugalnas.ports.capabilities import SandwichRule, capability
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
@@ -60,7 +61,7 @@ def test_each_step_trains_the_largest_the_smallest_and_drawn_networks():
     supernet = Supernet(space, 4, data.input_shape, sandwich=2)
     before = {k: v.clone() for k, v in supernet.stores[0].state_dict().items()}
     supernet.train(data, backend, TrainConfig(batch_size=32), epochs=1)
-    largest, smallest = space.sandwich_bounds()
+    largest, smallest = capability(space, SandwichRule).sandwich_bounds()
     assert str(largest) == "mobilenet:r12/k7e6s,k7e6s,k7e6s|k7e6s,k7e6s"
     assert str(smallest) == "mobilenet:r8/k3e3|k3e3"
     first = [repr(supernet.subnet(a)) for a in (largest, smallest)]
@@ -96,7 +97,8 @@ def test_a_sandwich_step_splits_over_virtual_nodes_like_any_step():
     grads = []
     for backend in (SingleDeviceBackend("cpu"), VirtualNodeBackend(virtual_nodes=4)):
         supernet = Supernet(space, 4, data.input_shape, seed=0, sandwich=1)
-        net = SandwichNetwork([supernet.subnet(a) for a in space.sandwich_bounds()])
+        net = SandwichNetwork([supernet.subnet(a) for a in
+                                       capability(space, SandwichRule).sandwich_bounds()])
         net.eval()   # batch statistics would differ between a slice and the whole batch
         backend.forward_backward(net, sandwich_loss, x, y)
         grads.append(torch.cat([p.grad.flatten() for p in supernet.stores[0].parameters()
@@ -105,8 +107,8 @@ def test_a_sandwich_step_splits_over_virtual_nodes_like_any_step():
 
 
 def test_sandwich_is_refused_where_it_cannot_apply():
-    with pytest.raises(ConfigError, match="sandwich needs a space with a largest and a "
-                                          "smallest network.*'nb201' has none"):
+    with pytest.raises(ConfigError, match="sandwich needs a search space with the sandwich "
+                                          "rule.*'nb201' has none"):
         frugalnas.create_study(space="nb201", space_options={"N": 1, "C": 4},
                                estimator="supernet", estimator_options={"sandwich": 2},
                                dataset="synthetic", dataset_options=DATA)

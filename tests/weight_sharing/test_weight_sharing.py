@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from frugalnas.ports.capabilities import DartsRelaxation, capability
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.ports.errors import ConfigError
@@ -224,7 +225,7 @@ def test_darts_on_the_dag_space_mixes_inputs_operations_and_attention():
     from frugalnas.host.plugins import PluginHost
 
     dag = PluginHost().create("search_spaces", "dag", nodes=2, channels=4, reductions=1)
-    relaxation = dag.darts_relaxation()
+    relaxation = capability(dag, DartsRelaxation)
     # One row per (cell, node, input) over the operations, one per (cell, node) for attention.
     assert relaxation.shape == (2 * (2 + 3) + 2 * 2, len(dag.ops))
     result = darts_search(dag, digits(seed=0).subset(0.1), SingleDeviceBackend(), epochs=1,
@@ -270,7 +271,8 @@ def test_spaces_without_weight_sharing_say_so():
         def build(self, arch, num_classes, input_shape):
             return torch.nn.Linear(1, num_classes)
 
-    with pytest.raises(ConfigError, match="'plain' does not support weight sharing"):
+    with pytest.raises(ConfigError, match="needs a search space with weight sharing; "
+                                          "search space 'plain' has none"):
         Supernet(Plain(), 10, SHAPE)
 
 

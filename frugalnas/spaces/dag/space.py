@@ -26,7 +26,7 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
-from frugalnas.ports.network import Relaxation, SharedBuilder
+from frugalnas.ports.capabilities import DartsRelaxation, Scaling, WeightSharing
 from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.ops import (DEFAULT_OPS, OPS, BatchNorm, FactorizedReduce, ReLUConvBN, SqueezeExcite,
                       batch_stat_bn, make_op, running_bn)
@@ -96,6 +96,9 @@ class DagSpace(SearchSpace):
 
     name = "dag"
     genotype = DagGenotype
+    capabilities = {WeightSharing: "frugalnas.spaces.dag.supernet:DagSharing",
+                    DartsRelaxation: "frugalnas.spaces.dag.relaxation:DagRelaxation",
+                    Scaling: "frugalnas.spaces.dag.space:DagScaling"}
 
     def __init__(self, nodes: int = 4, channels: int = 8, normal_cells: int = 1,
                  reductions: int = 2, ops: Sequence[str] = DEFAULT_OPS, attention: bool = True,
@@ -194,29 +197,6 @@ class DagSpace(SearchSpace):
     def macro(self, num_classes: int, input_shape: tuple[int, int, int],
               shared: bool = False) -> "DagMacro":
         return DagMacro(self, num_classes, input_shape, batch_stat_bn if shared else running_bn)
-
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> SharedBuilder:
-        """Networks of this space over a shared weight store (weight sharing)."""
-        from frugalnas.spaces.dag.supernet import DagSharedBuilder
-
-        return DagSharedBuilder(self, num_classes, input_shape, sharing)
-
-    def scaled(self, *, width: int | None = None, depth: int | None = None) -> "DagSpace":
-        """A copy with ``channels=width`` and ``normal_cells=depth`` (normal cells per stage)."""
-        out = copy.copy(self)
-        if width is not None:
-            out.channels = int(width)
-        if depth is not None:
-            out.normal_cells = int(depth)
-        return out
-
-    def darts_relaxation(self) -> Relaxation:
-        """DARTS's continuous relaxation of this space (inputs, operations and attention
-        mixed), for the ``darts`` strategy."""
-        from frugalnas.spaces.dag.relaxation import DagRelaxation
-
-        return DagRelaxation(self)
 
     def build(self, arch: Architecture, num_classes: int,
               input_shape: tuple[int, int, int]) -> nn.Module:
@@ -370,3 +350,19 @@ class DagNetwork(nn.Module):
         for cell in self.cells:
             s0, s1 = s1, cell(s0, s1)
         return self.head(torch.relu(self.final(s1)).mean(dim=(2, 3)))
+
+
+class DagScaling:
+    """Copies of a DAG space with ``channels=width`` and ``normal_cells=depth`` (normal cells
+    per stage)."""
+
+    def __init__(self, space: DagSpace):
+        self.space = space
+
+    def scaled(self, *, width: int | None = None, depth: int | None = None) -> DagSpace:
+        out = copy.copy(self.space)
+        if width is not None:
+            out.channels = int(width)
+        if depth is not None:
+            out.normal_cells = int(depth)
+        return out

@@ -44,3 +44,14 @@ class DagSharedBuilder:
     def subnet(self, arch: Architecture, get: Callable[[Key], nn.Module]) -> nn.Module:
         self.space.validate(arch)
         return DagNetwork(self.space, arch, lambda key: get(self.canonical(key)))
+
+
+class DagSharing:
+    """Weight sharing for a DAG space: its networks over one shared weight store."""
+
+    def __init__(self, space: DagSpace):
+        self.space = space
+
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> DagSharedBuilder:
+        return DagSharedBuilder(self.space, num_classes, input_shape, sharing)

@@ -1,5 +1,5 @@
 """The ``mobilenet`` space's own encoding for surrogates (declared by
-``MobileNetSpace.encodings``)."""
+the space's ``OwnEncodings`` capability)."""
 
 from __future__ import annotations
 
@@ -47,3 +47,14 @@ class MobileNetStructureEncoding(Encoding):
                 out.extend(1.0 if expand == e else 0.0 for e in space.expand_ratios)
                 out.append(1.0 if se else 0.0)
         return np.asarray(out, dtype=np.float64)
+
+
+class MobileNetEncodings:
+    """The MobileNet space's own encoding, ``structure``: per stage its depth, per block slot
+    whether it exists and its kernel, ratio and SE (zeros for blocks the network lacks)."""
+
+    def __init__(self, space: SearchSpace):
+        self.space = space
+
+    def encodings(self) -> dict[str, type[Encoding]]:
+        return {"structure": MobileNetStructureEncoding}

@@ -30,13 +30,13 @@ from optuna.distributions import (
 )
 
 from frugalnas.ports.architecture import Architecture, Value
+from frugalnas.ports.capabilities import (OwnEncodings, ProgressiveShrinking, SandwichRule,
+                                          WeightSharing)
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
 from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
 
 if TYPE_CHECKING:
     from torch import nn
-
-    from frugalnas.ports.network import SharedBuilder
 
 
 @dataclass(frozen=True)
@@ -156,10 +156,15 @@ class MobileNetSpace(SearchSpace):
     side. ``stem_stride`` is 2, or 1 (the default for inputs, or largest searched side, of
     at most 64 pixels). ``stages`` is ``"v2"`` (MobileNetV2's) or a list of ``[channels, depth,
     stride]``. Every network is built from elastic blocks when weights are shared
-    (:meth:`shared_builder`), so the space has a supernet of its own."""
+    (its ``WeightSharing`` capability), so the space has a supernet of its own."""
 
     name = "mobilenet"
     genotype = MobileNetGenotype
+    capabilities = {
+        WeightSharing: "frugalnas.spaces.mobilenet.supernet:MobileNetSharing",
+        OwnEncodings: "frugalnas.spaces.mobilenet.encodings:MobileNetEncodings",
+        SandwichRule: "frugalnas.spaces.mobilenet.space:MobileNetSandwich",
+        ProgressiveShrinking: "frugalnas.spaces.mobilenet.space:MobileNetShrinking"}
 
     def __init__(self, width_mult: float = 1.0, kernels: Sequence[int] = (3, 5, 7),
                  expand_ratios: Sequence[int] = (3, 4, 6), se: bool = True, min_depth: int = 1,
@@ -406,27 +411,6 @@ class MobileNetSpace(SearchSpace):
         return self._complete({}, lambda key, dist: (
             dist.low if isinstance(dist, IntDistribution) else dist.choices[0]))
 
-    def sandwich_bounds(self) -> tuple[Architecture, Architecture]:
-        return self.largest(), self.smallest()
-
-    def shrinking_phases(self) -> list[tuple[str, Any]]:
-        """Once-for-All's order: the largest network, then elastic kernels (and SE), then
-        elastic depth, then elastic expansion ratios (the whole space). A searched resolution
-        is drawn in every phase, as Once-for-All samples the input size throughout."""
-        def fixed(drawn: set[str]) -> Any:
-            def sampler(rng: random.Random) -> Architecture:
-                def answer(key: str, dist: BaseDistribution) -> Any:
-                    kind = "depth" if key.endswith("_depth") else key.rsplit("_", 1)[-1]
-                    if kind in drawn or key == RESOLUTION_KEY:
-                        return draw(dist, rng)
-                    return dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]
-                return self._complete({}, answer)
-            return sampler
-
-        return [("largest", fixed(set())), ("elastic kernel", fixed({"kernel", "se"})),
-                ("elastic depth", fixed({"kernel", "se", "depth"})),
-                ("elastic expand", fixed({"kernel", "se", "depth", "expand"}))]
-
     def mobilenet_v2(self, resolution: int | None = None) -> Architecture:
         """MobileNetV2's own point of the space (every stage at full depth, kernel 3, ratio 6,
         no SE), when the space holds it; where the space searches the resolution, at
@@ -450,21 +434,6 @@ class MobileNetSpace(SearchSpace):
 
         return build_network(self, arch, num_classes, input_shape)
 
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> SharedBuilder:
-        """Networks over one store of elastic blocks: one block per position, holding the
-        weights of its largest configuration (``sharing`` must be ``"operation"``)."""
-        from frugalnas.spaces.mobilenet.supernet import MobileNetSharedBuilder
-
-        return MobileNetSharedBuilder(self, num_classes, input_shape, sharing)
-
-    def encodings(self) -> dict[str, Any]:
-        """``structure``: per stage its depth, per block slot whether it exists and its
-        kernel, ratio and SE (zeros for blocks the network lacks)."""
-        from frugalnas.spaces.mobilenet.encodings import MobileNetStructureEncoding
-
-        return {"structure": MobileNetStructureEncoding}
-
     def describe(self) -> dict[str, Any]:
         return {"stages": [[s.channels, s.depth, s.stride] for s in self.stages],
                 "width_mult": self.width_mult, "kernels": list(self.kernels),
@@ -472,3 +441,38 @@ class MobileNetSpace(SearchSpace):
                 "min_depth": self.min_depth, "resolution": self.resolution,
                 "resolutions": list(self.resolutions) if self.resolutions else None,
                 "architectures": f"{self.size():.3g}"}
+
+
+class MobileNetSandwich:
+    """The sandwich rule's bounds of a MobileNet space: its largest and smallest networks."""
+
+    def __init__(self, space: MobileNetSpace):
+        self.space = space
+
+    def sandwich_bounds(self) -> tuple[Architecture, Architecture]:
+        return self.space.largest(), self.space.smallest()
+
+
+class MobileNetShrinking:
+    """Progressive shrinking of a MobileNet space, in Once-for-All's order."""
+
+    def __init__(self, space: MobileNetSpace):
+        self.space = space
+
+    def shrinking_phases(self) -> list[tuple[str, Any]]:
+        """Once-for-All's order: the largest network, then elastic kernels (and SE), then
+        elastic depth, then elastic expansion ratios (the whole space). A searched resolution
+        is drawn in every phase, as Once-for-All samples the input size throughout."""
+        def fixed(drawn: set[str]) -> Any:
+            def sampler(rng: random.Random) -> Architecture:
+                def answer(key: str, dist: BaseDistribution) -> Any:
+                    kind = "depth" if key.endswith("_depth") else key.rsplit("_", 1)[-1]
+                    if kind in drawn or key == RESOLUTION_KEY:
+                        return draw(dist, rng)
+                    return dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]
+                return self.space._complete({}, answer)
+            return sampler
+
+        return [("largest", fixed(set())), ("elastic kernel", fixed({"kernel", "se"})),
+                ("elastic depth", fixed({"kernel", "se", "depth"})),
+                ("elastic expand", fixed({"kernel", "se", "depth", "expand"}))]

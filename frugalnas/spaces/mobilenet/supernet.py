@@ -91,3 +91,16 @@ def export_subnet(network: MobileNetNetwork) -> MobileNetNetwork:
               for b in network.blocks]
     out = MobileNetNetwork(copy.deepcopy(network.stem), blocks, copy.deepcopy(network.head))
     return out.train(network.training)
+
+
+class MobileNetSharing:
+    """Weight sharing for a MobileNet space: one store of elastic blocks, one block per
+    position holding the weights of its largest configuration (``sharing`` must be
+    ``"operation"``)."""
+
+    def __init__(self, space: MobileNetSpace):
+        self.space = space
+
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> MobileNetSharedBuilder:
+        return MobileNetSharedBuilder(self.space, num_classes, input_shape, sharing)

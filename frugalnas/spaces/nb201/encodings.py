@@ -1,4 +1,4 @@
-"""NB201's own architecture encodings for surrogates (declared by ``NB201Space.encodings``):
+"""NB201's own architecture encodings for surrogates (declared as the space's ``OwnEncodings`` capability):
 ``adjacency``, the cell's upper-triangular adjacency (edge present unless its op is ``none``)
 plus a one-hot op per edge, and ``path``, the path encoding of BANANAS (White et al., AAAI
 2021): one feature per possible op sequence along an input-to-output path, counting how many
@@ -43,3 +43,13 @@ class NB201PathEncoding(Encoding):
             if "none" not in seq:
                 out[self._index[seq]] += 1.0
         return out
+
+
+class NB201Encodings:
+    """NB201's own encodings: ``adjacency`` and ``path`` (BANANAS)."""
+
+    def __init__(self, space: SearchSpace):
+        self.space = space
+
+    def encodings(self) -> dict[str, type[Encoding]]:
+        return {"adjacency": NB201AdjacencyEncoding, "path": NB201PathEncoding}

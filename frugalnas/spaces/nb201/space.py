@@ -21,7 +21,7 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, check_range
-from frugalnas.ports.network import SharedBuilder
+from frugalnas.ports.capabilities import OwnEncodings, Scaling, WeightSharing
 from frugalnas.ports.space import SearchSpace
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
@@ -195,6 +195,9 @@ class NB201Space(SearchSpace):
 
     name = "nb201"
     genotype = NB201Cell
+    capabilities = {WeightSharing: "frugalnas.spaces.nb201.supernet:NB201Sharing",
+                    OwnEncodings: "frugalnas.spaces.nb201.encodings:NB201Encodings",
+                    Scaling: "frugalnas.spaces.nb201.space:NB201Scaling"}
 
     def __init__(self, N: int = 5, C: int = 16):
         check_range("N (cells per stage)", N, 1)
@@ -208,28 +211,6 @@ class NB201Space(SearchSpace):
               input_shape: tuple[int, int, int] = (3, 32, 32)) -> NB201Network:
         self.validate(arch)
         return NB201Network(arch.decisions, num_classes, input_shape[0], self.N, self.C)
-
-    def scaled(self, *, width: int | None = None, depth: int | None = None) -> "NB201Space":
-        """A copy with ``C=width`` (stem channels) and ``N=depth`` (cells per stage)."""
-        out = copy.copy(self)
-        if width is not None:
-            out.C = int(width)
-        if depth is not None:
-            out.N = int(depth)
-        return out
-
-    def encodings(self) -> dict[str, Any]:
-        """NB201's own encodings: ``adjacency`` and ``path`` (BANANAS)."""
-        from frugalnas.spaces.nb201.encodings import NB201AdjacencyEncoding, NB201PathEncoding
-
-        return {"adjacency": NB201AdjacencyEncoding, "path": NB201PathEncoding}
-
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> SharedBuilder:
-        """Networks of this space over a shared weight store (weight sharing)."""
-        from frugalnas.spaces.nb201.supernet import NB201SharedBuilder
-
-        return NB201SharedBuilder(self, num_classes, input_shape, sharing)
 
     def from_params(self, params):  # type: ignore[override]
         missing = [k for k in DECISIONS if k not in params]
@@ -292,3 +273,19 @@ class NB201Space(SearchSpace):
 
     def __len__(self) -> int:
         return len(OPS) ** len(DECISIONS)
+
+
+class NB201Scaling:
+    """Copies of an NB201 space with ``C=width`` (stem channels) and ``N=depth`` (cells per
+    stage)."""
+
+    def __init__(self, space: NB201Space):
+        self.space = space
+
+    def scaled(self, *, width: int | None = None, depth: int | None = None) -> NB201Space:
+        out = copy.copy(self.space)
+        if width is not None:
+            out.C = int(width)
+        if depth is not None:
+            out.N = int(depth)
+        return out

@@ -147,3 +147,13 @@ class MixedNB201Network(SharedNB201Network):
         super().__init__(stem, cells, reductions, head, N)
         self.alphas = alphas
 
+
+class NB201Sharing:
+    """Weight sharing for an NB201 space: its networks over one shared weight store."""
+
+    def __init__(self, space: NB201Space):
+        self.space = space
+
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> NB201SharedBuilder:
+        return NB201SharedBuilder(self.space, num_classes, input_shape, sharing)
