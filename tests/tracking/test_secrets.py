@@ -74,9 +74,11 @@ def _cli(cwd: Path, *args: str, env: dict[str, str] | None = None,
                           env=env or _env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _study_args(storage: str, tracking: str, n_trials: int) -> list[str]:
+def _study_args(storage: str, tracking: str, n_trials: int, ui_url: str | None = None
+                ) -> list[str]:
+    ui = ["-o", f"mlflow.ui_url='{ui_url}'"] if ui_url else []
     return ["-q", "--space", "nb201", "--estimator", "nb201-table", "--n-trials", str(n_trials),
-            "--storage", storage, "--study-name", "secret", "--tracking-uri", tracking]
+            "--storage", storage, "--study-name", "secret", "--tracking-uri", tracking, *ui]
 
 
 def _files_holding(folder: Path, secrets: list[str]) -> list[str]:
@@ -180,21 +182,42 @@ def test_a_tracking_server_uri_hands_its_credentials_to_mlflow_through_the_envir
 
 # -- whole studies through the command line ----------------------------------------------------
 @pytest.mark.slow
+def test_a_password_in_the_ui_url_is_masked_in_the_review_and_written_nowhere(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ui_url = f"http://bob:{HTTP_SECRET}@127.0.0.1:5000"
+    run = _cli(tmp_path, "run", *_study_args(storage, tracking, 3, ui_url=ui_url))
+    assert run.returncode == 0, run.stderr[-3000:]
+    # the review of `frugalnas report`, linked to the runs through the same address
+    report = _cli(tmp_path, "report", "--storage", storage, "--study-name", "secret",
+                  "--html", str(tmp_path / "report.html"), "--mlflow-url", ui_url)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert _files_holding(tmp_path, [HTTP_SECRET]) == []  # both stores, every artifact
+    for out in (run, report):
+        assert HTTP_SECRET not in out.stdout + out.stderr
+    pages = [*tmp_path.rglob("leaderboard.html"), tmp_path / "report.html"]
+    assert len(pages) == 2
+    for page in pages:  # the links keep the user and the address, not the password
+        assert "http://bob:***@127.0.0.1:5000/#/experiments/" in page.read_text()
+
+
+@pytest.mark.slow
 def test_postgres_passwords_of_the_storage_and_the_tracking_store_are_stored_nowhere(
         pg_server, tmp_path):
     storage = pg_server.new_database("optuna")
     tracking = pg_server.new_database("mlflow")
     assert PG_SECRET in storage and PG_SECRET in tracking
+    ui_url = f"http://bob:{HTTP_SECRET}@127.0.0.1:5000"  # the review links to it
     outputs = []
-    first = _cli(tmp_path, "run", *_study_args(storage, tracking, 3))
+    first = _cli(tmp_path, "run", *_study_args(storage, tracking, 3, ui_url))
     outputs.append(first)
     assert first.returncode == 0, first.stderr[-3000:]
     # reopened with the same secret-bearing URIs: the same study, not "a different configuration"
-    again = _cli(tmp_path, "run", *_study_args(storage, tracking, 2))
+    again = _cli(tmp_path, "run", *_study_args(storage, tracking, 2, ui_url))
     outputs.append(again)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "5 in total" in again.stdout
-    outputs.append(_cli(tmp_path, "run", "--dry-run", *_study_args(storage, tracking, 2)))
+    outputs.append(_cli(tmp_path, "run", "--dry-run", *_study_args(storage, tracking, 2, ui_url)))
     assert outputs[-1].returncode == 0 and "postgres:***@127.0.0.1" in outputs[-1].stdout
     # report reopens the study from its stored config: the tracking password is not there
     outputs.append(_cli(tmp_path, "report", "--storage", storage, "--study-name", "secret"))
@@ -206,7 +229,7 @@ def test_postgres_passwords_of_the_storage_and_the_tracking_store_are_stored_now
     assert "nb201:" in outputs[-1].stdout
     # a refused login: one line, exit 2, and the password that was tried is not shown either
     wrong = tracking.replace(PG_SECRET, WRONG_SECRET)
-    refused = _cli(tmp_path, "run", *_study_args(storage, wrong, 1))
+    refused = _cli(tmp_path, "run", *_study_args(storage, wrong, 1, ui_url))
     outputs.append(refused)
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("frugalnas: error:")
@@ -220,13 +243,14 @@ def test_postgres_passwords_of_the_storage_and_the_tracking_store_are_stored_now
     assert len(trial_runs) == 5
     assert "postgres:***@127.0.0.1" in parent.data.params["plugin_options"]
 
-    secrets = [PG_SECRET, WRONG_SECRET]
+    secrets = [PG_SECRET, WRONG_SECRET, HTTP_SECRET]
     for url in (storage, tracking):
         dump = _database_dump(url)
         assert "postgres:***@127.0.0.1" in dump  # the stored config, the parent's params
         assert [s for s in secrets if s in dump] == [], url.rsplit("/", 1)[-1]
     assert _files_holding(tmp_path, secrets) == []  # ./mlruns: the runs' artifacts
     assert any(p.name == "study_config.json" for p in tmp_path.rglob("*"))
+    assert any(p.name == "leaderboard.html" for p in tmp_path.rglob("*"))
     for out in outputs:
         assert [s for s in secrets if s in out.stdout + out.stderr] == []
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from frugalnas.ports.exported import ExportedNetwork
-from frugalnas.engine.storage_url import masked
+from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.version import __version__
 from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
 from frugalnas.tracking.mlflow.tracker import (UID_ATTR, ensure_experiment,
@@ -81,6 +81,7 @@ def trial_run_links(study: Any, base_url: str) -> dict[int, str]:
     if exp is None or not uid:
         return {}
     links: dict[int, str] = {}
+    base = mask_text(base_url).rstrip("/")
     token = None
     while True:
         page = client.search_runs([exp.experiment_id], max_results=1000, page_token=token,
@@ -89,7 +90,7 @@ def trial_run_links(study: Any, base_url: str) -> dict[int, str]:
         for run in page:
             try:
                 links[int(run.data.tags[TAG_TRIAL])] = (
-                    f"{base_url.rstrip('/')}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}")
+                    f"{base}/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}")
             except (KeyError, ValueError):
                 continue
         token = page.token
@@ -115,8 +116,8 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     run_id = run.info.run_id if run is not None else None
     if run is None:
         print(f"frugalnas: warning: trial {number} of study {study.name!r} has no MLflow run "
-              f"in {masked(uri)}; the model is logged to experiment {study.name!r} without a link to "
-              "it", file=sys.stderr)
+              f"in {mask_text(uri)}; the model is logged to experiment {study.name!r} without "
+              "a link to it", file=sys.stderr)
     model, example = exported.model.eval(), exported.example
     with torch.no_grad():
         output = model(example).numpy()
@@ -143,7 +144,7 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     current = client.get_logged_model(logged.model_id)
     if str(getattr(current.status, "name", current.status)).upper().endswith("PENDING"):
         client.finalize_logged_model(logged.model_id, "READY")
-    out = {"tracking_uri": masked(uri), "experiment_id": experiment_id, "run_id": run_id,
+    out = {"tracking_uri": mask_text(uri), "experiment_id": experiment_id, "run_id": run_id,
            "model_id": logged.model_id, "model_uri": info.model_uri,
            "registered_model": None, "registered_version": None}
     if register:

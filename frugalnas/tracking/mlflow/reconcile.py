@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.trial_constraints import feasible_flag
 
 if TYPE_CHECKING:  # the mlflow plugin loads for --help, which needs no optuna
@@ -149,7 +150,7 @@ def trial_run(tracker: Any, report: TrialReport) -> TrialRun:
         metrics[f"objective_{name}"] = float(v)
     tags = {**tracker.trial_tags(report.number), "state": state}
     if error:
-        tags["fail_reason"] = error[:4000]
+        tags["fail_reason"] = mask_text(error)[:4000]
     if (flag := feasible_tag(report.feasible)) is not None:
         tags["feasible"] = flag
     run = TrialRun(report.number, state, run_status(state, error), metrics=metrics, tags=tags,

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 from frugalnas.ports.errors import ConfigError, OperationalFailure
 from frugalnas.host.plugins import hookimpl
 from frugalnas.ports.secrets import OptionRoles, mask_text, without_masked_password
-from frugalnas.engine.storage_url import masked, operational_failure
+from frugalnas.engine.storage_url import operational_failure
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
 from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
@@ -319,7 +319,9 @@ class StudyTracker:
         self.lock = study_lock(study, "mlflow")
         self.writer = _Writer(self.uri)
         options = study.config.plugin_options.get(PLUGIN, {})
-        self.ui_url = str(options.get("ui_url") or DEFAULT_UI_URL).rstrip("/")
+        # the UI's address as the review shows and links it: a password in it is masked
+        # (a browser asks for it)
+        self.ui_url = mask_text(str(options.get("ui_url") or DEFAULT_UI_URL)).rstrip("/")
         self.units: dict[str, str] = {str(k): str(v) for k, v in (options.get("units") or {}).items()}
         self.hv_option = options.get("hypervolume_reference")
         self.hv_reference: list[float] | None = None
@@ -822,7 +824,7 @@ class StudyTracker:
         else:
             with self.pending_lock:
                 unwritten = len(self.inflight | {r.number for r in self.pending})
-            self.lost = (f"MLflow at {masked(self.uri)} made no progress for "
+            self.lost = (f"MLflow at {mask_text(self.uri)} made no progress for "
                          f"{STALL_SECONDS:g} s; {unwritten} trial run(s) and the study's "
                          "review not written (the next start of the study writes them from "
                          "the storage)")
@@ -854,8 +856,8 @@ def frugalnas_check_config(config: Any, host: Any) -> None:
     ui_url = options.get("ui_url")
     if ui_url is not None and (not isinstance(ui_url, str)
                                or not ui_url.startswith(("http://", "https://"))):
-        raise ConfigError(f"invalid mlflow ui_url {ui_url!r}; expected the MLflow UI's address, "
-                          "such as http://127.0.0.1:5000")
+        raise ConfigError(f"invalid mlflow ui_url {mask_text(repr(ui_url))}; expected the "
+                          "MLflow UI's address, such as http://127.0.0.1:5000")
     units = options.get("units")
     if units is not None and (not isinstance(units, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in units.items())):
@@ -887,7 +889,7 @@ def frugalnas_run_arguments(parser: argparse.ArgumentParser) -> None:
 @hookimpl
 def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -> None:
     if getattr(args, "tracking_uri", None) and getattr(args, "no_tracking", False):
-        raise ConfigError(f"--tracking-uri {masked(args.tracking_uri)} and --no-tracking "
+        raise ConfigError(f"--tracking-uri {mask_text(args.tracking_uri)} and --no-tracking "
                           "contradict each other; give one of them")
     if getattr(args, "tracking_uri", None):
         settings.setdefault("plugin_options", {}).setdefault(PLUGIN, {})["tracking_uri"] = \
@@ -899,8 +901,8 @@ def frugalnas_run_settings(args: argparse.Namespace, settings: dict[str, Any]) -
 @hookimpl
 def frugalnas_results_location(study: Any) -> str | None:
     uri = tracking_uri_of(study.config)
-    flag = "" if uri == DEFAULT_TRACKING_URI else f" --tracking-uri {masked(uri)}"
-    return (f"MLflow experiment {study.name!r} in {masked(uri)}, one run per trial; review it "
+    flag = "" if uri == DEFAULT_TRACKING_URI else f" --tracking-uri {mask_text(uri)}"
+    return (f"MLflow experiment {study.name!r} in {mask_text(uri)}, one run per trial; review it "
             f"with: frugalnas ui{flag} --study-name {study.name}")
 
 
@@ -1064,7 +1066,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         cmd += ["--default-artifact-root", root]
     if _has_ui_app():
         cmd += ["--app-name", UI_APP]
-    print(f"MLflow UI for {masked(uri)} on {base}", flush=True)
+    print(f"MLflow UI for {mask_text(uri)} on {base}", flush=True)
     if experiment is not None:
         print(f"study {experiment.name!r}: {url}", flush=True)
     if getattr(args, "open", False):
@@ -1207,7 +1209,7 @@ def frugalnas_study_finished(study: Any) -> None:
         if tracker.writer.errors:  # some writes failed: the runs are missing until the next start
             raise OperationalFailure(
                 f"MLflow logging errors: {len(tracker.writer.errors)} write(s) to "
-                f"{masked(tracker.uri)} failed, their runs are missing until the next start of "
+                f"{mask_text(tracker.uri)} failed, their runs are missing until the next start of "
                 f"the study writes them from the storage: {'; '.join(tracker.writer.errors[:2])}")
 
 
