@@ -12,9 +12,11 @@ search only when another process's reconciliation wrote runs meanwhile, or for a
 process started); finished trials are written in batches, on a SQL store each batch of new
 runs in one transaction (:func:`~frugalnas.tracking.mlflow.reconcile.create_runs`). The
 study's end writes what is still queued, then reconciles and closes the parent run
-(FINISHED; FAILED when the study ended on an exception other than an interrupt); it waits
-as long as the writer makes progress, and a study whose runs could not all be written ends
-with one line saying how many (:class:`OperationalFailure`).
+(FINISHED; FAILED when the study ended on an exception other than an interrupt, or when the
+storage or its lock failed so that the end could not reconcile: the parent run is closed all
+the same while MLflow can be written, and the next start reconciles); it waits as long as the
+writer makes progress, and a study whose runs could not all be written ends with one line
+saying how many (:class:`OperationalFailure`).
 Block it with ``-p no:mlflow`` (``--no-tracking``,
 ``disable_plugins=["mlflow"]``).
 
@@ -350,6 +352,8 @@ class StudyTracker:
         self.counters = {"searches": 0, "created": 0, "completed": 0, "create_batches": 0}
         self.review = StudyReview(study.config.objectives, list(study.directions))
         self.status = "FINISHED"
+        #: Whether the parent run was closed at the end of this session.
+        self.ended = False
         self.lost = ""
         self.artifact_dirs: dict[str, Path] = {}
         # artifact locations of runs whose artifacts are not a local folder (a server's)
@@ -794,6 +798,15 @@ class StudyTracker:
         self.writer.progressed()
         self._write_review()  # with n_complete_trials
         self.client.set_terminated(self.parent_run_id, status=self.status)
+        self.ended = True
+
+    def _end_failed(self) -> None:
+        """Close the parent run FAILED when :meth:`_close` could not: the storage or the
+        lock beside it failed (a read-only folder, a database gone). It needs neither, only
+        MLflow; the reconciliation waits for the next start of the study."""
+        if self.parent_run_id and not self.ended:
+            self.client.set_terminated(self.parent_run_id, status="FAILED")
+            self.ended = True
 
     # -- called from hooks ---------------------------------------------------------------
     def trial_started(self, number: int) -> None:
@@ -814,11 +827,13 @@ class StudyTracker:
 
     def close(self, status: str = "FINISHED") -> None:
         """End the study's tracking: the queued trials are written, then the reconciliation
-        and the review, and the parent run ends in ``status`` (FINISHED or FAILED).
+        and the review, and the parent run ends in ``status`` (FINISHED or FAILED; FAILED
+        also when the storage failed so that this could not be done, see :meth:`_end_failed`).
         Waits as long as the writer makes progress; after :data:`STALL_SECONDS` without any
         it stops waiting and :attr:`lost` says what was not written."""
         self.status = status
         self.writer.submit(self._locked(self._close))
+        self.writer.submit(self._end_failed)  # runs after it; without the storage's lock
         if self.writer.drain():
             self.writer.close()
         else:
