@@ -1115,13 +1115,15 @@ def _open_when_up(base: str, url: str, wait: float = 120.0) -> None:
             time.sleep(0.5)
 
 
-#: Signals ``frugalnas ui`` passes on to the server it started.
+#: Signals on which ``frugalnas ui`` stops the server it started.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def run_forwarding_signals(cmd: list[str], grace: float = 15.0) -> int:
-    """Run ``cmd`` in its own process group, pass SIGTERM/SIGINT/SIGHUP on to the whole group
-    (the MLflow CLI and the server processes it starts), wait for it, and return its exit
+    """Run ``cmd`` in its own process group and stop the whole group (the MLflow CLI and the
+    server processes it starts) with SIGTERM when this process receives SIGTERM, SIGINT
+    (Ctrl-C) or SIGHUP: SIGTERM is the signal the server's children stop on quietly, where
+    SIGINT has each of them print a traceback. Waits for the command and returns its exit
     status (128 + N for a signal N, as a shell reports it). Whatever of the group is left
     ``grace`` seconds after the command exits, or after a signal, is killed."""
     proc = subprocess.Popen(cmd, start_new_session=True)
@@ -1129,7 +1131,7 @@ def run_forwarding_signals(cmd: list[str], grace: float = 15.0) -> int:
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
-        _kill_group(proc.pid, signum)
+        _kill_group(proc.pid, signal.SIGTERM)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     deadline: float | None = None
