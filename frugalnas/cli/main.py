@@ -11,7 +11,7 @@ import os
 import sys
 import tomllib
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
@@ -190,23 +190,30 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
         if name is None:
             continue
         comp = host.registry(kind).get(name)
-        defaults = {k: v for k, v in comp.options().items()
-                    if k not in ("space", "seed") and v is not inspect.Parameter.empty}
-        out[group] = {"name": name, "plugin": comp.plugin,
-                      "options": {**mask_value(defaults), **shown[f"{group}_options"]}}
-    out["estimator"] = {"name": config.estimator,
-                        "plugin": host.estimators().get(config.estimator).plugin,
-                        "options": shown["estimator_options"]}
+        out[group] = {"name": name, "plugin": comp.plugin, "options": _with_defaults(
+            comp, shown[f"{group}_options"], implicit=("space", "seed"))}
+    comp = host.estimators().get(config.estimator)
+    out["estimator"] = {"name": config.estimator, "plugin": comp.plugin,
+                        "options": _with_defaults(comp, shown["estimator_options"])}
     out["objectives"] = dict(zip(config.objectives, config.directions))
     out["constraints"] = {name: f"<= {bound:g}" for name, bound in config.constraints.items()}
     if config.pruner is not None:
-        out["pruner"] = {"name": config.pruner,
-                         "plugin": host.registry("pruners").get(config.pruner).plugin,
-                         "options": shown["pruner_options"]}
+        comp = host.registry("pruners").get(config.pruner)
+        out["pruner"] = {"name": config.pruner, "plugin": comp.plugin,
+                         "options": _with_defaults(comp, shown["pruner_options"])}
     out["seed"] = config.seed
     out["plugin_options"] = shown["plugin_options"]
     out["plugins"] = sorted(host.infos)
     return out
+
+
+def _with_defaults(comp: Any, given: Mapping[str, Any],
+                   implicit: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The options ``given`` (masked already) over every default of ``comp``'s options,
+    masked; ``implicit`` ones (set by the study itself) are left out."""
+    defaults = {k: v for k, v in comp.options().items()
+                if k not in implicit and v is not inspect.Parameter.empty}
+    return {**mask_value(defaults), **given}
 
 
 def check_names(config: StudyConfig, host: PluginHost) -> None:

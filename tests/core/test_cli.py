@@ -94,7 +94,9 @@ def test_readme_python_snippet_continues_the_run_files_study(tmp_path, monkeypat
 PLUGINS = [["plugins"], ["plugins", "--json"], ["plugins", "--json", "-p", "no:random"]]
 RUN_FLAGS = [["run", "--estimator", "nb201-table", "--n-trials", "3", "--no-tracking",
               "-o", "estimator.dataset=cifar10", "--dry-run"],
-             ["run", "--n-trials", "3", "--no-tracking", "-q"]]
+             ["run", "--n-trials", "3", "--no-tracking", "-q"],
+             ["run", "--estimator", "train", "--dataset", "digits", "--pruner", "median",
+              "--no-tracking", "-o", "estimator.lr=0.1", "--dry-run"]]
 ERRORS = [
     (["run", "--space", "nb-201"], "unknown search space 'nb-201'"),
     (["run", "-o", "estimator.epochz=2", "--estimator", "train"], "unknown option 'epochz'"),
@@ -132,9 +134,15 @@ def test_plugins_command_lists_builtins(cli_results):
 
 def test_run_with_flags_and_dry_run(cli_results):
     plan = json.loads(_ok(cli_results[tuple(RUN_FLAGS[0])])["out"])
-    assert plan["estimator"]["options"] == {"dataset": "cifar10"}
+    # every option of every component, given or by default
+    assert plan["estimator"]["options"] == {"dataset": "cifar10", "select_on": "valid",
+                                            "simulated_epochs": 200.0, "known_hardware": True}
     assert "mlflow" not in plan["plugins"] and plan["run"]["n_trials"] == 3
     assert "3 trial(s) completed" in _ok(cli_results[tuple(RUN_FLAGS[1])])["out"]
+    plan = json.loads(_ok(cli_results[tuple(RUN_FLAGS[2])])["out"])
+    assert {k: plan["estimator"]["options"][k] for k in ("lr", "momentum", "epochs")} \
+        == {"lr": 0.1, "momentum": 0.9, "epochs": 1.0}
+    assert plan["pruner"]["options"]["n_startup_trials"] == 5
 
 
 @pytest.mark.parametrize("args, fragment", ERRORS)
