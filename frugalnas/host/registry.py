@@ -93,29 +93,22 @@ class Component:
 
     @property
     def accepts_host(self) -> bool:
-        try:
-            return "host" in inspect.signature(self.factory).parameters
-        except (TypeError, ValueError):
-            return False
+        return "host" in declared_parameters(self.factory)[0]
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ConfigError for an option the factory does not accept, listing the valid ones
         (one the factory lists in a ``fixed_options`` attribute, as an ArchSampler subclass
         does, is said to be set by the component itself)."""
-        try:
-            sig = inspect.signature(self.factory)
-        except (TypeError, ValueError):
-            return
-        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        if self.accepts_any_option:
             return
         valid = self.options()
         fixed = getattr(self.factory, "fixed_options", ())
         for key in options:
-            if key in fixed and key not in valid:
+            if key in fixed:
                 raise ConfigError(
                     f"option {key!r} is set by {self.kind} {self.name!r} itself, not by users; "
                     f"valid options: {', '.join(sorted(valid)) or '(none)'}")
-            if key not in valid or key == "host":
+            if key not in valid:
                 raise ConfigError(
                     f"unknown option {key!r} for {self.kind} {self.name!r}; "
                     f"valid options: {', '.join(sorted(valid)) or '(none)'}"
@@ -123,16 +116,12 @@ class Component:
 
     def options(self) -> dict[str, Any]:
         """Keyword options the factory accepts, with their defaults (``inspect.Parameter.empty``
-        for required ones)."""
-        try:
-            sig = inspect.signature(self.factory)
-        except (TypeError, ValueError):
-            return {}
-        return {
-            n: p.default
-            for n, p in sig.parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in ("self", "host")
-        }
+        for required ones): those its signature names and, where it passes ``**options`` on to
+        a base class, the base's (:func:`declared_parameters`), less ``host`` and the ones the
+        component sets itself (``fixed_options``)."""
+        fixed = set(getattr(self.factory, "fixed_options", ()))
+        return {n: d for n, d in declared_parameters(self.factory)[0].items()
+                if n != "host" and n not in fixed}
 
     def user_options(self) -> dict[str, Any]:
         """:meth:`options` less the arguments the study supplies itself (a strategy's
@@ -143,12 +132,9 @@ class Component:
 
     @property
     def accepts_any_option(self) -> bool:
-        """Whether the factory takes ``**options`` (it then checks option names itself)."""
-        try:
-            sig = inspect.signature(self.factory)
-        except (TypeError, ValueError):
-            return False
-        return any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        """Whether the factory takes ``**options`` that reach no declared parameter (it then
+        checks option names itself)."""
+        return declared_parameters(self.factory)[1]
 
     def describe_options(self) -> list[dict[str, Any]]:
         """Each user option as ``{"name", "required", "default"}`` (``default`` is ``None`` for
@@ -156,6 +142,31 @@ class Component:
         return [{"name": n, "required": d is inspect.Parameter.empty,
                  "default": None if d is inspect.Parameter.empty else _plain(d)}
                 for n, d in self.user_options().items()]
+
+
+def declared_parameters(factory: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
+    """The keyword parameters ``factory`` declares, with their defaults, and whether it also
+    takes options it does not declare. A class whose ``__init__`` takes ``**options`` and
+    passes them on to its base declares the base's parameters too: the classes of its MRO are
+    read until one ``__init__`` takes no ``**options`` (a subclass's own default wins), so a
+    base class's options reach every subclass without being restated."""
+    found: dict[str, Any] = {}
+    chain: list[Callable[..., Any]] = [factory]
+    if isinstance(factory, type):
+        chain = [vars(c)["__init__"] for c in factory.__mro__
+                 if c is not object and "__init__" in vars(c)]
+    for target in chain:
+        try:
+            params = list(inspect.signature(target).parameters.values())
+        except (TypeError, ValueError):
+            return found, True
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                found.setdefault(p.name, p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return found, False
+    # A class whose chain of **options ends at object's __init__ takes nothing more.
+    return found, not isinstance(factory, type)
 
 
 #: Factory arguments the study passes itself, per kind (the kind's singular label).

@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from frugalnas.ports import optuna_compat
 from frugalnas.ports.strategy import Strategy, StrategyServices
+from frugalnas.host.registry import declared_parameters
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.ports.keys import ARCHITECTURE_ATTR, STRATEGY_METRIC_PREFIX
@@ -736,16 +737,18 @@ class ArchSampler(Strategy):
 def strategy_factory(cls: type[_S]) -> type[_S]:
     """``cls`` itself, checked to be registrable as a strategy factory: the study calls it as
     ``cls(space=..., seed=..., host=..., **options)``, and the registry reads its options and
-    their defaults from the signature of ``cls.__init__`` (so a misspelt option is a
-    :class:`ConfigError` listing the valid ones before the first trial). ``__init__`` must
-    therefore name every option it takes, the common ones of :class:`ArchSampler` included,
-    and take no ``**options``; it must not name an option of ``cls.fixed_options``."""
+    their defaults from the signature of ``cls.__init__`` and, where that passes
+    ``**common`` on, from its bases' (:func:`~frugalnas.host.registry.declared_parameters`),
+    so a misspelt option is a :class:`ConfigError` listing the valid ones before the first
+    trial and the common options of :class:`ArchSampler` reach every subclass without being
+    restated. ``__init__`` must take no ``*args`` and no ``**options`` that no base declares;
+    it must not name an option of ``cls.fixed_options``."""
     params = inspect.signature(cls).parameters
-    loose = [p.name for p in params.values() if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
-    if loose:
-        raise TypeError(f"strategy {cls.__name__}: __init__ takes *{loose[0]}; name each option "
-                        "it accepts (the common ones of ArchSampler too) so the registry can "
-                        "check them")
+    loose = [p.name for p in params.values() if p.kind is p.VAR_POSITIONAL]
+    if loose or declared_parameters(cls)[1]:
+        raise TypeError(f"strategy {cls.__name__}: __init__ takes options no class declares; "
+                        "name each option it accepts (or pass **common on to ArchSampler) so "
+                        "the registry can check them")
     fixed = [n for n in cls.fixed_options if n in params]
     if fixed:
         raise TypeError(f"strategy {cls.__name__}: __init__ names {fixed[0]!r}, which "

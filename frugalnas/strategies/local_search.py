@@ -51,19 +51,9 @@ class LocalSearchSampler(ArchSampler):
     default_n_init = 5
     known_constraints_n_init = 20
 
-    def __init__(self, space: SearchSpace, seed: int = 0, n_init: int | None = None, *,
-                 warm_start_proxy: str | None = None,
-                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0,
-                 bridge_infeasible: bool = True, host: Any = None):
+    def __init__(self, space: SearchSpace, seed: int = 0, n_init: int | None = None, **common: Any):
         super().__init__(space, seed, n_init,
-                         warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty,
-                         bridge_infeasible=bridge_infeasible, host=host)
+                         **common)
         self._frontiers: dict[str, _Frontier] = {}
         self._bridges: dict[str, list[Architecture]] = {}
 

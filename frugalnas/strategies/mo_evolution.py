@@ -54,23 +54,14 @@ class MultiObjectiveEvolutionSampler(ArchSampler):
     def __init__(self, space: SearchSpace, seed: int = 0, parents: str = "tournament",
                  population_size: int = 50, sample_size: int = 10, n_candidates: int = 1,
                  n_samples: int = 32, reference_point: Sequence[float] | None = None,
-                 n_init: int = 10, *, warm_start_proxy: str | None = None,
-                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0,
-                 bridge_infeasible: bool = True, host: Any = None):
+                 n_init: int = 10, **common: Any):
         check_choice("parents", parents, PARENTS)
         check_range("population_size", population_size, 2)
         check_range("sample_size", sample_size, 1, population_size)
         check_range("n_candidates", n_candidates, 1)
         check_range("n_samples", n_samples, 1)
         reference_point = check_reference_point(reference_point)
-        super().__init__(space, seed, n_init, warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty,
-                         bridge_infeasible=bridge_infeasible, host=host)
+        super().__init__(space, seed, n_init, **common)
         self.parents, self.population_size = parents, int(population_size)
         self.sample_size, self.n_candidates = int(sample_size), int(n_candidates)
         self.n_samples = int(n_samples)

@@ -19,15 +19,8 @@ class RandomArchSampler(ArchSampler):
 
     fixed_options = ("n_init", "bridge_infeasible")
 
-    def __init__(self, space: SearchSpace, seed: int = 0, *, warm_start_proxy: str | None = None,
-                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
-        super().__init__(space, seed, 1, warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty, host=host)
+    def __init__(self, space: SearchSpace, seed: int = 0, **common: Any):
+        super().__init__(space, seed, 1, **common)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
                rng: random.Random) -> Architecture:

@@ -33,12 +33,7 @@ class RegularizedEvolutionSampler(ArchSampler):
     population size."""
 
     def __init__(self, space: SearchSpace, seed: int = 0, population_size: int | None = None,
-                 sample_size: int | None = None, n_init: int | None = None, *,
-                 warm_start_proxy: str | None = None, warm_start_pool: int = 100,
-                 warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0,
-                 bridge_infeasible: bool = True, host: Any = None):
+                 sample_size: int | None = None, n_init: int | None = None, **common: Any):
         if population_size is not None:
             check_range("population_size", population_size, 2)
         if sample_size is not None:
@@ -46,12 +41,7 @@ class RegularizedEvolutionSampler(ArchSampler):
                         DEFAULT_POPULATION if population_size is None else population_size)
         self.population_size, self.sample_size = population_size, sample_size
         super().__init__(space, seed, n_init,
-                         warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty,
-                         bridge_infeasible=bridge_infeasible, host=host)
+                         **common)
         self._population, self._sample = population_size or DEFAULT_POPULATION, \
             sample_size or DEFAULT_SAMPLE
 

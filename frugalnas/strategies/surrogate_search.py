@@ -238,20 +238,11 @@ class SurrogateEvolutionSampler(SurrogateMixin, RegularizedEvolutionSampler):
                  encoding_options: dict[str, Any] | None = None, acquisition: str = "ei",
                  kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
                  n_init: int | None = None, *, reference_point: Sequence[float] | None = None,
-                 warm_start_proxy: str | None = None,
-                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0,
-                 bridge_infeasible: bool = True, host: Any = None):
+                 **common: Any):
         if n_candidates is not None:
             check_range("n_candidates", n_candidates, 1)
         super().__init__(space, seed, population_size, sample_size, n_init,
-                         warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty,
-                         bridge_infeasible=bridge_infeasible, host=host)
+                         **common)
         self.n_candidates = n_candidates
         self._candidates = n_candidates or self.default_candidates
         self._init_surrogate(surrogate, surrogate_options,
@@ -302,20 +293,11 @@ class BananasSampler(SurrogateMixin, ArchSampler):
                  encoding_options: dict[str, Any] | None = None, acquisition: str = "its",
                  kappa: float = 2.0, quality_every: int = 10, quality_holdout: int = 10,
                  n_init: int | None = None, *, reference_point: Sequence[float] | None = None,
-                 warm_start_proxy: str | None = None,
-                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0,
-                 bridge_infeasible: bool = True, host: Any = None):
+                 **common: Any):
         check_range("n_candidates", n_candidates, 1)
         check_range("top_k", top_k, 1)
         super().__init__(space, seed, n_init,
-                         warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty,
-                         bridge_infeasible=bridge_infeasible, host=host)
+                         **common)
         self.n_candidates, self.top_k = int(n_candidates), int(top_k)
         self._init_surrogate(surrogate, surrogate_options,
                              encoding or preferred_encoding(space, "path"), encoding_options,

@@ -211,15 +211,26 @@ def test_an_unknown_strategy_option_is_refused_before_the_first_trial(name, tmp_
             comp.check_options({option: 1})
 
 
-def test_strategy_factory_refuses_a_class_that_hides_its_options():
+def test_a_subclass_inherits_the_common_options_it_passes_on_and_hides_none():
+    from frugalnas.host.registry import Component
     from frugalnas.strategies.base import ArchSampler, strategy_factory
     from frugalnas.strategies.random import RandomArchSampler
 
     assert strategy_factory(RandomArchSampler) is RandomArchSampler
 
+    class Climb(ArchSampler):
+        def __init__(self, space, seed=0, step=2, **common):
+            super().__init__(space, seed, **common)
+
+    assert strategy_factory(Climb) is Climb
+    options = Component("strategy", "climb", Climb, "test").user_options()
+    assert options == {"step": 2, **_common_options()}
+    with pytest.raises(ConfigError, match="unknown option 'stpe'.*did you mean 'step'"):
+        Component("strategy", "climb", Climb, "test").check_options({"stpe": 3})
+
     class Loose(ArchSampler):
-        def __init__(self, space, seed=0, **options):
-            super().__init__(space, seed, **options)
+        def __init__(self, space, seed=0, *args):
+            super().__init__(space, seed, *args)
 
     with pytest.raises(TypeError, match="options"):
         strategy_factory(Loose)

@@ -38,6 +38,8 @@ def test_installed_plugin_is_listed_and_usable(installed_example, tmp_path, stor
     assert climb["plugin"] == "hello"
     assert {"name": "explore", "required": False, "default": 0.1} in climb["options"]
     assert {"name": "n_init", "required": False, "default": 4} in climb["options"]
+    # ArchSampler's common options reach the plugin's strategy without being restated
+    assert {"name": "bridge_infeasible", "required": False, "default": True} in climb["options"]
 
     storage, uri = stores
     study = frugalnas.create_study(space="hello-mlp", estimator="hello-logit-spread",

@@ -72,22 +72,15 @@ class HillClimb(ArchSampler):
     """Hill climbing: mutate the best architecture found so far; with probability
     ``explore``, try an unseen random architecture instead."""
 
-    # explore is this strategy's option; the ones after * are ArchSampler's common options,
-    # named here (with ArchSampler's defaults) so the registry can list and check them.
+    # explore is this strategy's option; **common passes ArchSampler's common options on
+    # (the registry reads them, and their defaults, from ArchSampler itself).
     def __init__(self, space: frugalnas.SearchSpace, seed: int = 0, n_init: int = 4,
-                 explore: float = 0.1, *, warm_start_proxy: str | None = None,
-                 warm_start_pool: int = 100, warm_start_options: dict[str, Any] | None = None,
-                 constraint_model: bool = True, feasibility_threshold: float = 0.5,
-                 screen_size: int = 10, violation_penalty: float = 5.0, host: Any = None):
+                 explore: float = 0.1, **common: Any):
         if isinstance(explore, bool) or not isinstance(explore, (int, float)) \
                 or not 0.0 <= explore <= 1.0:
             raise frugalnas.ConfigError(f"invalid explore {explore!r} for strategy "
                                         "'hello-climb'; valid: a number in [0, 1]")
-        super().__init__(space, seed, n_init, warm_start_proxy=warm_start_proxy,
-                         warm_start_pool=warm_start_pool, warm_start_options=warm_start_options,
-                         constraint_model=constraint_model,
-                         feasibility_threshold=feasibility_threshold, screen_size=screen_size,
-                         violation_penalty=violation_penalty, host=host)
+        super().__init__(space, seed, n_init, **common)
         self.explore = float(explore)
 
     def choose(self, study: optuna.Study, trial: FrozenTrial, hist: History,
