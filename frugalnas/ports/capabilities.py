@@ -19,6 +19,7 @@ spaces that have it).
 
 from __future__ import annotations
 
+import copy
 import importlib
 import random
 from collections.abc import Callable, Mapping
@@ -83,6 +84,39 @@ class OwnEncodings(Protocol):
     def encodings(self) -> Mapping[str, Callable[[SearchSpace], Any]]:
         """Each encoding's factory ``(space) -> encoding`` by name."""
         ...
+
+
+class _BuilderSharing:
+    def __init__(self, space: SearchSpace, builder: Callable[..., SharedBuilder]):
+        self.space, self.builder = space, builder
+
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+                       sharing: str = "operation") -> SharedBuilder:
+        return self.builder(self.space, num_classes, input_shape, sharing)
+
+
+def sharing_by(builder: Callable[..., SharedBuilder]) -> Callable[[SearchSpace], WeightSharing]:
+    """The factory of a :class:`WeightSharing` adapter whose shared builder is
+    ``builder(space, num_classes, input_shape, sharing)`` (a shared-builder class)."""
+    return lambda space: _BuilderSharing(space, builder)
+
+
+class _AttributeScaling:
+    def __init__(self, space: SearchSpace, width: str, depth: str):
+        self.space, self.width, self.depth = space, width, depth
+
+    def scaled(self, *, width: int | None = None, depth: int | None = None) -> SearchSpace:
+        out = copy.copy(self.space)
+        for attribute, value in ((self.width, width), (self.depth, depth)):
+            if value is not None:
+                setattr(out, attribute, int(value))
+        return out
+
+
+def scaling_by(width: str, depth: str) -> Callable[[SearchSpace], Scaling]:
+    """The factory of a :class:`Scaling` adapter that copies the space with the attribute
+    ``width`` set to the width asked for and ``depth`` to the depth."""
+    return lambda space: _AttributeScaling(space, width, depth)
 
 
 #: Each capability as messages name it, with the built-in spaces that have it.

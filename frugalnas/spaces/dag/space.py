@@ -15,7 +15,6 @@ Decisions are named ``{cell}_node{n}_in{0,1}``, ``{cell}_node{n}_op{0,1}`` and
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
-from frugalnas.ports.capabilities import DartsRelaxation, Scaling, WeightSharing
+from frugalnas.ports.capabilities import DartsRelaxation, Scaling, WeightSharing, scaling_by
 from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.ops import (DEFAULT_OPS, OPS, BatchNorm, FactorizedReduce, ReLUConvBN, SqueezeExcite,
                       batch_stat_bn, make_op, running_bn)
@@ -98,7 +97,7 @@ class DagSpace(SearchSpace):
     genotype = DagGenotype
     capabilities = {WeightSharing: "frugalnas.spaces.dag.supernet:DagSharing",
                     DartsRelaxation: "frugalnas.spaces.dag.relaxation:DagRelaxation",
-                    Scaling: "frugalnas.spaces.dag.space:DagScaling"}
+                    Scaling: scaling_by(width="channels", depth="normal_cells")}
 
     def __init__(self, nodes: int = 4, channels: int = 8, normal_cells: int = 1,
                  reductions: int = 2, ops: Sequence[str] = DEFAULT_OPS, attention: bool = True,
@@ -351,18 +350,3 @@ class DagNetwork(nn.Module):
             s0, s1 = s1, cell(s0, s1)
         return self.head(torch.relu(self.final(s1)).mean(dim=(2, 3)))
 
-
-class DagScaling:
-    """Copies of a DAG space with ``channels=width`` and ``normal_cells=depth`` (normal cells
-    per stage)."""
-
-    def __init__(self, space: DagSpace):
-        self.space = space
-
-    def scaled(self, *, width: int | None = None, depth: int | None = None) -> DagSpace:
-        out = copy.copy(self.space)
-        if width is not None:
-            out.channels = int(width)
-        if depth is not None:
-            out.normal_cells = int(depth)
-        return out

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from frugalnas.ports.capabilities import sharing_by
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import check_choice
 from frugalnas.spaces.dag.space import DagNetwork, DagSpace
@@ -46,12 +47,5 @@ class DagSharedBuilder:
         return DagNetwork(self.space, arch, lambda key: get(self.canonical(key)))
 
 
-class DagSharing:
-    """Weight sharing for a DAG space: its networks over one shared weight store."""
-
-    def __init__(self, space: DagSpace):
-        self.space = space
-
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> DagSharedBuilder:
-        return DagSharedBuilder(self.space, num_classes, input_shape, sharing)
+#: Weight sharing for the space: its networks over one shared weight store.
+DagSharing = sharing_by(DagSharedBuilder)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from frugalnas.ports.capabilities import sharing_by
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError
 from frugalnas.nn.elastic import ElasticMBConv
@@ -93,14 +94,5 @@ def export_subnet(network: MobileNetNetwork) -> MobileNetNetwork:
     return out.train(network.training)
 
 
-class MobileNetSharing:
-    """Weight sharing for a MobileNet space: one store of elastic blocks, one block per
-    position holding the weights of its largest configuration (``sharing`` must be
-    ``"operation"``)."""
-
-    def __init__(self, space: MobileNetSpace):
-        self.space = space
-
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> MobileNetSharedBuilder:
-        return MobileNetSharedBuilder(self.space, num_classes, input_shape, sharing)
+#: Weight sharing for the space: its networks over one shared weight store.
+MobileNetSharing = sharing_by(MobileNetSharedBuilder)

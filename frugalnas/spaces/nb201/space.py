@@ -8,7 +8,6 @@ a linear classifier. Defaults ``N=5, C=16`` are the benchmark's.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import random
 from collections.abc import Iterator, Mapping
@@ -21,7 +20,7 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, check_range
-from frugalnas.ports.capabilities import OwnEncodings, Scaling, WeightSharing
+from frugalnas.ports.capabilities import OwnEncodings, Scaling, WeightSharing, scaling_by
 from frugalnas.ports.space import SearchSpace
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
@@ -197,7 +196,7 @@ class NB201Space(SearchSpace):
     genotype = NB201Cell
     capabilities = {WeightSharing: "frugalnas.spaces.nb201.supernet:NB201Sharing",
                     OwnEncodings: "frugalnas.spaces.nb201.encodings:NB201Encodings",
-                    Scaling: "frugalnas.spaces.nb201.space:NB201Scaling"}
+                    Scaling: scaling_by(width="C", depth="N")}
 
     def __init__(self, N: int = 5, C: int = 16):
         check_range("N (cells per stage)", N, 1)
@@ -274,18 +273,3 @@ class NB201Space(SearchSpace):
     def __len__(self) -> int:
         return len(OPS) ** len(DECISIONS)
 
-
-class NB201Scaling:
-    """Copies of an NB201 space with ``C=width`` (stem channels) and ``N=depth`` (cells per
-    stage)."""
-
-    def __init__(self, space: NB201Space):
-        self.space = space
-
-    def scaled(self, *, width: int | None = None, depth: int | None = None) -> NB201Space:
-        out = copy.copy(self.space)
-        if width is not None:
-            out.C = int(width)
-        if depth is not None:
-            out.N = int(depth)
-        return out

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from frugalnas.ports.capabilities import sharing_by
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import check_choice
 from frugalnas.nn.weight_store import Key
@@ -148,12 +149,5 @@ class MixedNB201Network(SharedNB201Network):
         self.alphas = alphas
 
 
-class NB201Sharing:
-    """Weight sharing for an NB201 space: its networks over one shared weight store."""
-
-    def __init__(self, space: NB201Space):
-        self.space = space
-
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
-                       sharing: str = "operation") -> NB201SharedBuilder:
-        return NB201SharedBuilder(self.space, num_classes, input_shape, sharing)
+#: Weight sharing for the space: its networks over one shared weight store.
+NB201Sharing = sharing_by(NB201SharedBuilder)
