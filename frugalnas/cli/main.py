@@ -291,9 +291,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         study.optimize(n_trials=n_trials, timeout=run.get("timeout"),
                        n_jobs=run.get("n_jobs", 1), isolate=args.isolate)
-    completed = len(study.completed_trials()) - done
-    print(f"study {study.name!r}: {completed} trial(s) completed this run, "
-          f"{len(study.trials)} in total")
+    total = len(study.completed_trials())
+    completed, others = total - done, len(study.trials) - total
+    rest = f" ({others} more failed, pruned or unfinished)" if others else ""
+    print(f"study {study.name!r}: {completed} trial(s) completed this run, {total} in total{rest}")
     try:
         best = study.best_trials if len(config.directions) > 1 else [study.best_trial]
         for t in best:

@@ -150,3 +150,19 @@ def test_cli_errors_exit_2_with_a_message(cli_results, args, fragment):
     result = cli_results[(*args, "--no-tracking")]
     assert result["rc"] == 2
     assert fragment in result["err"]
+
+
+def test_the_closing_line_counts_completed_trials_and_names_the_others(tmp_path, capsys):
+    import optuna
+
+    from frugalnas.cli.main import main
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    args = ["run", "-q", "--no-tracking", "--estimator", "nb201-table", "--storage", storage,
+            "--study-name", "s", "--n-trials", "2"]
+    assert main(args) == 0
+    optuna.load_study(study_name="s", storage=storage).ask()  # another worker's, running
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "study 's': 2 trial(s) completed this run, 4 in total (1 more failed, pruned or " \
+        "unfinished)" in capsys.readouterr().out
