@@ -222,6 +222,11 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         own_backend = True
     else:
         backend, own_backend = study.backend, False
+    plan = _Plan(data=data, data_name=data_name, data_options=data_options, backend=backend,
+                 backend_options={**study.config.backend_options, **(backend_options or {})},
+                 cfg=cfg, seed=seed, formats=chosen_formats, selection=selection,
+                 tracking=tracking, tracking_uri=tracking_uri, register=register,
+                 latency=latency, check_batch=check_batch, progress=progress_shown(progress))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     several = top is not None and top > 1
@@ -230,14 +235,7 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         for rank, frozen in enumerate(picks, start=1):
             folder = out / f"rank{rank}-trial{frozen.number}" if several else out
             folder.mkdir(parents=True, exist_ok=True)
-            results.append(_export_one(
-                study, frozen, rank, folder, data=data, data_name=data_name,
-                data_options=data_options, backend=backend,
-                backend_options={**study.config.backend_options, **(backend_options or {})},
-                cfg=cfg, seed=seed,
-                formats=chosen_formats, selection=selection, tracking=tracking,
-                tracking_uri=tracking_uri, register=register, latency=latency,
-                check_batch=check_batch, progress=progress_shown(progress)))
+            results.append(_export_one(study, frozen, rank, folder, plan))
     finally:
         backend.release()
         if own_backend:
@@ -251,173 +249,261 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
     return results[0]
 
 
-def _export_one(study: Any, frozen: Any, rank: int, out: Path, *, data: Dataset, data_name: str,
-                data_options: dict[str, Any], backend: Any, backend_options: dict[str, Any],
-                cfg: TrainConfig, seed: int,
-                formats: tuple[str, ...], selection: str, tracking: bool,
-                tracking_uri: str | None, register: str | None, latency: bool,
-                check_batch: int, progress: bool) -> ExportedModel:
+@dataclass(frozen=True)
+class _Plan:
+    """What every exported trial of one ``export_study`` call shares."""
+
+    data: Dataset
+    data_name: str
+    data_options: dict[str, Any]
+    backend: Any
+    backend_options: dict[str, Any]
+    cfg: TrainConfig
+    seed: int
+    formats: tuple[str, ...]
+    selection: str
+    tracking: bool
+    tracking_uri: str | None
+    register: str | None
+    latency: bool
+    check_batch: int
+    progress: bool
+
+
+@dataclass
+class _Trained:
+    """A network trained from scratch for export, on the CPU in evaluation mode."""
+
+    model: nn.Module
+    state: dict[str, torch.Tensor]
+    params: int
+    flops: int
+    steps: int
+    epochs: float
+    losses: list[float]
+    loop_seconds: float
+    seconds: float
+    peak_memory: Any
+    backend_metrics: dict[str, float]
+    backend_artifacts: dict[str, Any]
+
+
+@dataclass
+class _Written:
+    """The deployable files of one network and how each was checked."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    checks: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    example: Any = None
+    onnx_accuracy: float | None = None
+
+
+def _export_one(study: Any, frozen: Any, rank: int, out: Path, plan: _Plan) -> ExportedModel:
+    started = time.perf_counter()
+    arch = architecture_of(frozen, study.space)
+    trained = _train(study, frozen.number, arch, plan)
+    test_x, test_y = plan.data.split("test")
+    test_accuracy = _accuracy(trained.model, test_x, test_y)
+    written = _write_files(trained, frozen.number, test_x, test_y, out, plan)
+    latency = _latency(trained.model, plan, written.files) if plan.latency else None
+    report = _report(study, frozen, rank, arch, plan, trained, written, latency,
+                     test_accuracy, len(test_x))
+    if plan.tracking:
+        _log_model(study, frozen.number, arch, out, plan, trained, written, report)
+    report["seconds"]["total"] = time.perf_counter() - started
+    files = written.files
+    report["files"] = {k: {"file": str(p.relative_to(out)), "bytes": p.stat().st_size,
+                           "sha256": _sha256(p)} for k, p in files.items()}
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    files["report"] = out / "report.json"
+    return ExportedModel(frozen.number, rank, arch, out, trained.model, report, files)
+
+
+def _train(study: Any, number: int, arch: Architecture, plan: _Plan) -> _Trained:
+    """Train ``arch`` from scratch on train + validation; the module returned is a fresh
+    network holding the trained weights, on the CPU."""
     from tqdm.auto import tqdm
 
     from frugalnas.leaderboard import fmt_number
 
     started = time.perf_counter()
-    space = study.space
-    arch = architecture_of(frozen, space)
-    # -- train from scratch on train + validation ------------------------------------------
+    data, cfg, backend = plan.data, plan.cfg, plan.backend
     final_data = data.train_and_valid()
-    seed_everything(seed)
-    model = space.build(arch, data.num_classes, data.input_shape)
+    seed_everything(plan.seed)
+    model = study.space.build(arch, data.num_classes, data.input_shape)
     params = count_params(model)
     flops = count_flops(model, data.head("train", 1)[0])
     model = backend.prepare(model)
     backend.reset_peak_memory()
     steps = planned_steps(final_data.num_examples("train"), cfg)
-    if progress:
-        print(f"export trial {frozen.number}: training {arch} ({fmt_number(params)} params) from "
-              f"scratch on {data_name} train+valid ({final_data.num_examples('train')} examples, "
-              f"{cfg.epochs:g} epoch(s), {steps} steps, backend {study.config.backend!r}); "
-              f"the search scored it with estimator {study.config.estimator!r}",
-              file=sys.stderr, flush=True)
-    with tqdm(total=steps, desc=f"export trial {frozen.number}", unit="step", file=sys.stderr,
-              dynamic_ncols=True, disable=not progress) as bar:
-        trained = train(model, final_data, _Progress(backend, bar), cfg, seed=seed)
+    if plan.progress:
+        print(f"export trial {number}: training {arch} ({fmt_number(params)} params) from "
+              f"scratch on {plan.data_name} train+valid ({final_data.num_examples('train')} "
+              f"examples, {cfg.epochs:g} epoch(s), {steps} steps, backend "
+              f"{study.config.backend!r}); the search scored it with estimator "
+              f"{study.config.estimator!r}", file=sys.stderr, flush=True)
+    with tqdm(total=steps, desc=f"export trial {number}", unit="step", file=sys.stderr,
+              dynamic_ncols=True, disable=not plan.progress) as bar:
+        report = train(model, final_data, _Progress(backend, bar), cfg, seed=plan.seed)
     peak = backend.peak_memory()
     backend_metrics, backend_artifacts = backend.trial_outputs()
-    train_seconds = time.perf_counter() - started
-    # -- the deployable module: a fresh network with the trained weights, on the CPU ------------
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     with torch.random.fork_rng(devices=[]):
-        clean = space.build(arch, data.num_classes, data.input_shape)
+        clean = study.space.build(arch, data.num_classes, data.input_shape)
     clean.load_state_dict(state)
-    clean = clean.cpu().eval()
-    del model
-    test_x, test_y = data.split("test")
+    return _Trained(clean.cpu().eval(), state, params, flops, report.steps, report.epochs,
+                    list(report.losses), report.seconds, time.perf_counter() - started, peak,
+                    dict(backend_metrics), dict(backend_artifacts))
+
+
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Top-1 accuracy (%) of ``model`` on ``x``, in batches of 512."""
     with torch.no_grad():
-        logits = torch.cat([clean(test_x[i:i + 512]) for i in range(0, len(test_x), 512)])
-    test_accuracy = float((logits.argmax(1) == test_y).float().mean() * 100.0)
-    files: dict[str, Path] = {}
-    torch.save(state, out / "state_dict.pt")
-    files["state_dict"] = out / "state_dict.pt"
-    for name, content in backend_artifacts.items():
+        logits = torch.cat([model(x[i:i + 512]) for i in range(0, len(x), 512)])
+    return float((logits.argmax(1) == y).float().mean() * 100.0)
+
+
+def _write_files(trained: _Trained, number: int, test_x: torch.Tensor, test_y: torch.Tensor,
+                 out: Path, plan: _Plan) -> _Written:
+    """The state dict, the backend's artifacts and each deployable format, checked against
+    the module on a batch of test images."""
+    written = _Written()
+    torch.save(trained.state, out / "state_dict.pt")
+    written.files["state_dict"] = out / "state_dict.pt"
+    for name, content in trained.backend_artifacts.items():
         path = out / f"backend_{Path(name).name}"
         path.write_bytes(content.encode() if isinstance(content, str) else content)
-        files[f"backend:{name}"] = path
-    # -- deployable formats, each checked against the module -------------------------------
-    example = fmt.example_batch(test_x)
-    batch = test_x[:max(1, int(check_batch))].contiguous()
+        written.files[f"backend:{name}"] = path
+    model = trained.model
+    written.example = fmt.example_batch(test_x)
+    batch = test_x[:max(1, int(plan.check_batch))].contiguous()
     with torch.no_grad():
-        reference = clean(batch)
-    checks: dict[str, Any] = {}
-    seconds: dict[str, float] = {}
-    program = None
-    onnx_session = None
-    program_seconds = 0.0
-    if "export" in formats or "onnx" in formats:
-        t0 = time.perf_counter()
-        try:
-            program = fmt.export_program(clean, example)
-        except Exception as exc:
-            if "export" in formats:
-                raise ExportError(f"torch.export could not capture the network of trial "
-                                  f"{frozen.number}: {type(exc).__name__}: {exc}") from exc
-        program_seconds = time.perf_counter() - t0
-    for name in formats:
+        reference = model(batch)
+    program, program_seconds = _program(model, written.example, plan.formats, number)
+    for name in plan.formats:
         if name == "torchscript":
-            res = fmt.write_torchscript(clean, example, batch, reference, out)
+            res = fmt.write_torchscript(model, written.example, batch, reference, out)
         elif name == "export":
             res = fmt.write_export(program, batch, reference, out, program_seconds)
         else:
-            res = fmt.write_onnx(clean, program, example, batch, reference, out)
-            onnx_session = fmt.onnx_session(res.path)
-        files[name] = res.path
-        checks[name] = {"file": res.path.name, "max_abs_diff": res.max_abs_diff,
-                        "batch": len(batch), **res.details}
-        seconds[name] = res.seconds
-    onnx_accuracy = None
-    if onnx_session is not None:
-        onnx_logits = fmt.onnx_predict(onnx_session, test_x)
-        onnx_accuracy = float((onnx_logits.argmax(1) == test_y).float().mean() * 100.0)
-    # -- latency on this machine -------------------------------------------------------------
-    latency_info: dict[str, Any] | None = None
-    if latency:
-        from frugalnas.ports.latency import measure_latency
+            res = fmt.write_onnx(model, program, written.example, batch, reference, out)
+            logits = fmt.onnx_predict(fmt.onnx_session(res.path), test_x)
+            written.onnx_accuracy = float((logits.argmax(1) == test_y).float().mean() * 100.0)
+        written.files[name] = res.path
+        written.checks[name] = {"file": res.path.name, "max_abs_diff": res.max_abs_diff,
+                                "batch": len(batch), **res.details}
+        written.seconds[name] = res.seconds
+    return written
 
-        # one thread: batch-1 latency of a small network is per-call overhead, and on a busy
-        # machine several threads mostly measure the wait for each other
-        stats = measure_latency(clean, data.input_shape, 1, "cpu", min_run_time=0.2,
-                                num_threads=LATENCY_THREADS)
-        latency_info = {"torch": stats.to_dict()}
-        if "onnx" in files:
-            latency_info["onnxruntime"] = fmt.onnx_file_latency(
-                files["onnx"], tuple(data.input_shape), threads=LATENCY_THREADS)
-    # -- report --------------------------------------------------------------------------------
+
+def _program(model: nn.Module, example: Any, formats: tuple[str, ...],
+             number: int) -> tuple[Any, float]:
+    """The ``torch.export`` program the ``export`` and ``onnx`` formats start from (``None``
+    when only ONNX is asked for and capture fails: ONNX then exports on its own)."""
+    if "export" not in formats and "onnx" not in formats:
+        return None, 0.0
+    t0 = time.perf_counter()
+    try:
+        program = fmt.export_program(model, example)
+    except Exception as exc:
+        if "export" in formats:
+            raise ExportError(f"torch.export could not capture the network of trial "
+                              f"{number}: {type(exc).__name__}: {exc}") from exc
+        program = None
+    return program, time.perf_counter() - t0
+
+
+def _latency(model: nn.Module, plan: _Plan, files: dict[str, Path]) -> dict[str, Any]:
+    """Batch-1 latency on this machine with torch, and with ONNX Runtime for an ONNX file.
+    One thread: batch-1 latency of a small network is per-call overhead, and on a busy
+    machine several threads mostly measure the wait for each other."""
+    from frugalnas.ports.latency import measure_latency
+
+    stats = measure_latency(model, plan.data.input_shape, 1, "cpu", min_run_time=0.2,
+                            num_threads=LATENCY_THREADS)
+    found: dict[str, Any] = {"torch": stats.to_dict()}
+    if "onnx" in files:
+        found["onnxruntime"] = fmt.onnx_file_latency(
+            files["onnx"], tuple(plan.data.input_shape), threads=LATENCY_THREADS)
+    return found
+
+
+def _report(study: Any, frozen: Any, rank: int, arch: Architecture, plan: _Plan,
+            trained: _Trained, written: _Written, latency: dict[str, Any] | None,
+            test_accuracy: float, test_examples: int) -> dict[str, Any]:
     config = study.config
-    search_cost = {k: v for k, v in (frozen.user_attrs.get(COST_ATTR) or {}).items()}
-    samples = trained.steps * cfg.batch_size
-    report: dict[str, Any] = {
+    return {
         "frugalnas_export": REPORT_VERSION,
-        "study": study.name, "trial": frozen.number, "rank": rank, "selection": selection,
-        "architecture": {"text": str(arch), "space": space.name,
+        "study": study.name, "trial": frozen.number, "rank": rank, "selection": plan.selection,
+        "architecture": {"text": str(arch), "space": study.space.name,
                          "space_options": dict(config.space_options),
                          "decisions": dict(arch.decisions)},
-        "test_accuracy": test_accuracy, "test_examples": len(test_x),
-        "onnx_test_accuracy": onnx_accuracy,
-        "params": params, "flops": flops,
-        "latency": latency_info,
+        "test_accuracy": test_accuracy, "test_examples": test_examples,
+        "onnx_test_accuracy": written.onnx_accuracy,
+        "params": trained.params, "flops": trained.flops,
+        "latency": latency,
         "search": {"objectives": dict(zip(config.objectives, map(float, frozen.values))),
                    "directions": list(study.directions),
                    "metrics": dict(frozen.user_attrs.get(METRICS_ATTR) or {}),
-                   "cost": search_cost, "strategy": config.strategy,
-                   "estimator": config.estimator,
+                   "cost": dict(frozen.user_attrs.get(COST_ATTR) or {}),
+                   "strategy": config.strategy, "estimator": config.estimator,
                    "estimator_options": dict(config.estimator_options)},
-        "dataset": {"name": data_name, "options": data_options, "seed": study.config.seed,
-                    "input_shape": list(data.input_shape), "num_classes": data.num_classes,
-                    "train_examples": data.num_examples("train"),
-                    "valid_examples": data.num_examples("valid"),
-                    "test_examples": len(test_x), "trained_on": "train+valid",
-                    "preprocessing": {"standardise": "(x - mean) / std per channel, before "
-                                                     "any resize", "mean": data.mean,
-                                      "std": data.std}},
-        "training": {**{k: getattr(cfg, k) for k in TRAIN_OPTIONS}, "seed": seed,
-                     "steps": trained.steps, "epochs_done": trained.epochs,
-                     "seconds": train_seconds, "train_loop_seconds": trained.seconds,
-                     "flops": 3.0 * flops * samples, "peak_memory": peak,
-                     "final_loss": (sum(trained.losses[-10:]) / len(trained.losses[-10:])
-                                    if trained.losses else None),
-                     "backend": {**backend.describe(), "name": study.config.backend,
-                                 "options": backend_options},
-                     "backend_metrics": {k: float(v) for k, v in backend_metrics.items()}},
-        "checks": checks,
-        "seconds": {"train": train_seconds, **{f"write_{k}": v for k, v in seconds.items()}},
+        "dataset": _dataset_report(plan, config.seed, test_examples),
+        "training": _training_report(plan, trained, config.backend),
+        "checks": written.checks,
+        "seconds": {"train": trained.seconds,
+                    **{f"write_{k}": v for k, v in written.seconds.items()}},
         "versions": versions(),
         "machine": machine(),
         "mlflow": None,
     }
-    # -- MLflow ------------------------------------------------------------------------------
-    if tracking:
-        pre = out / "report.json"
-        pre.write_text(json.dumps(report, indent=2, default=str) + "\n")
-        extra = [pre] + ([files["onnx"]] if "onnx" in files else [])
-        metrics = {"test_accuracy": test_accuracy, "export_params": float(params),
-                   "export_flops": float(flops)}
-        if latency_info:
-            metrics["export_latency_ms"] = latency_info["torch"]["median_ms"]
-        t0 = time.perf_counter()
-        exported = ExportedNetwork(
-            trial=frozen.number, architecture=str(arch), model=clean, example=example,
-            metrics=metrics, params={"study": study.name, "trial": frozen.number,
-                                     "space": space.name, "epochs": cfg.epochs,
-                                     "dataset": data_name},
-            files=tuple(extra), register=register, tracking_uri=tracking_uri)
-        report.update(model_exported(study, exported))
-        report["seconds"]["mlflow"] = time.perf_counter() - t0
-    report["seconds"]["total"] = time.perf_counter() - started
-    report["files"] = {k: {"file": str(p.relative_to(out)), "bytes": p.stat().st_size,
-                           "sha256": _sha256(p)} for k, p in files.items()}
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    files["report"] = out / "report.json"
-    return ExportedModel(frozen.number, rank, arch, out, clean, report, files)
+
+
+def _dataset_report(plan: _Plan, seed: int, test_examples: int) -> dict[str, Any]:
+    data = plan.data
+    return {"name": plan.data_name, "options": plan.data_options, "seed": seed,
+            "input_shape": list(data.input_shape), "num_classes": data.num_classes,
+            "train_examples": data.num_examples("train"),
+            "valid_examples": data.num_examples("valid"),
+            "test_examples": test_examples, "trained_on": "train+valid",
+            "preprocessing": {"standardise": "(x - mean) / std per channel, before any resize",
+                              "mean": data.mean, "std": data.std}}
+
+
+def _training_report(plan: _Plan, trained: _Trained, backend_name: str) -> dict[str, Any]:
+    cfg, losses = plan.cfg, trained.losses
+    return {**{k: getattr(cfg, k) for k in TRAIN_OPTIONS}, "seed": plan.seed,
+            "steps": trained.steps, "epochs_done": trained.epochs,
+            "seconds": trained.seconds, "train_loop_seconds": trained.loop_seconds,
+            "flops": 3.0 * trained.flops * trained.steps * cfg.batch_size,
+            "peak_memory": trained.peak_memory,
+            "final_loss": sum(losses[-10:]) / len(losses[-10:]) if losses else None,
+            "backend": {**plan.backend.describe(), "name": backend_name,
+                        "options": plan.backend_options},
+            "backend_metrics": {k: float(v) for k, v in trained.backend_metrics.items()}}
+
+
+def _log_model(study: Any, number: int, arch: Architecture, out: Path, plan: _Plan,
+               trained: _Trained, written: _Written, report: dict[str, Any]) -> None:
+    """Hand the network to the plugins that log models, with the draft report and the ONNX
+    file; their records go into ``report``."""
+    pre = out / "report.json"
+    pre.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    extra = [pre] + ([written.files["onnx"]] if "onnx" in written.files else [])
+    metrics = {"test_accuracy": report["test_accuracy"],
+               "export_params": float(trained.params), "export_flops": float(trained.flops)}
+    if report["latency"]:
+        metrics["export_latency_ms"] = report["latency"]["torch"]["median_ms"]
+    t0 = time.perf_counter()
+    exported = ExportedNetwork(
+        trial=number, architecture=str(arch), model=trained.model, example=written.example,
+        metrics=metrics, params={"study": study.name, "trial": number,
+                                 "space": study.space.name, "epochs": plan.cfg.epochs,
+                                 "dataset": plan.data_name},
+        files=tuple(extra), register=plan.register, tracking_uri=plan.tracking_uri)
+    report.update(model_exported(study, exported))
+    report["seconds"]["mlflow"] = time.perf_counter() - t0
 
 
 def logs_models(study: Any) -> bool:
