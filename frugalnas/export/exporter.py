@@ -191,18 +191,7 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
 
     Returns the :class:`ExportedModel` (a list of them with ``top`` > 1)."""
     chosen_formats = fmt.check_formats(formats)
-    if tracking is None:
-        tracking = logs_models(study)
-    elif tracking and not logs_models(study):
-        raise ConfigError(f"tracking=True, but study {study.name!r} runs without the mlflow "
-                          "plugin (blocked with -p no:mlflow / --no-tracking) or another "
-                          "plugin that logs models (frugalnas_model_exported)")
-    if register is not None:
-        if not isinstance(register, str) or not register.strip():
-            raise ConfigError(f"invalid registered model name {register!r}")
-        if not tracking:
-            raise ConfigError(f"register={register!r} needs MLflow tracking; study "
-                              f"{study.name!r} runs without the mlflow plugin")
+    tracking = _tracking(study, tracking, register)
     picks = select_trials(study, trial=trial, top=top, pareto=pareto, constraint=constraint)
     selection = ("trial" if trial is not None else f"top {top}" if top is not None
                  else f"pareto {pareto}" if pareto is not None
@@ -216,12 +205,10 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         raise ConfigError(f"dataset {data_name!r} of study {study.name!r} has no test split to "
                           "measure the exported network on; recreate it with a test split "
                           "(dataset_options test_fraction > 0; cifar: the test_batch file)")
-    if backend_options:
-        backend = study.host.create("backends", study.config.backend,
-                                    **{**study.config.backend_options, **backend_options})
-        own_backend = True
-    else:
-        backend, own_backend = study.backend, False
+    own_backend = bool(backend_options)
+    backend = study.host.create("backends", study.config.backend,
+                                **{**study.config.backend_options, **(backend_options or {})}) \
+        if own_backend else study.backend
     plan = _Plan(data=data, data_name=data_name, data_options=data_options, backend=backend,
                  backend_options={**study.config.backend_options, **(backend_options or {})},
                  cfg=cfg, seed=seed, formats=chosen_formats, selection=selection,
@@ -247,6 +234,24 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
         return results
     return results[0]
+
+
+def _tracking(study: Any, tracking: bool | None, register: str | None) -> bool:
+    """Whether the export logs its models (``None``: when a plugin of the study does); a
+    ConfigError for tracking or a registered name that the study's plugins cannot serve."""
+    if tracking is None:
+        tracking = logs_models(study)
+    elif tracking and not logs_models(study):
+        raise ConfigError(f"tracking=True, but study {study.name!r} runs without the mlflow "
+                          "plugin (blocked with -p no:mlflow / --no-tracking) or another "
+                          "plugin that logs models (frugalnas_model_exported)")
+    if register is not None:
+        if not isinstance(register, str) or not register.strip():
+            raise ConfigError(f"invalid registered model name {register!r}")
+        if not tracking:
+            raise ConfigError(f"register={register!r} needs MLflow tracking; study "
+                              f"{study.name!r} runs without the mlflow plugin")
+    return tracking
 
 
 @dataclass(frozen=True)
