@@ -149,6 +149,14 @@ class SurrogateMixin:
             best = float(np.max(y[feasible])) if feasible.any() else float(np.min(y))
             acq = acquisition(self.acquisition, mean, std, best=best, kappa=self.kappa,
                               rng=draws)
+        return self._feasible_first(acq, hist, candidates, features, margin_model, constrained,
+                                    draws)
+
+    def _feasible_first(self, acq: np.ndarray, hist: History, candidates: list[Architecture],
+                        features: np.ndarray, margin_model: Any, constrained: bool,
+                        draws: np.random.Generator) -> np.ndarray:
+        """``acq`` reordered so that the candidates known, or predicted, to meet the
+        constraints come first (see :meth:`score`)."""
         known = self.known_margin_rows(candidates)
         if known is not None:  # exact: the candidates known to be feasible first
             ok = (known <= 0).all(1)
