@@ -1,4 +1,12 @@
-"""frugalnas: computationally efficient neural architecture search on plugins."""
+"""frugalnas: computationally efficient neural architecture search on plugins.
+
+Everything a user and a plugin author needs is importable from here: the study API
+(``create_study``, ``load_study``, ``Study``, ...), the ports a component implements
+(``SearchSpace``, ``Estimator``, ``Backend``, ``Strategy``, ``Proxy``, ``Surrogate``,
+``Launcher``, ...), the bases that do most of the work (``ArchSampler``), the capabilities a
+space declares (``WeightSharing``, ...) and the plugin machinery (``hookimpl``,
+``LazyFactory``, ``PluginHost``). The conformance kit is :mod:`frugalnas.testing`.
+"""
 
 from typing import TYPE_CHECKING
 
@@ -8,17 +16,17 @@ from frugalnas.ports.version import __version__
 # The public names import their modules on first use (PEP 562), so ``import frugalnas`` and
 # the command line's answers that need no torch, optuna or MLflow do not pay for them.
 _EXPORTS: dict[str, str] = {
+    # running studies
     "Architecture": "frugalnas.ports.architecture",
     "ArchitectureParseError": "frugalnas.ports.errors",
     "Backend": "frugalnas.ports.backend",
-    "Candidate": "frugalnas.engine.study",
+    "Candidate": "frugalnas.engine.runner",
     "ConfigError": "frugalnas.ports.errors",
     "Cost": "frugalnas.ports.cost",
     "Dataset": "frugalnas.ports.data",
     "DuplicateComponentError": "frugalnas.ports.errors",
     "EstimateResult": "frugalnas.ports.estimator",
     "Estimator": "frugalnas.ports.estimator",
-    "EvaluationContext": "frugalnas.ports.estimator",
     "FrugalnasError": "frugalnas.ports.errors",
     "PluginError": "frugalnas.ports.errors",
     "PluginHost": "frugalnas.host.plugins",
@@ -37,26 +45,75 @@ _EXPORTS: dict[str, str] = {
     "hookimpl": "frugalnas.host.plugins",
     "list_components": "frugalnas.host.plugins",
     "load_study": "frugalnas.engine.study",
+    # writing plugins
+    "ArchSampler": "frugalnas.strategies.base",
+    "History": "frugalnas.strategies.base",
+    "strategy_factory": "frugalnas.strategies.base",
+    "Strategy": "frugalnas.ports.strategy",
+    "WrappingStrategy": "frugalnas.ports.strategy",
+    "StrategyServices": "frugalnas.ports.strategy",
+    "Proxy": "frugalnas.proxies.base",
+    "ProxyCheckError": "frugalnas.proxies.checks",
+    "Surrogate": "frugalnas.surrogates.base",
+    "PastTrial": "frugalnas.ports.estimator",
+    "OptunaTrialContext": "frugalnas.engine.trial_context",
+    "OptionRoles": "frugalnas.ports.secrets",
+    "ExportedNetwork": "frugalnas.ports.exported",
+    "PluginNotAllowedError": "frugalnas.ports.errors",
+    "refused_plugins": "frugalnas.host.loading",
+    "LazyFactory": "frugalnas.host.registry",
+    "split_arrays": "frugalnas.ports.data",
+    "work_progress": "frugalnas.ports.work_progress",
+    "Launcher": "frugalnas.distribution.launcher",
+    "WorkerJob": "frugalnas.distribution.launcher",
+    "BlockNetwork": "frugalnas.ports.network",
+    "RelaxedBuilder": "frugalnas.ports.network",
+    "SharedBuilder": "frugalnas.ports.network",
+    "WeightSharing": "frugalnas.ports.capabilities",
+    "ProgressiveShrinking": "frugalnas.ports.capabilities",
+    "SandwichRule": "frugalnas.ports.capabilities",
+    "DartsRelaxation": "frugalnas.ports.capabilities",
+    "Scaling": "frugalnas.ports.capabilities",
+    "OwnEncodings": "frugalnas.ports.capabilities",
+    "capability": "frugalnas.ports.capabilities",
+    "require_capability": "frugalnas.ports.capabilities",
+    "sharing_by": "frugalnas.ports.capabilities",
+    "scaling_by": "frugalnas.ports.capabilities",
 }
 
 if TYPE_CHECKING:
-    from frugalnas.ports.architecture import Architecture
-    from frugalnas.ports.backend import Backend
-    from frugalnas.ports.config import StudyConfig
-    from frugalnas.ports.cost import Cost
-    from frugalnas.ports.data import Dataset
-    from frugalnas.ports.errors import (ArchitectureParseError, ConfigError,
-                                       DuplicateComponentError, FrugalnasError, PluginError,
-                                       TrialFailure, UnknownComponentError)
-    from frugalnas.ports.estimator import (EstimateResult, Estimator, EvaluationContext,
-                                          TrialContext)
-    from frugalnas.host.plugins import (PluginHost, create_component, get_host, hookimpl,
-                                        list_components)
-    from frugalnas.ports.space import SearchSpace
+    from frugalnas.distribution.launcher import Launcher, WorkerJob
     from frugalnas.engine.runner import Candidate
     from frugalnas.engine.study import Study, TrialRecord, create_study, load_study
-    from frugalnas.ports.trial_report import TrialReport
+    from frugalnas.engine.trial_context import OptunaTrialContext
     from frugalnas.export import export_study
+    from frugalnas.host.loading import refused_plugins
+    from frugalnas.host.plugins import (PluginHost, create_component, get_host, hookimpl,
+                                        list_components)
+    from frugalnas.host.registry import LazyFactory
+    from frugalnas.ports.architecture import Architecture
+    from frugalnas.ports.backend import Backend
+    from frugalnas.ports.capabilities import (DartsRelaxation, OwnEncodings, ProgressiveShrinking,
+                                              SandwichRule, Scaling, WeightSharing, capability,
+                                              require_capability, scaling_by, sharing_by)
+    from frugalnas.ports.config import StudyConfig
+    from frugalnas.ports.cost import Cost
+    from frugalnas.ports.data import Dataset, split_arrays
+    from frugalnas.ports.errors import (ArchitectureParseError, ConfigError,
+                                        DuplicateComponentError, FrugalnasError, PluginError,
+                                        PluginNotAllowedError, TrialFailure, UnknownComponentError)
+    from frugalnas.ports.estimator import EstimateResult, Estimator, PastTrial, TrialContext
+    from frugalnas.ports.exported import ExportedNetwork
+    from frugalnas.ports.network import BlockNetwork, RelaxedBuilder, SharedBuilder
+    from frugalnas.ports.secrets import OptionRoles
+    from frugalnas.ports.space import SearchSpace
+    from frugalnas.ports.strategy import Strategy, StrategyServices, WrappingStrategy
+    from frugalnas.ports.trial_report import TrialReport
+    from frugalnas.ports.work_progress import work_progress
+    from frugalnas.proxies.base import Proxy
+    from frugalnas.proxies.checks import ProxyCheckError
+    from frugalnas.strategies.base import ArchSampler, History, strategy_factory
+    from frugalnas.surrogates.base import Surrogate
 
 
 __getattr__ = lazy_attributes(__name__, _EXPORTS)
@@ -67,10 +124,17 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "Architecture", "ArchitectureParseError", "Backend", "Candidate", "ConfigError", "Cost",
-    "Dataset", "DuplicateComponentError", "EstimateResult", "Estimator", "EvaluationContext",
-    "FrugalnasError", "PluginError", "PluginHost", "SearchSpace", "Study", "StudyConfig",
-    "TrialContext", "TrialFailure", "TrialRecord", "TrialReport", "UnknownComponentError",
-    "create_component", "create_study", "export_study", "get_host", "hookimpl",
-    "list_components", "load_study",
+    "ArchSampler", "Architecture", "ArchitectureParseError", "Backend", "BlockNetwork",
+    "Candidate", "ConfigError", "Cost", "DartsRelaxation", "Dataset",
+    "DuplicateComponentError", "EstimateResult", "Estimator", "ExportedNetwork",
+    "FrugalnasError", "History", "Launcher", "LazyFactory", "OptionRoles",
+    "OptunaTrialContext", "OwnEncodings", "PastTrial", "PluginError", "PluginHost",
+    "PluginNotAllowedError", "ProgressiveShrinking", "Proxy", "ProxyCheckError",
+    "RelaxedBuilder", "SandwichRule", "Scaling", "SearchSpace", "SharedBuilder", "Strategy",
+    "StrategyServices", "Study", "StudyConfig", "Surrogate", "TrialContext", "TrialFailure",
+    "TrialRecord", "TrialReport", "UnknownComponentError", "WeightSharing", "WorkerJob",
+    "WrappingStrategy", "capability", "create_component", "create_study", "export_study",
+    "get_host", "hookimpl", "list_components", "load_study", "refused_plugins",
+    "require_capability", "scaling_by", "sharing_by", "split_arrays", "strategy_factory",
+    "work_progress",
 ]

@@ -217,9 +217,6 @@ class TrialContext:
         return None
 
 
-#: The former name of :class:`TrialContext` (the same class), for plugins written against it.
-EvaluationContext = TrialContext
-
 
 class Estimator(ABC):
     """Scores architectures. Parameters go in ``__init__``; ``evaluate`` does the work."""

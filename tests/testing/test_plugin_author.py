@@ -247,3 +247,30 @@ def test_every_builtin_dataset_option_is_documented_with_its_default():
             assert rows[option] == expected, (name, option, rows[option])
     assert "datasets.md" in PLUGINS_MD.read_text() and \
         "datasets.md" in (ROOT / "docs" / "cli.md").read_text()
+
+
+def test_the_plugin_guide_and_the_example_plugin_use_only_the_top_package():
+    """A plugin author needs nothing from a module whose path names an internal layer: the
+    guide and the example plugin name only ``frugalnas.NAME`` (every one exported) and the
+    conformance kit ``frugalnas.testing``."""
+    import re
+
+    import frugalnas
+
+    repo = Path(__file__).resolve().parents[2]
+    texts = {"docs/plugins.md": (repo / "docs" / "plugins.md").read_text()}
+    for path in (repo / "examples" / "plugin_hello").rglob("*.py"):
+        if "build" not in path.parts:
+            texts[str(path.relative_to(repo))] = path.read_text()
+    deep, unknown = [], []
+    for where, text in texts.items():
+        deep += [f"{where}: {m}" for m in re.findall(r"\bfrugalnas\.([a-z_]+)\.\w+", text)
+                 if m != "testing"]
+        deep += [f"{where}: from frugalnas.{m}" for m in
+                 re.findall(r"from frugalnas\.(\w+)", text) if m != "testing"]
+        unknown += [f"{where}: frugalnas.{n}" for n in re.findall(r"\bfrugalnas\.([A-Za-z_]\w*)\b",
+                                                                  text)
+                    if n not in frugalnas.__all__ and n not in ("testing", "hookimpl")
+                    and not (repo / "frugalnas" / n).exists()]
+    assert not deep, deep
+    assert not unknown, unknown

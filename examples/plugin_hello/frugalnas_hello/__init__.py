@@ -14,8 +14,7 @@ from optuna.trial import FrozenTrial
 from torch import nn
 
 import frugalnas
-from frugalnas.proxies.base import Proxy
-from frugalnas.strategies.base import ArchSampler, History, strategy_factory
+from frugalnas import ArchSampler, History, Proxy, strategy_factory
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU}
 
