@@ -29,7 +29,7 @@ class RegularizedEvolutionSampler(ArchSampler):
     constrained metrics before evaluating: the feasible region is then searched from a larger
     (feasible) initial design by more selective tournaments, which halves the regret of a
     100-trial constrained search on NAS-Bench-201 and costs an unconstrained one early
-    progress (docs/benchmarks.md, "Hardware-aware search"). ``n_init`` defaults to the
+    progress (docs/benchmarks/hardware_aware.md). ``n_init`` defaults to the
     population size."""
 
     def __init__(self, space: SearchSpace, seed: int = 0, population_size: int | None = None,
