@@ -20,7 +20,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "weight-sharing": "frugalnas.weight_sharing",
     "virtual-node": "frugalnas.backends.virtual_node.plugin",
     "out-of-core": "frugalnas.backends.out_of_core.plugin",
-    "mlflow": "frugalnas.tracking.mlflow.tracker",
+    "mlflow": "frugalnas.tracking.mlflow.plugin",
     "progress": "frugalnas.progress",
     "export": "frugalnas.export",
     "multiobjective": "frugalnas.multiobjective",

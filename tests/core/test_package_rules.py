@@ -24,7 +24,7 @@ MUTABLE_STATE = {
         "the conformance suite builds the same quiet host for many checks (test tooling)",
     ("testing/fixtures.py", "_TEMPLATE"):
         "an empty MLflow store made once per test process and copied (test tooling)",
-    ("tracking/mlflow/tracker.py", "_OPEN"):
+    ("tracking/mlflow/plugin.py", "_OPEN"):
         "trackers whose writes are drained at interpreter exit (atexit runs per process)",
 }
 

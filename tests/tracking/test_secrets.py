@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 
 from frugalnas.ports.config import StudyConfig
 from frugalnas.ports.secrets import OptionRoles, mask_text
-from frugalnas.tracking.mlflow.tracker import runtime_uri
+from frugalnas.tracking.mlflow.store import runtime_uri
 
 TESTS = Path(__file__).resolve().parents[1]
 PG_SECRET = "pgPw7c1f9eXq"

@@ -1,7 +1,7 @@
 """MLflow tracking whose cost per trial does not grow with the study: the writer searches
 MLflow once and keeps its own account of the runs, writes new runs in batches, writes what is
 queued before the study's end reconciles, and a later start writes what a killed writer left
-out, in batches (frugalnas/tracking/mlflow/tracker.py, reconcile.py, review.py)."""
+out, in batches (frugalnas/tracking/mlflow/tracker.py, writer.py, reconcile.py, review.py)."""
 
 from __future__ import annotations
 

@@ -184,9 +184,9 @@ def test_ui_names_a_missing_study_in_one_line(tmp_path, capsys):
 
 
 def test_runs_view_url_and_shared_view(tmp_path):
-    from frugalnas.tracking.mlflow.tracker import (SHARED_VIEW_TAG, find_study_experiment,
-                                                   publish_runs_view, runs_view_url,
-                                                   study_runs_view)
+    from frugalnas.tracking.mlflow.ui import (SHARED_VIEW_TAG, find_study_experiment,
+                                              publish_runs_view, runs_view_url,
+                                              study_runs_view)
 
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")
     for name in ("first", "second"):

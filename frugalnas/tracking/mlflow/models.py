@@ -15,16 +15,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-import torch
-
 from frugalnas.ports.exported import ExportedNetwork
 from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.version import __version__
 from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
-from frugalnas.tracking.mlflow.tracker import (UID_ATTR, ensure_experiment,
-                                               prepare_tracking_store, runtime_uri,
-                                               tracking_uri_of)
+from frugalnas.tracking.mlflow.store import (UID_ATTR, ensure_experiment, prepare_tracking_store,
+                                             runtime_uri, tracking_uri_of)
 
 
 def tracking_uri(study: Any) -> str:
@@ -103,6 +99,8 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     run_id, model_id, model_uri, registered_model, registered_version}``."""
     import mlflow
     import mlflow.pytorch
+    import numpy as np
+    import torch
     from mlflow import MlflowClient
     from mlflow.entities import Metric
     from mlflow.models import infer_signature

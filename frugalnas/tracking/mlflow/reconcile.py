@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from frugalnas.ports.keys import INTERRUPTED_PREFIX
 from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.trial_constraints import feasible_flag
 
@@ -52,8 +53,10 @@ NO_REASON = ("stale trial or interrupted worker: the storage has no failure reas
 
 
 def run_status(state: str, error: str | None) -> str:
-    """MLflow's final run status for a trial state (KILLED for a dead worker's trial)."""
-    if state == "FAIL" and (not error or error.startswith(STALE_PREFIX) or error == NO_REASON):
+    """MLflow's final run status for a trial state (KILLED for a dead worker's trial and for
+    one stopped by a signal)."""
+    if state == "FAIL" and (not error or error.startswith((STALE_PREFIX, INTERRUPTED_PREFIX))
+                            or error == NO_REASON):
         return "KILLED"
     return {"COMPLETE": "FINISHED", "PRUNED": "FINISHED", "FAIL": "FAILED"}.get(state, "KILLED")
 
