@@ -22,6 +22,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.ports.trial_architecture import architecture_of
 from frugalnas.ports.trial_constraints import recorded_feasible
@@ -58,8 +59,6 @@ class _SizeCounter:
 
     def _count(self, arch: Any) -> tuple[int | None, int | None]:
         import torch
-
-        from frugalnas.ports.cost import count_flops, count_params
 
         space = self.study.space
         for device in ("meta", "cpu"):

@@ -19,14 +19,13 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT, StudyConfig
 from frugalnas.ports.errors import ConfigError
 from frugalnas.distribution.launcher import Launcher, WorkerJob, check_shared_storage, positive_workers
-from frugalnas.host.plugins import hookimpl
+from frugalnas.host.plugins import PluginHost, hookimpl
 from frugalnas.ports.secrets import OptionRoles
 
 if TYPE_CHECKING:
-    from frugalnas.host.plugins import PluginHost
     from frugalnas.engine.study import Study
 
 PLUGIN = "launchers"
@@ -104,9 +103,7 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
     heartbeats, by default ``frugalnas run``'s) and, with ``retries``, run again."""
     from dataclasses import asdict
 
-    from frugalnas.host.plugins import PluginHost
     from frugalnas.engine.study import create_study
-    from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT
     from frugalnas.distribution.worker import check_worker_settings, make_storage
 
     heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat

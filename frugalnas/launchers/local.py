@@ -13,6 +13,7 @@ import sys
 from frugalnas.ports.errors import FrugalnasError, one_line
 from frugalnas.distribution.launcher import (LaunchError, Launcher, WorkerJob,
                                      check_shared_storage, positive_workers)
+from frugalnas.engine.storage_url import operational_failure
 
 _CHILD = "from frugalnas.launchers.local import worker_main; worker_main()"
 
@@ -78,8 +79,6 @@ def worker_main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:
-        from frugalnas.engine.storage_url import operational_failure
-
         failure = operational_failure(exc, job.storage)
         print(f"frugalnas: error: worker {os.getpid()}: {failure or one_line(exc)}",
               file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from frugalnas.proxies.base import Proxy
+from frugalnas.spaces.nb201.space import NB201Space
 
 
 class ProxyCheckError(AssertionError):
@@ -66,8 +67,6 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> str | None:
 
 
 def _nets(seed: int = 0) -> list[nn.Module]:
-    from frugalnas.spaces.nb201.space import NB201Space
-
     space = NB201Space(N=1, C=8)
     nets = []
     for cell in CHECK_CELLS:

@@ -57,6 +57,7 @@ from typing import Any, Self
 
 import torch
 
+from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.proxies.base import score_with
 from frugalnas.proxies.shared import SharedPasses
@@ -263,8 +264,6 @@ class ProxyRunner:
                  threads: int | None = None, progress: bool = True, share: bool = True,
                  restore_from: Sequence[str | os.PathLike] = (), data_key: str | None = None,
                  spawn: bool = False):
-        from frugalnas.host.plugins import PluginHost
-
         if data is None:
             raise ConfigError("ProxyRunner needs the batch to score on: data=(inputs, targets)")
         if not proxies or isinstance(proxies, str):
@@ -529,8 +528,6 @@ class _Scorer:
     its device."""
 
     def __init__(self, config: dict[str, Any], host: Any = None):
-        from frugalnas.host.plugins import PluginHost
-
         host = host if host is not None else PluginHost(**config["host"])
         self.config = config
         self.space = config["space"] if config["space"] is not None else host.create(

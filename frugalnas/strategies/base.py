@@ -37,6 +37,7 @@ from frugalnas.ports.work_progress import work_progress
 from frugalnas.multiobjective.feasibility import ConstraintModel, improves_towards_boundary
 from frugalnas.multiobjective.pareto import crowding, direction_signs, nondominated_ranks
 from frugalnas.surrogates.encodings import OneHotEncoding
+from frugalnas.surrogates.proxy_features import ProxyScorer
 
 __all__ = ["ArchSampler", "History", "SeenKeys", "crowding", "fitness", "nondominated_ranks", "read_history",
            "strategy_factory"]
@@ -321,8 +322,6 @@ class ArchSampler(Strategy):
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._warm: list[Architecture] | None = None
         if warm_start_proxy is not None:
-            from frugalnas.surrogates.proxy_features import ProxyScorer
-
             if host is None:
                 raise ConfigError(f"warm_start_proxy {warm_start_proxy!r} needs the study's "
                                   "plugin host (host=) to create the proxy")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.errors import FrugalnasError
 from frugalnas.surrogates.quality import rank_quality
 
@@ -26,8 +27,6 @@ class SurrogateCheckError(FrugalnasError, AssertionError):
 def _resolve(surrogate: Any, host: Any = None) -> tuple[str, Any]:
     if isinstance(surrogate, str):
         if host is None:
-            from frugalnas.host.plugins import PluginHost
-
             host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         return surrogate, host.create("surrogates", surrogate)
     if inspect.isclass(surrogate) or (callable(surrogate) and not hasattr(surrogate, "fit")):

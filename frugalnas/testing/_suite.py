@@ -9,6 +9,7 @@ import unittest
 from collections.abc import Iterator
 from typing import Any, ClassVar, NoReturn
 
+from frugalnas.host.plugins import PluginHost
 from frugalnas.testing.errors import ConformanceError
 
 #: Raised by a check that does not apply to a component (pytest reports it as skipped).
@@ -108,8 +109,6 @@ def quiet_host(host: Any = None) -> Any:
     are kept."""
     global _QUIET_HOSTS
     import weakref
-
-    from frugalnas.host.plugins import PluginHost
 
     if host is None:
         host = PluginHost()  # a fresh host of the installed plugins, not a shared one

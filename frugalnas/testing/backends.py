@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from frugalnas.ports.backend import Backend
 from frugalnas.testing._suite import Suite, describe, is_number
 
 
@@ -68,8 +69,6 @@ class BackendChecks(Suite):
     # -- checks --------------------------------------------------------------------------
     def check_device(self) -> None:
         import torch
-
-        from frugalnas.ports.backend import Backend
 
         if not isinstance(self.backend, Backend):
             self.fail(f"{type(self.backend).__name__} does not subclass frugalnas.Backend")

@@ -8,39 +8,43 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from frugalnas.host.kinds import KINDS
+from frugalnas.host.plugins import PluginHost
 from frugalnas.testing._suite import SkipCheck, Suite
+from frugalnas.testing.backends import BackendChecks
+from frugalnas.testing.datasets import DatasetChecks
 from frugalnas.testing.errors import ConformanceError
+from frugalnas.testing.estimators import EstimatorChecks
+from frugalnas.testing.launchers import LauncherChecks
 from frugalnas.testing.options import (check_unknown_option_is_rejected, component_of,
                                        create)
+from frugalnas.testing.proxies import ProxyChecks
+from frugalnas.testing.pruners import PrunerChecks
 from frugalnas.testing.setups import CheckSetup, setup_for
+from frugalnas.testing.spaces import SearchSpaceChecks
+from frugalnas.testing.strategies import StrategyChecks, make_study
+from frugalnas.testing.surrogates import SurrogateChecks
 
 OPTION_CHECK = "check_unknown_option_is_rejected"
 
+#: The suite of checks of each kind.
+_SUITES: dict[str, type[Suite]] = {
+    "search_spaces": SearchSpaceChecks,
+    "estimators": EstimatorChecks,
+    "strategies": StrategyChecks,
+    "backends": BackendChecks,
+    "datasets": DatasetChecks,
+    "proxies": ProxyChecks,
+    "surrogates": SurrogateChecks,
+    "pruners": PrunerChecks,
+    "launchers": LauncherChecks,
+}
+
 
 def _suite_class(kind: str) -> type[Suite]:
-    if kind == "search_spaces":
-        from frugalnas.testing.spaces import SearchSpaceChecks as cls
-    elif kind == "estimators":
-        from frugalnas.testing.estimators import EstimatorChecks as cls
-    elif kind == "strategies":
-        from frugalnas.testing.strategies import StrategyChecks as cls
-    elif kind == "backends":
-        from frugalnas.testing.backends import BackendChecks as cls
-    elif kind == "datasets":
-        from frugalnas.testing.datasets import DatasetChecks as cls
-    elif kind == "proxies":
-        from frugalnas.testing.proxies import ProxyChecks as cls
-    elif kind == "surrogates":
-        from frugalnas.testing.surrogates import SurrogateChecks as cls
-    elif kind == "pruners":
-        from frugalnas.testing.pruners import PrunerChecks as cls
-    elif kind == "launchers":
-        from frugalnas.testing.launchers import LauncherChecks as cls
-    else:
-        from frugalnas.host.kinds import KINDS
-
+    if kind not in _SUITES:
         raise ValueError(f"unknown component kind {kind!r}; valid: {', '.join(KINDS)}")
-    return cls
+    return _SUITES[kind]
 
 
 def checks_of(kind: str) -> tuple[str, ...]:
@@ -63,8 +67,6 @@ def build_suite(host: Any, kind: str, name: str, setup: CheckSetup | None = None
     if kind == "datasets":
         return cls(lambda seed: host.create("datasets", name, seed=seed, **options), name=name)
     if kind == "estimators" and setup.strategy is not None:
-        from frugalnas.testing.strategies import make_study
-
         def study() -> Any:
             return make_study(host, space=setup.space, space_options=setup.space_options,
                               strategy=setup.strategy, strategy_options=setup.strategy_options,
@@ -175,9 +177,6 @@ def component_checks(host: Any = None, kinds: Iterable[str] | None = None, *,
     (default: any) and named in ``names`` (default: all). Estimators include the derived
     ones (one per proxy), which belong to the plugin that registered their proxy: a plugin's
     proxy is checked as a proxy and as an estimator."""
-    from frugalnas.host.kinds import KINDS
-    from frugalnas.host.plugins import PluginHost
-
     host = host if host is not None else PluginHost()
     plugins = set(plugins) if plugins is not None else None
     names = set(names) if names is not None else None

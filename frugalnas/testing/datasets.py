@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from frugalnas.ports.data import DataSource
 from frugalnas.testing._suite import SkipCheck, Suite, describe
 
 
@@ -25,8 +26,6 @@ class DatasetChecks(Suite):
     max_overlap = 0.01
 
     def __init__(self, dataset: Any, *, name: str | None = None, seed: int = 0):
-        from frugalnas.ports.data import DataSource
-
         self.seed = seed
         self.factory: Callable[..., Any] | None = None
         if isinstance(dataset, DataSource) or not callable(dataset):
@@ -46,8 +45,6 @@ class DatasetChecks(Suite):
     # -- checks --------------------------------------------------------------------------
     def check_shapes(self) -> None:
         import torch
-
-        from frugalnas.ports.data import DataSource
 
         ds = self.data
         if not isinstance(ds, DataSource):

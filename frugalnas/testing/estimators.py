@@ -10,7 +10,13 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.datasets.images import synthetic
+from frugalnas.ports.cost import Cost
+from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
+from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.testing._suite import SkipCheck, Suite, close, describe
+from frugalnas.testing.setups import SMALL_DATA, SMALL_NB201
 
 
 #: Measured costs that cannot be 0 (an evaluation takes time; a network has parameters);
@@ -42,24 +48,16 @@ class EstimatorChecks(Suite):
     def __init__(self, estimator: Any, space: Any = None, *, name: str | None = None,
                  dataset: Any = None, backend: Any = None, seed: int = 0,
                  fresh: Callable[[], Any] | None = None, study: Callable[[], Any] | None = None):
-        from frugalnas.testing.setups import SMALL_DATA, SMALL_NB201
-
         if estimator is None and study is None:
             raise ValueError("give an estimator, or a study factory whose estimator is checked")
         self.estimator, self.seed, self.study_factory = estimator, seed, study
         self._fresh_factory = fresh
         if study is None:
             if space is None:
-                from frugalnas.spaces.nb201.space import NB201Space
-
                 space = NB201Space(**SMALL_NB201)
             if dataset is None:
-                from frugalnas.datasets.images import synthetic
-
                 dataset = synthetic(seed=seed, **SMALL_DATA)
             if backend is None:
-                from frugalnas.backends.single_device import SingleDeviceBackend
-
                 backend = SingleDeviceBackend("cpu")
         self.space, self.dataset, self.backend = space, dataset, backend
         # A pristine copy for the reproducibility check, taken before any evaluation.
@@ -87,8 +85,6 @@ class EstimatorChecks(Suite):
 
     def _evaluate(self, *, fresh: bool = False, with_data: bool = True) -> tuple[Any, Any, Any]:
         """``(estimator, architecture, result)`` of one evaluation."""
-        from frugalnas.ports.estimator import TrialContext
-
         if self.study_factory is not None:
             study = self.study_factory()
             if fresh:
@@ -110,9 +106,6 @@ class EstimatorChecks(Suite):
 
     # -- checks --------------------------------------------------------------------------
     def check_declarations(self) -> None:
-        from frugalnas.ports.cost import Cost
-        from frugalnas.ports.estimator import Estimator
-
         est = self._subject_estimator()
         if not isinstance(est, Estimator):
             self.fail(f"{type(est).__name__} does not subclass frugalnas.Estimator")
@@ -136,9 +129,6 @@ class EstimatorChecks(Suite):
                       "'value', every name in provides and every name in measures")
 
     def check_evaluate(self) -> None:
-        from frugalnas.ports.cost import Cost
-        from frugalnas.ports.estimator import EstimateResult
-
         est, arch, result = self._evaluate()
         where = f"evaluate({arch})"
         if not isinstance(result, EstimateResult):
@@ -204,8 +194,6 @@ class EstimatorChecks(Suite):
     def check_known_metrics(self) -> None:
         """What ``known_metrics`` gives before evaluation is what the evaluation reports (a
         strategy proposes by it; skipped for an estimator that knows nothing beforehand)."""
-        from frugalnas.ports.estimator import TrialContext
-
         est = self._subject_estimator()
         if self.study_factory is not None:
             study = self.study_factory()

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+import frugalnas
+
 _TEMPLATE: dict[str, Path] = {}
 
 
@@ -51,8 +53,6 @@ def frugalnas_study_factory(tmp_path) -> Iterator[Any]:
     """Call it like ``frugalnas.create_study`` to get a study whose optuna storage and MLflow
     store are sqlite files in a temporary folder (unless the ``mlflow`` plugin is disabled, or
     its ``tracking_uri`` given in ``plugin_options``)."""
-    import frugalnas
-
     def make(**kwargs: Any) -> frugalnas.Study:
         kwargs.setdefault("storage", f"sqlite:///{tmp_path / 'optuna.db'}")
         if "mlflow" not in kwargs.get("disable_plugins", ()):

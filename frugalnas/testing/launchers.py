@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from frugalnas.distribution.launcher import Launcher, WorkerJob
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.errors import ConfigError
 from frugalnas.testing._suite import Suite, describe
 
 
@@ -21,8 +24,6 @@ class LauncherChecks(Suite):
         self.subject = describe("launcher", launcher, name)
 
     def check_is_launcher(self) -> None:
-        from frugalnas.distribution.launcher import Launcher
-
         if not isinstance(self.launcher, Launcher):
             self.fail(f"is a {type(self.launcher).__name__}, not a "
                       "frugalnas.distribution.launcher.Launcher")
@@ -30,10 +31,6 @@ class LauncherChecks(Suite):
             self.fail(f"where = {self.launcher.where!r}; expected a non-empty description")
 
     def check_refuses_unshared_storage(self) -> None:
-        from frugalnas.ports.config import StudyConfig
-        from frugalnas.ports.errors import ConfigError
-        from frugalnas.distribution.launcher import WorkerJob
-
         config = StudyConfig.from_mapping({"space": "nb201", "estimator": "nb201-table"})
         for storage in ("", "sqlite:///:memory:", "sqlite:///relative.db"):
             try:

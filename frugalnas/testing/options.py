@@ -7,7 +7,10 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from frugalnas.ports.errors import ConfigError
+from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.testing.errors import ConformanceError
+from frugalnas.testing.setups import SMALL_NB201
 
 #: Options a kind's callers pass themselves; a factory that checks its own options may leave
 #: them out of its message.
@@ -50,8 +53,6 @@ def check_unknown_option_is_rejected(host: Any, kind: str, name: str,
     ``options``, e.g. the required ones; strategies also get a ``space``) and require a
     :class:`frugalnas.ConfigError` that names the misspelt key and every valid option.
     Returns the misspelt name; raises :class:`~frugalnas.testing.ConformanceError`."""
-    from frugalnas.ports.errors import ConfigError
-
     component = component_of(host, kind, name)
     subject = f"{component.kind} {name!r} (registered by plugin {component.plugin!r})"
     check = "check_unknown_option_is_rejected"
@@ -59,9 +60,6 @@ def check_unknown_option_is_rejected(host: Any, kind: str, name: str,
     typo, original = misspell(valid)
     given = dict(options or {})
     if kind == "strategies" and "space" not in given:
-        from frugalnas.spaces.nb201.space import NB201Space
-        from frugalnas.testing.setups import SMALL_NB201
-
         given["space"] = NB201Space(**SMALL_NB201)
     if kind == "datasets":
         given.setdefault("seed", 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from frugalnas.host.plugins import PluginHost
 from frugalnas.proxies.checks import RULES, ProxyCheckError
 from frugalnas.proxies.checks import _run_rules as _check_proxy_rules
 from frugalnas.testing._suite import Suite, describe
@@ -56,8 +57,6 @@ def check_proxy(proxy: Any, host: Any = None) -> list[str]:
     first broken one."""
     if isinstance(proxy, str):
         if host is None:
-            from frugalnas.host.plugins import PluginHost
-
             host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         proxy = host.create("proxies", proxy)
     suite = ProxyChecks(proxy)

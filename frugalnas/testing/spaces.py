@@ -5,7 +5,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from frugalnas.nn.weight_store import WeightStore
+from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import WeightSharing, capability
+from frugalnas.ports.errors import ArchitectureParseError
+from frugalnas.ports.space import SearchSpace
 from frugalnas.testing._suite import Suite, describe
 
 #: a decision value no real space offers
@@ -32,24 +36,18 @@ class SearchSpaceChecks(Suite):
 
     # -- helpers -------------------------------------------------------------------------
     def _sample(self, i: int = 0) -> Any:
-        from frugalnas.ports.architecture import Architecture
-
         arch = self.space.sample(random.Random(f"{self.seed}:{i}"))
         if not isinstance(arch, Architecture):
             self.fail(f"sample() returned {type(arch).__name__}, not a frugalnas Architecture")
         return arch
 
     def _valid(self, arch: Any, what: str) -> None:
-        from frugalnas.ports.errors import ArchitectureParseError
-
         try:
             self.space.validate(arch)
         except ArchitectureParseError as exc:
             self.fail(f"{what} gave an architecture its own validate() rejects: {arch} ({exc})")
 
     def _expect_parse_error(self, what: str, call: Any) -> None:
-        from frugalnas.ports.errors import ArchitectureParseError
-
         try:
             call()
         except ArchitectureParseError:
@@ -66,8 +64,6 @@ class SearchSpaceChecks(Suite):
             FloatDistribution,
             IntDistribution,
         )
-
-        from frugalnas.ports.space import SearchSpace
 
         if not isinstance(self.space, SearchSpace):
             self.fail(f"{type(self.space).__name__} does not subclass frugalnas.SearchSpace")
@@ -99,8 +95,6 @@ class SearchSpaceChecks(Suite):
                       "call; the order is the genotype order and must be stable")
 
     def check_round_trips(self) -> None:
-        from frugalnas.ports.architecture import Architecture
-
         for i in range(self.samples):
             arch = self._sample(i)
             self._valid(arch, "sample()")
@@ -136,8 +130,6 @@ class SearchSpaceChecks(Suite):
 
     def check_validate_rejects_bad_architectures(self) -> None:
         from optuna.distributions import CategoricalDistribution, IntDistribution
-
-        from frugalnas.ports.architecture import Architecture
 
         arch = self._sample()
         decisions = arch.decisions
@@ -270,8 +262,6 @@ class SearchSpaceChecks(Suite):
         if sharing is None:
             return
         import torch
-
-        from frugalnas.nn.weight_store import WeightStore
 
         shape = self.input_shapes[0]
         builder = sharing.shared_builder(self.num_classes, shape)

@@ -7,7 +7,13 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import frugalnas
+from frugalnas.engine.study import Study
+from frugalnas.ports import strategy as protocol
+from frugalnas.ports.config import StudyConfig
+from frugalnas.ports.keys import FAIL_REASON_ATTR
 from frugalnas.testing._suite import SkipCheck, Suite, quiet_host
+from frugalnas.testing.setups import SMALL_DATA, SMALL_NB201
 
 
 CPU = {"device": "cpu"}
@@ -26,8 +32,6 @@ def make_study(host: Any, *, space: str, space_options: Any = None, strategy: An
     """An in-memory study created by name, as ``frugalnas.create_study`` creates one, with
     ``host`` minus the tracking and progress plugins, training on the CPU (the same results
     on every machine)."""
-    import frugalnas
-
     return frugalnas.create_study(
         space=space, space_options=_resolve(space_options), strategy=strategy,
         strategy_options=_resolve(strategy_options), estimator=estimator,
@@ -56,8 +60,6 @@ class StrategyChecks(Suite):
                  strategy_options: Any = None, space_options: Any = None,
                  estimator: str = "nb201-table", estimator_options: Any = None,
                  dataset: str | None = "synthetic", dataset_options: Any = None):
-        from frugalnas.testing.setups import SMALL_DATA, SMALL_NB201
-
         self.strategy, self.space, self.host = strategy, space, host
         self.seed, self.n_trials = seed, n_trials
         self.strategy_options = strategy_options
@@ -114,9 +116,6 @@ class StrategyChecks(Suite):
                               seed=seed)
         import optuna
 
-        from frugalnas.ports.config import StudyConfig
-        from frugalnas.engine.study import Study
-
         host = self._host()
         space = self._space()
         sampler = self._sampler(space, seed)
@@ -130,9 +129,6 @@ class StrategyChecks(Suite):
         return Study(ostudy, config, host, space, estimator)
 
     def _run(self, seed: int | None = None, n_trials: int | None = None) -> Any:
-        from frugalnas.ports import strategy as protocol
-        from frugalnas.ports.keys import FAIL_REASON_ATTR
-
         n_trials = self.n_trials if n_trials is None else n_trials
         study = self._study(seed)
         study.optimize(n_trials=n_trials)
@@ -153,8 +149,6 @@ class StrategyChecks(Suite):
     # -- checks --------------------------------------------------------------------------
     def check_is_sampler(self) -> None:
         import optuna
-
-        from frugalnas.ports import strategy as protocol
 
         sampler = self._study().strategy if isinstance(self.strategy, str) else \
             self._sampler(self._space(), self.seed)
@@ -196,8 +190,6 @@ class StrategyChecks(Suite):
 
     def check_propose(self) -> None:
         from optuna.trial import TrialState
-
-        from frugalnas.ports import strategy as protocol
 
         # A sampler object drives one study: check the one an earlier check ran, if any.
         study = self._instance_study if self._instance_study is not None else self._run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from frugalnas.host.plugins import PluginHost
 from frugalnas.surrogates.checks import SurrogateCheckError
 from frugalnas.surrogates.checks import check_surrogate as _check_surrogate_rules
 from frugalnas.testing._suite import Suite, describe
@@ -50,8 +51,6 @@ def check_surrogate(surrogate: Any, host: Any = None) -> list[str]:
     ``SurrogateCheckError``) at the first broken rule."""
     if isinstance(surrogate, str):
         if host is None:
-            from frugalnas.host.plugins import PluginHost
-
             host = PluginHost()  # a fresh host of the installed plugins, not a shared one
         name, surrogate = surrogate, host.create("surrogates", surrogate)
         return SurrogateChecks(surrogate, name=name).run()

@@ -29,10 +29,11 @@ from frugalnas.ports.capabilities import ProgressiveShrinking, WeightSharing, re
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.cost import Cost
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
-from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.space import SearchSpace
 from frugalnas.engine.training import TrainConfig, seed_everything
 from frugalnas.proxies.ensemble import RankEnsembleEstimator, rank_average, stored_population
+from frugalnas.spaces.nb201.supernet import SHARING
 from frugalnas.weight_sharing.sandwich import sandwich_bounds
 from frugalnas.weight_sharing.supernet import FewShotSplit, Supernet
 
@@ -78,9 +79,6 @@ class SupernetEstimator(Estimator):
         check_range("finetune_steps", finetune_steps, 0)
         check_range("few_shot_epochs", few_shot_epochs, 0)
         check_range("bn_batches", bn_batches, 0)
-        from frugalnas.ports.errors import check_choice
-        from frugalnas.spaces.nb201.supernet import SHARING
-
         check_choice("sharing", sharing, SHARING)
         self.config = TrainConfig(epochs=max(epochs, 1), batch_size=batch_size, lr=lr,
                                   momentum=momentum, weight_decay=weight_decay)

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.errors import ConfigError, TrialFailure, one_line
 from frugalnas.host.plugins import PluginHost
+from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, all_ok, broadcast_state,
                                                   error_key, loads, ready_key, reset_group_names,
                                                   secret_from_env, unseal, wait_command)
@@ -47,8 +48,6 @@ def make_inner(name: str, device: str, options: dict[str, Any],
     backend is built directly (no plugin host needed, so workers start fast); any other is
     looked up in ``host``."""
     if name == "single-device":
-        from frugalnas.backends.single_device import SingleDeviceBackend
-
         return SingleDeviceBackend(device=device, **options)
     if host is None:
         raise ConfigError(f"inner backend {name!r} needs the study's plugin host")

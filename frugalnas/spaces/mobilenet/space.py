@@ -29,11 +29,13 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from frugalnas.nn.elastic import MBConvConfig, make_divisible
 from frugalnas.ports.architecture import Architecture, Value
 from frugalnas.ports.capabilities import (OwnEncodings, ProgressiveShrinking, SandwichRule,
                                           WeightSharing)
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
 from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
+from frugalnas.spaces.mobilenet.network import build_network
 
 if TYPE_CHECKING:
     from torch import nn
@@ -199,8 +201,6 @@ class MobileNetSpace(SearchSpace):
 
     # -- channels and shapes -------------------------------------------------------------
     def scaled_channels(self, channels: int) -> int:
-        from frugalnas.nn.elastic import make_divisible
-
         return make_divisible(channels * self.width_mult)
 
     def stage_channels(self) -> list[tuple[int, int]]:
@@ -390,8 +390,6 @@ class MobileNetSpace(SearchSpace):
     # -- networks ------------------------------------------------------------------------
     def block_configs(self, arch: Architecture) -> list[list[Any]]:
         """Per stage, the :class:`~frugalnas.nn.elastic.MBConvConfig` of each block."""
-        from frugalnas.nn.elastic import MBConvConfig
-
         self.validate(arch)
         d = arch.decisions
         return [[MBConvConfig(int(d[block_keys(s, b)[0]]), int(d[block_keys(s, b)[1]]),
@@ -430,8 +428,6 @@ class MobileNetSpace(SearchSpace):
     def build(self, arch: Architecture, num_classes: int,
               input_shape: tuple[int, int, int]) -> nn.Module:
         """A stand-alone network of plain torch modules with fresh weights."""
-        from frugalnas.spaces.mobilenet.network import build_network
-
         return build_network(self, arch, num_classes, input_shape)
 
     def describe(self) -> dict[str, Any]:
