@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import json
 import os
+import signal
 import sys
 import tomllib
 import warnings
@@ -20,8 +21,8 @@ from frugalnas.ports.config import (DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT,
                                    StudyConfig, check_run_settings, load_run_file,
                                    parse_constraint)
 from frugalnas.host.dotted import is_dotted
-from frugalnas.ports.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
-                                   PluginNotAllowedError, one_line)
+from frugalnas.ports.errors import (ConfigConflictError, ConfigError, FrugalnasError, Interrupted,
+                                   PluginError, PluginNotAllowedError, one_line, raise_interrupted)
 from frugalnas.host.kinds import KINDS, OPTION_GROUPS
 from frugalnas.host.loading import refused_plugins
 from frugalnas.host.plugins import PluginHost
@@ -235,7 +236,14 @@ def host_for(config: StudyConfig) -> PluginHost:
     return PluginHost(config.plugins, config.disable_plugins)
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (``kill``, systemd, Slurm, Kubernetes) stops the command as Ctrl-C does: the
+    running trial fails naming the signal, MLflow is closed, the exit status is 143."""
+    signal.signal(signal.SIGTERM, raise_interrupted)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    stop_on_sigterm()
     config, run = resolve_run(args, args.host)
     host = host_for(config)
     resolved = plan(config, run, host)
@@ -423,6 +431,7 @@ def _failure_summary(study: Any) -> str:
 def cmd_worker(args: argparse.Namespace) -> int:
     from frugalnas.distribution.worker import check_worker_settings, run_worker
 
+    stop_on_sigterm()
     _optuna_logging()
     config, run = resolve_run(args, args.host)
     storage = run.get("storage")
@@ -561,9 +570,10 @@ def main(argv: list[str] | None = None) -> int:
         return _error(exc.for_cli())
     except FrugalnasError as exc:
         return _error(exc)
-    except KeyboardInterrupt:
-        print("frugalnas: interrupted; completed trials are saved in the storage", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+        print(f"frugalnas: {stop}; completed trials are saved in the storage", file=sys.stderr)
+        return 128 + stop.signum
     except Exception as exc:
         from frugalnas.engine.storage_url import operational_failure
 

@@ -47,7 +47,7 @@ from frugalnas.ports.config import DEFAULT_MAX_FAILURES, ISOLATION_MODES, StudyC
 from frugalnas.ports.errors import ConfigError, FrugalnasError, check_choice, check_range
 from frugalnas.ports.keys import ARCHITECTURE_ATTR, FAIL_REASON_ATTR
 from frugalnas.ports.optuna_compat import BaseHeartbeat, heartbeat_interval
-from frugalnas.engine.runner import storage_failures_stop
+from frugalnas.engine.runner import signals_interrupt, storage_failures_stop
 from frugalnas.engine.dask_url import is_dask_url
 from frugalnas.engine.storage_url import storage_error
 from frugalnas.ports.trial_architecture import architecture_from
@@ -605,31 +605,11 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     # trials failed while this worker waits below are still reported to MLflow.
     study.runner.start()
     try:
-        with _terminate_as_interrupt(), storage_failures_stop():
+        with signals_interrupt(), storage_failures_stop():
             _work(study, quota, timeout, heartbeat, max_failures)
     finally:
         study.runner.finish()
     return study
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM (what a scheduler or ``kill`` sends) stops a worker as Ctrl-C does: its trial
-    is recorded FAIL at once (not after the grace), and its MLflow writes are drained."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int | None,
@@ -655,11 +635,12 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
         if left is not None and left <= 0:
             return
         try:
-            study.optuna_study.optimize(study.runner.run, n_trials=None, timeout=left,
-                                        catch=(Exception,), callbacks=[stop],
-                                        gc_after_trial=False)
+            with study.runner.interrupts():
+                study.optuna_study.optimize(study.runner.run, n_trials=None, timeout=left,
+                                            catch=(Exception,), callbacks=[stop],
+                                            gc_after_trial=False)
         except QuotaReached:
-            pass
+            study.runner.raise_pending()  # a signal while the quota stopped a trial's creation
         except (ValueError, optuna.exceptions.UpdateFinishedTrialError) as exc:
             if isinstance(exc, ValueError) and not str(exc).startswith(FINISHED_ELSEWHERE):
                 quota.end_proposal(error=exc)

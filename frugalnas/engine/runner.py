@@ -31,15 +31,15 @@ from optuna.trial import FrozenTrial, TrialState
 from frugalnas.ports import optuna_compat
 from frugalnas.ports import strategy as strategy_protocol
 from frugalnas.ports.architecture import Architecture
-from frugalnas.ports.errors import (ConfigError, OperationalFailure, PluginHookError, TrialFailure,
-                                   one_line)
+from frugalnas.ports.errors import (ConfigError, Interrupted, OperationalFailure, PluginHookError,
+                                   TrialFailure, one_line, raise_interrupted)
 from frugalnas.ports.estimator import EstimateResult
 from frugalnas.engine.strategy_services import bind_strategy
 from frugalnas.engine.isolation import (CRASHED_REASON, MAX_CRASHES, CandidateFailure,
                                         CrashRecord, IsolatedEvaluator, failure_reason,
                                         resolve_isolation)
 from frugalnas.ports.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
-                                 FEASIBLE_ATTR, METRICS_ATTR, VIOLATION_ATTR)
+                                 FEASIBLE_ATTR, INTERRUPTED_PREFIX, METRICS_ATTR, VIOLATION_ATTR)
 from frugalnas.engine.storage_url import cause_chain, operational_failure
 from frugalnas.ports.trial_constraints import recorded_feasible
 from frugalnas.ports.trial_report import TrialReport, per_step_vectors
@@ -52,6 +52,34 @@ STALE_REASON = "stale trial: its worker stopped sending heartbeats (killed or hu
 
 #: A stop rule: given the trial that just finished, the reason to end the search now, or None.
 StopCheck = Callable[[FrozenTrial], "str | None"]
+
+#: The signals that stop a run as an :class:`~frugalnas.ports.errors.Interrupted`.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _handling(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """``handler`` for each of :data:`STOP_SIGNALS` that has Python's default or frugalnas's
+    own handler (one the program set itself is left alone), in the main thread only, while
+    the block runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = (signal.SIG_DFL, signal.default_int_handler, raise_interrupted)
+    taken = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) in ours]
+    previous = {sig: signal.signal(sig, handler) for sig in taken}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def signals_interrupt() -> contextlib.AbstractContextManager[None]:
+    """SIGINT and SIGTERM raise :class:`~frugalnas.ports.errors.Interrupted` naming the
+    signal while the block runs, so that what runs trials (``frugalnas run``, a worker) stops
+    on ``kill`` as on Ctrl-C (main thread only; a handler the program set is kept)."""
+    return _handling(raise_interrupted)
 
 
 class _StorageLost(BaseException):
@@ -124,6 +152,10 @@ class TrialRunner:
         self._isolated: IsolatedEvaluator | None = None
         self._crashes = CrashRecord()
         self._ever_isolated = False
+        #: Whether this thread is inside a trial's objective (:meth:`run`), and a stop signal
+        #: that came while optuna created or recorded a trial (see :meth:`interrupts`).
+        self._in_objective = False
+        self._pending: int | None = None
 
     def isolate(self, mode: str) -> str:
         """Set where trials are evaluated (``auto``, ``none`` or ``process``, see
@@ -182,13 +214,30 @@ class TrialRunner:
         """Run one trial (optuna's objective): propose, evaluate under ``trial_timeout``,
         record; a failure gets its reason (user attribute ``fail_reason``) and is raised on
         for optuna to record, a pruned trial raises ``optuna.TrialPruned``. The plugins get a
-        :class:`TrialReport` in every case."""
-        study = self.study
+        :class:`TrialReport` in every case. An interrupt (Ctrl-C, SIGTERM) fails the trial
+        with the signal named and is raised on."""
+        arch: Architecture | None = None
+        self._in_objective = True
         try:
-            arch = self.propose(trial)
-        except Exception as exc:
-            self.check_storage(exc)
+            self.raise_pending()
+            try:
+                arch = self.propose(trial)
+            except Exception as exc:
+                self.check_storage(exc)
+                self.proposal_failed(trial, exc)
+                raise
+            return self.evaluate_and_record(trial, arch)
+        except KeyboardInterrupt as exc:
+            self._in_objective = False  # another signal waits until the trial is recorded
+            self.interrupted(trial, arch, exc)
             raise
+        finally:
+            self._in_objective = False
+
+    def evaluate_and_record(self, trial: optuna.Trial, arch: Architecture
+                            ) -> float | Sequence[float]:
+        """The rest of :meth:`run` once ``arch`` is proposed."""
+        study = self.study
         try:
             self.refuse_crashed(arch)
             with trial_timeout(study.config.trial_timeout):
@@ -209,6 +258,67 @@ class TrialRunner:
         self.record(trial, result)
         self.finished(trial, arch, TrialState.COMPLETE, values, result, steps=steps)
         return values if len(values) > 1 else values[0]
+
+    def proposal_failed(self, trial: optuna.Trial, exc: Exception) -> None:
+        """Give ``trial``, whose proposal raised ``exc``, its fail reason, unless the storage
+        recorded one (a worker's duplicate check does)."""
+        with contextlib.suppress(Exception):
+            stored = optuna_compat.storage_of(self.study.optuna_study).get_trial(
+                optuna_compat.trial_id(trial))
+            if FAIL_REASON_ATTR not in stored.user_attrs:
+                trial.set_user_attr(FAIL_REASON_ATTR, failure_reason(exc))
+
+    def set_fail_reason(self, trial: optuna.Trial, reason: str) -> None:
+        """Record why ``trial`` failed (user attribute ``fail_reason``); a storage that
+        refuses the write leaves it without one."""
+        with contextlib.suppress(Exception):
+            trial.set_user_attr(FAIL_REASON_ATTR, reason)
+
+    def interrupted(self, trial: optuna.Trial, arch: Architecture | None,
+                    exc: KeyboardInterrupt) -> None:
+        """Record ``trial`` as stopped by the signal of ``exc`` (optuna then fails it) and
+        tell the plugins, so that its MLflow run is closed KILLED."""
+        signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
+        reason = f"{INTERRUPTED_PREFIX}{Interrupted(signum).signal_name}"
+        steps = self.study._intermediate.pop(trial.number, None)
+        self.set_fail_reason(trial, reason)
+        if arch is not None:
+            self.finished(trial, arch, TrialState.FAIL, error=reason, steps=steps)
+
+    # -- interrupts ----------------------------------------------------------------------
+    def interrupts(self, in_this_thread: bool = True) -> contextlib.AbstractContextManager[None]:
+        """Around optuna's loop of trials: SIGINT and SIGTERM stop it as
+        :class:`~frugalnas.ports.errors.Interrupted`, and no trial is left RUNNING. A signal
+        that comes inside a trial's objective (proposal, evaluation, recording) is raised
+        there: the trial fails with the signal named (:meth:`interrupted`). One that comes
+        while optuna creates or records a trial (storage writes, outside the objective) waits
+        for that to end: the search stops before another trial, and a trial being created
+        fails as its objective starts; a second signal is raised at once.
+        ``in_this_thread=False`` (trials in threads, ``n_jobs > 1``): raised at once."""
+        if not in_this_thread:
+            return signals_interrupt()
+        return self._deferred_interrupts()
+
+    @contextlib.contextmanager
+    def _deferred_interrupts(self) -> Iterator[None]:
+        self._pending = None
+        with _handling(self._on_signal):
+            yield
+        self.raise_pending()  # after an exception it stays for raise_pending to raise
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._in_objective or self._pending is not None:
+            raise Interrupted(signum)
+        self._pending = signum
+        with contextlib.suppress(RuntimeError):  # outside optuna's loop: nothing to stop
+            self.study.optuna_study.stop()
+
+    def raise_pending(self) -> None:
+        """Raise the :class:`~frugalnas.ports.errors.Interrupted` of a signal that came while
+        optuna created or recorded a trial (see :meth:`interrupts`)."""
+        signum, self._pending = self._pending, None
+        if signum is not None:
+            raise Interrupted(signum)
 
     def check_storage(self, exc: Exception) -> None:
         """Raise :class:`_StorageLost` when ``exc`` is the storage's disk filling up (a

@@ -260,7 +260,7 @@ class Study:
             all_callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] = \
                 [stop] if stop.needed else []
             all_callbacks += list(callbacks or [])
-            with storage_failures_stop():
+            with storage_failures_stop(), runner.interrupts(in_this_thread=n_jobs == 1):
                 self.optuna_study.optimize(runner.run, n_trials=n_trials, timeout=timeout,
                                            n_jobs=n_jobs, catch=tuple(catch),
                                            callbacks=all_callbacks or None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import signal
 from collections.abc import Iterable
 
 
@@ -132,6 +133,34 @@ class ConfigConflictError(ConfigError):
 
 class TrialFailure(FrugalnasError):
     """A candidate could not be evaluated (out of memory, non-finite loss, timeout...)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop asked for by a signal: SIGINT (Ctrl-C) or SIGTERM (``kill``, a job scheduler).
+    ``signum`` is the signal's number; a command exits with status ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+    @property
+    def signal_name(self) -> str:
+        """``"SIGINT"``, ``"SIGTERM"``, ..."""
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+    def __str__(self) -> str:
+        return f"interrupted by {self.signal_name}"
+
+    def __repr__(self) -> str:
+        return f"Interrupted({self.signal_name})"
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """A signal handler: raise :class:`Interrupted` for signal ``signum``."""
+    raise Interrupted(signum)
 
 
 def check_choice(what: str, value: object, valid: Iterable[object]) -> None:

@@ -34,3 +34,6 @@ INTERMEDIATE_ATTR = "intermediate_values"
 #: segfaulted, killed for memory): how it died (``"SIGABRT"``, ``"exit 3"``). A candidate
 #: with two such trials is not evaluated again.
 CRASH_ATTR = "candidate_crash"
+#: How the fail reason of a trial stopped by a signal starts (``"interrupted by SIGTERM"``).
+#: Like a dead worker's trial, its MLflow run ends KILLED: nothing is wrong with the candidate.
+INTERRUPTED_PREFIX = "interrupted by "

@@ -187,11 +187,12 @@ def test_sigterm_stops_a_worker_at_once_with_its_trial_failed_and_its_run_closed
     _wait_for(lambda: any(e == "hang" for e, _, _ in _log(tmp_path)), 120,
               "the worker to start its trial", [worker])
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=60) == 130
+    assert worker.wait(timeout=60) == 143
     out = (tmp_path / "terminated.out").read_text()
-    assert "interrupted" in out and "Traceback" not in out, out
+    assert "interrupted by SIGTERM" in out and "Traceback" not in out, out
     trials = _trials(tmp_path)
     assert [t.state for t in trials] == [TrialState.FAIL]   # at once: no heartbeat, no grace
+    assert trials[0].user_attrs["fail_reason"] == "interrupted by SIGTERM"
     trial_runs, parents = _runs(tmp_path)
     assert [(r.info.status, r.data.tags["state"]) for r in trial_runs] == [("KILLED", "FAIL")]
     assert parents[0].info.status == "FINISHED"
