@@ -34,6 +34,14 @@ from frugalnas.backends.virtual_node.worker import PARENT_ENV, SECRET_STDIN_FLAG
 _ACTIVE: "ProcessWorld | None" = None  # torch.distributed allows one default group per process
 
 
+def _make_active(world: "ProcessWorld | None", replacing: "ProcessWorld | None" = None) -> None:
+    """Record ``world`` as this process's world (``None``: none), unless ``replacing`` is
+    given and another world became active meanwhile."""
+    global _ACTIVE
+    if replacing is None or _ACTIVE is replacing:
+        _ACTIVE = world
+
+
 def world_secret(nproc: int, world_size: int, env: Mapping[str, str]) -> bytes:
     """The key that seals rank 0's messages: random for a world on this machine, the user's
     ``FRUGALNAS_VNODE_SECRET`` (which remote ranks read too) for one that spans machines."""
@@ -145,7 +153,6 @@ class ProcessWorld:
 
     def start(self) -> None:
         """Start the rendezvous and the local workers; block until every rank has joined."""
-        global _ACTIVE
         if _ACTIVE is not None and _ACTIVE is not self:
             _ACTIVE.close()  # an older backend's world; it restarts itself if used again
         if dist.is_initialized():
@@ -167,7 +174,7 @@ class ProcessWorld:
         config = dict(self.config, world=self.world_id)
         store.set(CONFIG_KEY, seal(secret, CONFIG_KEY, dumps(config)))
         self.store, self.seq = store, 0
-        _ACTIVE = self
+        _make_active(self)
         ProcessWorld.started += 1
         atexit.register(self.close)
         try:
@@ -247,7 +254,6 @@ class ProcessWorld:
     def close(self, force: bool = False) -> None:
         """Stop the workers (politely, then by force; at once with ``force``, for a broken
         world) and leave the process group."""
-        global _ACTIVE
         if self.store is None:
             return
         try:
@@ -267,6 +273,5 @@ class ProcessWorld:
             dist.destroy_process_group()
         reset_group_names()
         self.store = None
-        if _ACTIVE is self:
-            _ACTIVE = None
+        _make_active(None, replacing=self)
         atexit.unregister(self.close)
