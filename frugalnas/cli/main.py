@@ -242,10 +242,21 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_interrupted)
 
 
+def guard_builder(config: StudyConfig, host: PluginHost, isolate: str) -> None:
+    """Where trials are isolated, a define-by-run builder named by a dotted path runs first in
+    a guard process whenever this process runs it, space discovery included
+    (:func:`frugalnas.engine.isolation.guard_builder`)."""
+    if isolate != "none" and is_dotted(config.space):
+        from frugalnas.engine.isolation import guard_builder as guard
+
+        guard(host, config, isolate)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     stop_on_sigterm()
     config, run = resolve_run(args, args.host)
     host = host_for(config)
+    guard_builder(config, host, args.isolate)
     resolved = plan(config, run, host)
     heartbeat = _run_heartbeat(args, run.get("storage"))
     from frugalnas.distribution.launcher import prepare_launch
@@ -450,6 +461,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise ConfigError("heartbeats need an RDB storage (sqlite/postgresql/mysql URL); "
                           f"got {storage!r}")
     host = host_for(config)
+    guard_builder(config, host, args.isolate)
     resolved = plan(config, run, host)
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))

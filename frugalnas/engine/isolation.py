@@ -20,12 +20,27 @@ interrupted kills its child too. A child whose parent dies exits within a second
 
 A study runs isolated only where the child can build the same components: a strategy that
 shares an object in memory with its estimator (a supernet) cannot, nor can a plugin passed
-as an object rather than by name (:func:`isolation_obstacle`).
+as an object rather than by name, nor a space object that cannot be pickled
+(:func:`isolation_obstacle`). A space given as an object or named by a dotted path (a
+define-by-run builder) travels to the child pickled with cloudpickle: by reference where its
+module can be imported there, by value where it cannot (a function of the running script,
+``__main__``).
+
+A define-by-run builder runs in the study's process too: to discover the space's decisions,
+to propose, parse and vary architectures. :func:`guard_builder` makes each such replay run
+first in a guard process of its own (:class:`BuilderGuard`), answered by the study's
+process decision by decision; only a replay that ended there runs in the study's process. A
+builder that kills its process (``os.abort()``, a segfault) is then a one-line error naming
+the builder and the decisions it had made: before the first trial while the space is
+discovered, or a FAIL trial when it was proposed.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
+import inspect
 import os
 import pickle
 import signal
@@ -34,22 +49,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import cloudpickle
 from optuna.trial import TrialState
 
 from frugalnas.ports import optuna_compat
 from frugalnas.ports import strategy as strategy_protocol
 from frugalnas.ports.config import ISOLATION_MODES
-from frugalnas.ports.errors import ConfigError, TrialFailure
+from frugalnas.ports.errors import ConfigError, TrialFailure, one_line
 from frugalnas.ports.estimator import EstimateResult, JSONValue, PastTrial, StudyStore, TrialContext
 from frugalnas.ports.keys import ARCHITECTURE_ATTR, CRASH_ATTR
 from frugalnas.engine.trial_context import (OptunaStudyStore, study_artifact_dir,
                                             study_artifact_file, study_history)
+from frugalnas.host.dotted import is_dotted, load_dotted
 from frugalnas.host.plugins import PluginHost
 
 if TYPE_CHECKING:
@@ -79,11 +96,26 @@ def trains(estimator: Estimator) -> bool:
 def isolation_obstacle(sampler: Any, host: PluginHost, config: StudyConfig) -> str | None:
     """Why trials of a study with ``config``, strategy ``sampler`` and plugins ``host``
     cannot run in a child process, or ``None`` when they can."""
+    return _shared_state(sampler, config) or _rebuild_obstacle(host, config)
+
+
+def _shared_state(sampler: Any, config: StudyConfig) -> str | None:
     shared = strategy_protocol.shared_states(sampler)
     if shared:
         names = ", ".join(sorted(t.__name__ for t in shared))
         return (f"strategy {config.strategy!r} shares a {names} in memory with the estimator, "
                 "which a child process cannot see")
+    return None
+
+
+def _rebuild_obstacle(host: PluginHost, config: StudyConfig) -> str | None:
+    """Why a child process cannot build the study's components from ``config``, or None."""
+    try:
+        space_payload(host, config)
+    except Exception as exc:
+        return (f"space {config.space!r} cannot be sent to a child process (cloudpickle: "
+                f"{one_line(exc)}); define it in a module that the script imports, so that a "
+                "child process can import it")
     # The child rebuilds the plugin host from plugin names: the components it creates must
     # not come from a plugin passed as an object (lifecycle plugins stay in the parent).
     objects = {name for name, info in host.infos.items()
@@ -111,7 +143,9 @@ def check_process_isolation(sampler: Any, host: PluginHost, config: StudyConfig)
 def resolve_isolation(mode: str, study: Study) -> str:
     """``"none"`` or ``"process"`` for ``mode`` (:data:`ISOLATION_MODES`) and ``study``:
     ``auto`` isolates estimators that train (:func:`trains`) where nothing stands in the
-    way; ``process`` where something does is a ConfigError naming it."""
+    way, and says in one warning line what does (unless it is a strategy's shared state,
+    which runs in-process by design); ``process`` where something does is a ConfigError
+    naming it."""
     if mode not in ISOLATION_MODES:
         raise ConfigError(f"invalid isolate {mode!r}; valid: {', '.join(ISOLATION_MODES)}")
     if mode == "none" or (mode == "auto" and not trains(study.estimator)):
@@ -119,8 +153,28 @@ def resolve_isolation(mode: str, study: Study) -> str:
     if mode == "process":
         check_process_isolation(study.strategy, study.host, study.config)
         return "process"
-    obstacle = isolation_obstacle(study.strategy, study.host, study.config)
-    return "process" if obstacle is None else "none"
+    if _shared_state(study.strategy, study.config):
+        return "none"
+    obstacle = _rebuild_obstacle(study.host, study.config)
+    if obstacle is None:
+        return "process"
+    print(f"frugalnas: warning: trials are evaluated in this process, not isolated: {obstacle}",
+          file=sys.stderr, flush=True)
+    return "none"
+
+
+def space_payload(host: PluginHost, config: StudyConfig) -> bytes | None:
+    """The study's space object, pickled for a child process, when ``config`` names it by a
+    dotted path (a define-by-run builder or a SearchSpace class, given as an object or
+    imported): cloudpickle sends a function of the running script (``__main__``) by value,
+    one of an importable module by reference. ``None`` for a registered space. Raises what
+    pickling raises (an object holding a lock, a file, a connection)."""
+    if not is_dotted(config.space):
+        return None
+    given = host.given_spaces.get(config.space)
+    payload: bytes = cloudpickle.dumps(unguarded(given if given is not None
+                                                 else load_dotted(config.space)))
+    return payload
 
 
 def crash_count(study: Study, arch: Architecture) -> int:
@@ -185,12 +239,14 @@ class _Deadline(Exception):
 
 
 class _Child:
-    """One evaluation process and the parent's end of its socket."""
+    """One evaluation (or builder guard) process and the parent's end of its socket;
+    ``entry`` is the function of this module the process runs."""
 
-    def __init__(self, init: dict[str, Any]):
+    def __init__(self, init: dict[str, Any], entry: str = "child_main"):
         mine, theirs = socket.socketpair()
         fd = theirs.fileno()
-        code = "import sys; from frugalnas.engine.isolation import child_main; child_main(int(sys.argv[1]))"
+        code = (f"import sys; from frugalnas.engine.isolation import {entry}; "
+                f"{entry}(int(sys.argv[1]))")
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code, str(fd)], pass_fds=(fd,),
                                          stdin=subprocess.DEVNULL, close_fds=True)
@@ -265,7 +321,8 @@ class IsolatedEvaluator:
     def _init_message(self) -> dict[str, Any]:
         study = self.study
         return {"sys_path": list(sys.path), "host": study.host.spec(), "config": study.config,
-                "study_name": study.name, "directions": tuple(study.directions)}
+                "space": space_payload(study.host, study.config), "study_name": study.name,
+                "directions": tuple(study.directions)}
 
     def _take(self) -> _Child:
         with self._lock:
@@ -293,6 +350,9 @@ class IsolatedEvaluator:
                     child.send(self._answer(trial, message[1], message[2]))
                 elif kind == "ready":
                     child.ready = True
+                elif kind == "failed":  # it could not build the components
+                    raise CandidateFailure("the evaluation process could not start: "
+                                           f"{message[1]}")
                 elif kind == "done":
                     result: EstimateResult = message[1]
                     metrics, artifacts = message[2], message[3]
@@ -371,6 +431,150 @@ def _portable(exc: BaseException) -> BaseException:
         return CandidateFailure(failure_reason(exc))
 
 
+# -- the builder's guard -----------------------------------------------------------------------
+#: The attribute of a guarded builder function that holds its :class:`BuilderGuard`.
+GUARD_ATTR = "frugalnas_builder_guard"
+
+
+class BuilderCrash(CandidateFailure):
+    """The guard process of a define-by-run builder died while the builder ran."""
+
+
+class BuilderGuard:
+    """Runs a define-by-run builder in a process of its own (started on first use, again
+    after it died) with the answers of a trial of the study's process, asked decision by
+    decision (see the module). Thread-safe and re-entrant: a replay whose answers come from
+    a strategy that replays the builder itself (to sample or mutate) nests in the same
+    process."""
+
+    def __init__(self, builder: Callable[..., Any]):
+        self.builder = builder
+        self._payload = cloudpickle.dumps(builder)
+        self._child: _Child | None = None
+        self._lock = threading.RLock()
+
+    def check(self, trial: Any, options: Mapping[str, Any]) -> None:
+        """Run the builder with ``options`` in the guard process, its decisions answered by
+        ``trial``. Raises what the builder (or ``trial``) raised there, or
+        :class:`BuilderCrash` when the process died."""
+        import torch  # a builder needs torch; loaded only with one
+
+        device = str(torch.get_default_device())
+        with self._lock:
+            child = self._running()
+            clean, raised_here = False, None
+            try:
+                child.send(("build", dict(options), int(trial.num_classes),
+                            tuple(trial.input_shape), device))
+                while True:
+                    message = child.recv(None)
+                    if message[0] == "ask":
+                        try:
+                            answer: tuple[str, Any] = ("ok", _suggest(trial, *message[1:]))
+                        except Exception as exc:
+                            raised_here, answer = exc, ("err", _portable(exc))
+                        child.send(answer)
+                        continue
+                    clean = True
+                    if raised_here is not None:
+                        raise raised_here
+                    if message[0] == "raised":
+                        raise message[1]
+                    return
+            except _ChildDied:
+                if raised_here is not None:  # a nested replay's crash, already named
+                    raise raised_here from None
+                raise BuilderCrash(_died(child.reap()[0])) from None
+            finally:
+                if not clean:
+                    child.kill()
+                    if self._child is child:
+                        self._child = None
+
+    def _running(self) -> _Child:
+        if self._child is None:
+            child = _Child({"sys_path": list(sys.path), "builder": self._payload},
+                           entry="guard_main")
+            try:
+                message = child.recv(time.monotonic() + 300)
+            except (_ChildDied, _Deadline):
+                child.kill()
+                raise BuilderCrash(f"{_died(child.reap()[0])} before the builder "
+                                   "ran") from None
+            if message[0] != "ready":
+                child.kill()
+                raise BuilderCrash(f"its process could not load the builder: {message[1]}")
+            self._child = child
+        return self._child
+
+    def close(self) -> None:
+        """End the guard process."""
+        with self._lock:
+            child, self._child = self._child, None
+        if child is not None:
+            child.kill()
+
+
+def _suggest(trial: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``trial.<method>(*args, **kwargs)`` for one of the builder's suggest calls."""
+    calls = {"suggest_categorical": trial.suggest_categorical,
+             "suggest_int": trial.suggest_int, "suggest_float": trial.suggest_float}
+    return calls[method](*args, **kwargs)
+
+
+def _died(how: str) -> str:
+    """``"its process was killed by SIGABRT"`` or ``"its process ended (exit 3)"``."""
+    return (f"its process ended ({how})" if how.startswith("exit")
+            else f"its process was killed by {how}")
+
+
+def guarded(builder: Callable[..., Any]) -> Callable[..., Any]:
+    """``builder`` that runs first in a :class:`BuilderGuard`'s process and then here, with
+    the same answers (a replay here asks each decision once)."""
+    guard = BuilderGuard(builder)
+    atexit.register(guard.close)
+
+    @functools.wraps(builder)
+    def run_guarded(trial: Any, *args: Any, **options: Any) -> Any:
+        guard.check(trial, options)
+        return builder(trial, *args, **options)
+
+    run_guarded.__dict__[GUARD_ATTR] = guard
+    return run_guarded
+
+
+def unguarded(space: Any) -> Any:
+    """The builder a :func:`guarded` function runs; any other object as it is."""
+    guard = space.__dict__.get(GUARD_ATTR) if inspect.isfunction(space) else None
+    return guard.builder if isinstance(guard, BuilderGuard) else space
+
+
+def guard_builder(host: PluginHost, config: StudyConfig, mode: str) -> bool:
+    """Where trials will be isolated (``mode`` ``process``, or ``auto`` with an estimator
+    that trains), make the define-by-run builder that ``config.space`` names (a dotted path,
+    or an object given to ``host``) run first in a guard process whenever this process runs
+    it (:func:`guarded`). Call it before the space is created: its discovery is covered too.
+    Whether the builder is guarded now."""
+    if mode == "none" or not is_dotted(config.space):
+        return False
+    given = host.given_spaces.get(config.space)
+    given = given if given is not None else load_dotted(config.space)
+    if not inspect.isfunction(given) or unguarded(given) is not given:
+        return False
+    if mode == "auto":
+        try:
+            estimator = host.create_estimator(config.estimator, config.estimator_options)
+        except Exception:  # the configuration's checks say what is wrong
+            return False
+        if not trains(estimator):
+            return False
+    try:
+        host.given_spaces[config.space] = guarded(given)
+    except Exception:  # it cannot be pickled: isolation is refused, or runs in-process
+        return False
+    return True
+
+
 # -- the child's side --------------------------------------------------------------------------
 class _RemoteStore(StudyStore):
     def __init__(self, call: Any, identity: Any):
@@ -400,8 +604,8 @@ class ChildTrialContext(TrialContext):
 
     def _call(self, name: str, *args: Any) -> Any:
         assert self._conn is not None
-        self._conn.send(("call", name, args))
-        status, value = self._conn.recv()
+        _send(self._conn, ("call", name, args))
+        status, value = _receive(self._conn)
         if status == "err":
             raise value
         return value
@@ -463,26 +667,53 @@ def failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
 
 
-def child_main(fd: int) -> None:
-    """An evaluation process: build the components, then evaluate what the parent sends
-    until it says close (or goes away)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+def _child_start(fd: int) -> tuple[Connection, dict[str, Any]]:
+    """What every child does first: leave SIGINT and SIGTERM to the parent (which stops its
+    children itself), exit when the parent is gone, read the parent's init message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True,
                      name="frugalnas-isolation-parent").start()
     conn = Connection(fd)
-    init = conn.recv()
+    init = _receive(conn)
     sys.path[:] = init["sys_path"]
+    return conn, init
+
+
+def _send(conn: Connection, message: Any) -> None:
+    """Send to the parent; a parent that is gone (closed its end) ends this child quietly."""
+    try:
+        conn.send(message)
+    except OSError:
+        os._exit(0)
+
+
+def _receive(conn: Connection) -> Any:
+    """Receive from the parent; a parent that is gone ends this child quietly."""
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        os._exit(0)
+
+
+def child_main(fd: int) -> None:
+    """An evaluation process: build the components, then evaluate what the parent sends
+    until it says close (or goes away)."""
+    conn, init = _child_start(fd)
     config = init["config"]
     try:
         host = PluginHost(**init["host"])
+        if init.get("space") is not None:  # the parent's space object, pickled
+            host.given_spaces[config.space] = cloudpickle.loads(init["space"])
         space = host.create("search_spaces", config.space, **config.space_options)
         estimator = host.create_estimator(config.estimator, config.estimator_options)
         backend = host.create("backends", config.backend, **config.backend_options)
     except Exception as exc:
-        print(f"frugalnas: error: evaluation process: {failure_reason(exc)}", file=sys.stderr,
-              flush=True)
+        reason = failure_reason(exc)
+        print(f"frugalnas: error: evaluation process: {reason}", file=sys.stderr, flush=True)
+        _send(conn, ("failed", reason))
         os._exit(3)
-    conn.send(("ready",))
+    _send(conn, ("ready",))
     datasets: list[Any] = []
 
     def load_dataset(host: PluginHost = host) -> Any:
@@ -492,10 +723,7 @@ def child_main(fd: int) -> None:
         return datasets[0]
 
     while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            os._exit(0)
+        message = _receive(conn)
         if message[0] == "close":
             with contextlib.suppress(Exception):
                 backend.release()
@@ -512,11 +740,78 @@ def child_main(fd: int) -> None:
                 result = estimator.evaluate(space.parse(text), context)
             finally:
                 metrics, artifacts = backend.trial_outputs()
-            conn.send(("done", result, metrics, artifacts))
+            _send(conn, ("done", result, metrics, artifacts))
         except BaseException as exc:
             # An Exception travels back as itself; SystemExit and the like become the reason.
             healthy = isinstance(exc, Exception)
             travels = _portable(exc) if healthy else None
-            conn.send(("raised", travels, failure_reason(exc), healthy))
+            _send(conn, ("raised", travels, failure_reason(exc), healthy))
             if not healthy:
                 os._exit(1)
+
+
+class _RemoteModelTrial:
+    """The trial a builder receives in its guard process: ``num_classes``,
+    ``input_shape`` and ``in_channels``, and ``suggest_*`` calls answered by the parent."""
+
+    def __init__(self, conn: Connection, builder: Callable[..., Any], num_classes: int,
+                 input_shape: tuple[int, ...]):
+        self._conn, self._builder = conn, builder
+        self.num_classes = int(num_classes)
+        self.input_shape = tuple(input_shape)
+        self.in_channels = int(input_shape[0])
+
+    def _ask(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        _send(self._conn, ("ask", method, args, kwargs))
+        while True:
+            message = _receive(self._conn)
+            if message[0] == "build":  # the parent replays the builder to answer: nested
+                _build(self._conn, self._builder, message)
+                continue
+            status, value = message
+            if status == "err":
+                raise value
+            return value
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self._ask("suggest_categorical", (name, list(choices)), {})
+
+    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
+                    log: bool = False) -> Any:
+        return self._ask("suggest_int", (name, low, high), {"step": step, "log": log})
+
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
+                      log: bool = False) -> Any:
+        return self._ask("suggest_float", (name, low, high), {"step": step, "log": log})
+
+
+def _build(conn: Connection, builder: Callable[..., Any], message: tuple[Any, ...]) -> None:
+    """Run ``builder`` for one ``("build", options, num_classes, input_shape, device)``
+    message and say how it ended."""
+    import torch
+
+    _, options, num_classes, input_shape, device = message
+    trial = _RemoteModelTrial(conn, builder, num_classes, input_shape)
+    try:
+        with torch.device(device):
+            builder(trial, **options)
+    except Exception as exc:
+        _send(conn, ("raised", _portable(exc)))
+    else:
+        _send(conn, ("built",))
+
+
+def guard_main(fd: int) -> None:
+    """A builder's guard process: load the builder, then run it for each replay the parent
+    asks (see :class:`BuilderGuard`) until the parent goes away."""
+    conn, init = _child_start(fd)
+    try:
+        import torch  # noqa: F401  (before the first replay: a builder needs it)
+
+        builder = cloudpickle.loads(init["builder"])
+    except Exception as exc:
+        _send(conn, ("failed", failure_reason(exc)))
+        os._exit(3)
+    _send(conn, ("ready",))
+    while True:
+        _build(conn, builder, _receive(conn))
