@@ -79,6 +79,9 @@ _EXPORTS: dict[str, str] = {
     "require_capability": "frugalnas.ports.capabilities",
     "sharing_by": "frugalnas.ports.capabilities",
     "scaling_by": "frugalnas.ports.capabilities",
+    "CellGraph": "frugalnas.ports.capabilities",
+    "itself": "frugalnas.ports.capabilities",
+    "params_of": "frugalnas.ports.space",
 }
 
 if TYPE_CHECKING:
@@ -93,8 +96,9 @@ if TYPE_CHECKING:
     from frugalnas.host.registry import LazyFactory
     from frugalnas.ports.architecture import Architecture
     from frugalnas.ports.backend import Backend
-    from frugalnas.ports.capabilities import (DartsRelaxation, OwnEncodings, ProgressiveShrinking,
-                                              SandwichRule, Scaling, WeightSharing, capability,
+    from frugalnas.ports.capabilities import (CellGraph, DartsRelaxation, OwnEncodings,
+                                              ProgressiveShrinking, SandwichRule, Scaling,
+                                              WeightSharing, capability, itself,
                                               require_capability, scaling_by, sharing_by)
     from frugalnas.ports.config import StudyConfig
     from frugalnas.ports.cost import Cost
@@ -106,7 +110,7 @@ if TYPE_CHECKING:
     from frugalnas.ports.exported import ExportedNetwork
     from frugalnas.ports.network import BlockNetwork, RelaxedBuilder, SharedBuilder
     from frugalnas.ports.secrets import OptionRoles
-    from frugalnas.ports.space import SearchSpace
+    from frugalnas.ports.space import SearchSpace, params_of
     from frugalnas.ports.strategy import Strategy, StrategyServices, WrappingStrategy
     from frugalnas.ports.trial_report import TrialReport
     from frugalnas.ports.work_progress import work_progress
@@ -125,7 +129,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ArchSampler", "Architecture", "ArchitectureParseError", "Backend", "BlockNetwork",
-    "Candidate", "ConfigError", "Cost", "DartsRelaxation", "Dataset",
+    "Candidate", "CellGraph", "ConfigError", "Cost", "DartsRelaxation", "Dataset",
     "DuplicateComponentError", "EstimateResult", "Estimator", "ExportedNetwork",
     "FrugalnasError", "History", "Launcher", "LazyFactory", "OptionRoles",
     "OptunaTrialContext", "OwnEncodings", "PastTrial", "PluginError", "PluginHost",
@@ -134,7 +138,7 @@ __all__ = [
     "StrategyServices", "Study", "StudyConfig", "Surrogate", "TrialContext", "TrialFailure",
     "TrialRecord", "TrialReport", "UnknownComponentError", "WeightSharing", "WorkerJob",
     "WrappingStrategy", "capability", "create_component", "create_study", "export_study",
-    "get_host", "hookimpl", "list_components", "load_study", "refused_plugins",
+    "get_host", "hookimpl", "itself", "list_components", "load_study", "params_of", "refused_plugins",
     "require_capability", "scaling_by", "sharing_by", "split_arrays", "strategy_factory",
     "work_progress",
 ]

@@ -170,18 +170,20 @@ def _function_parameters(facts: dict[str, ModuleFacts], module: str, name: str) 
     raise LookupError(f"{module}.{name}")
 
 
-def _public_members(facts: dict[str, ModuleFacts], module: str, name: str) -> int:
+def _public_members(facts: dict[str, ModuleFacts], module: str, name: str) -> tuple[int, int]:
+    """The public methods and the public class attributes of class ``name``."""
     for node in ast.walk(facts[module].tree):
         if isinstance(node, ast.ClassDef) and node.name == name:
-            members = set()
+            methods, attributes = set(), set()
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    members.add(item.name)
+                    methods.add(item.name)
                 elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    members.add(item.target.id)
+                    attributes.add(item.target.id)
                 elif isinstance(item, ast.Assign):
-                    members |= {t.id for t in item.targets if isinstance(t, ast.Name)}
-            return sum(1 for m in members if not m.startswith("_"))
+                    attributes |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+            return (sum(1 for m in methods if not m.startswith("_")),
+                    sum(1 for a in attributes if not a.startswith("_")))
     raise LookupError(f"{module}.{name}")
 
 
@@ -202,7 +204,8 @@ def figures(facts: dict[str, ModuleFacts]) -> dict[str, str]:
     longest, where = longest_function(facts)
     largest = max((len(f.path.read_text().splitlines()), f.name) for f in facts.values())
     study = _defining_module(facts, ast.FunctionDef, "create_study")
-    space = _defining_module(facts, ast.ClassDef, "SearchSpace")
+    members = _public_members(facts, _defining_module(facts, ast.ClassDef, "SearchSpace"),
+                              "SearchSpace")
     return {
         "import cycles": f"{len(cycles)} over {sum(map(len, cycles))} modules",
         "function-local imports": str(len(local)),
@@ -211,7 +214,8 @@ def figures(facts: dict[str, ModuleFacts]) -> dict[str, str]:
         "longest function": f"{longest} lines ({where})",
         "largest module": f"{largest[0]} lines ({largest[1]})",
         "create_study parameters": str(_function_parameters(facts, study, "create_study")),
-        "SearchSpace public members": str(_public_members(facts, space, "SearchSpace")),
+        "SearchSpace public members": "{} ({} methods, {} class attributes)".format(
+            sum(members), *members),
         "package lines": f"{sum(len(f.path.read_text().splitlines()) for f in facts.values())} "
                          f"({sum(code_lines(f.path) for f in facts.values())} of code and "
                          "docstrings)",

@@ -119,6 +119,20 @@ def scaling_by(width: str, depth: str) -> Callable[[SearchSpace], Scaling]:
     return lambda space: _AttributeScaling(space, width, depth)
 
 
+class CellGraph(Protocol):
+    """A graph form of the space's architectures, for drawings; without it a drawing lists
+    the decisions."""
+
+    def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
+        """Edges ``(source, target, label)`` of ``arch``'s cell (or macro network)."""
+        ...
+
+
+def itself(space: SearchSpace) -> Any:
+    """The factory of a capability the space implements itself (its own method)."""
+    return space
+
+
 #: Each capability as messages name it, with the built-in spaces that have it.
 CAPABILITIES: dict[type, tuple[str, str]] = {
     WeightSharing: ("weight sharing", "nb201, dag, mobilenet"),
@@ -127,6 +141,7 @@ CAPABILITIES: dict[type, tuple[str, str]] = {
     DartsRelaxation: ("a DARTS relaxation of its own", "dag"),
     Scaling: ("scaling in width or depth", "nb201, dag"),
     OwnEncodings: ("encodings of its own", "nb201, mobilenet"),
+    CellGraph: ("a cell graph for drawings", "nb201, dag, mobilenet"),
 }
 
 C = TypeVar("C")

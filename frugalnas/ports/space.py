@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import optuna
@@ -51,10 +51,6 @@ class SearchSpace(ABC):
         arch = self.genotype.create(self.name, {k: params[k] for k in dists})
         self.validate(arch)
         return arch
-
-    def to_params(self, arch: Architecture) -> dict[str, Any]:
-        self.validate(arch)
-        return arch.decisions
 
     def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
         """Ask ``trial`` for every decision (so the trial's sampler decides)."""
@@ -127,14 +123,6 @@ class SearchSpace(ABC):
                         out.append(self.from_params({**arch.decisions, key: choice}))
         return out
 
-    def cell_graph(self, arch: Architecture) -> list[tuple[str, str, str]]:
-        """Edges ``(source, target, label)`` of the cell, for drawings; empty if the space
-        has no graph form (the drawing then lists the decisions)."""
-        return []
-
-    def enumerate(self) -> Iterator[Architecture]:
-        raise NotImplementedError(f"space {self.name!r} cannot be enumerated")
-
     def active_decisions(self, arch: Architecture) -> dict[str, BaseDistribution]:
         """The decisions ``arch`` holds, in order: every decision of :meth:`distributions`
         (the default), or, in a space with conditional decisions (a define-by-run space), only
@@ -143,6 +131,12 @@ class SearchSpace(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {k: describe_distribution(d) for k, d in self.distributions().items()}
+
+
+def params_of(space: SearchSpace, arch: Architecture) -> dict[str, Any]:
+    """The optuna parameters of ``arch`` (checked to belong to ``space``): its decisions."""
+    space.validate(arch)
+    return dict(arch.decisions)
 
 
 def contains(dist: BaseDistribution, value: Any) -> bool:

@@ -34,7 +34,7 @@ from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.ports.keys import PRESCREEN_ATTR
-from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.space import SearchSpace, params_of
 from frugalnas.ports.strategy import (Proposer, StrategyServices, WrappingStrategy,
                                      feasible_candidates, propose)
 from frugalnas.proxies.base import Proxy, ProxyBatch
@@ -154,7 +154,7 @@ class PrescreenSampler(WrappingStrategy):
         record["prescreen_candidates"] = len(candidates)
         record["prescreen_scored"] = len(eligible)
         optuna_compat.set_trial_system_attr(study, trial, PRESCREEN_ATTR, record)
-        return {k: v for k, v in self.space.to_params(candidates[best]).items() if k in search_space}
+        return {k: v for k, v in params_of(self.space, candidates[best]).items() if k in search_space}
 
     def close(self) -> None:
         """Stop the worker processes (a later trial starts new ones)."""

@@ -9,7 +9,7 @@ from frugalnas.nn.weight_store import WeightStore
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import WeightSharing, capability
 from frugalnas.ports.errors import ArchitectureParseError
-from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.space import SearchSpace, params_of
 from frugalnas.testing._suite import Suite, describe
 
 #: a decision value no real space offers
@@ -111,7 +111,7 @@ class SearchSpaceChecks(Suite):
                 self.fail(f"parse(str(arch)) gave {back} for {text}")
             if back.key != arch.key:
                 self.fail(f"parse(str(arch)).key differs from arch.key for {text}")
-            params = self.space.to_params(arch)
+            params = params_of(self.space, arch)
             again = self.space.from_params(params)
             if again != arch:
                 self.fail(f"from_params(to_params(arch)) gave {again} for {text}")
@@ -210,7 +210,7 @@ class SearchSpaceChecks(Suite):
             trial = study.ask()
             arch = self.space.suggest(trial)
             self._valid(arch, "suggest()")
-            params = self.space.to_params(arch)
+            params = params_of(self.space, arch)
             if dict(trial.params) != dict(params):
                 self.fail(f"suggest() gave {arch}, but the trial holds the parameters "
                           f"{trial.params}; every decision must be asked from the trial")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import frugalnas
+from frugalnas.ports.space import params_of
 from frugalnas.engine.study import Study
 from frugalnas.ports import strategy as protocol
 from frugalnas.ports.config import StudyConfig
@@ -174,7 +175,7 @@ class StrategyChecks(Suite):
                 study.space.validate(arch)
             except Exception as exc:
                 self.fail(f"trial {record.number} evaluated {arch}, which the space rejects: {exc}")
-            if dict(record.params) != dict(study.space.to_params(arch)):
+            if dict(record.params) != dict(params_of(study.space, arch)):
                 self.fail(f"trial {record.number} has parameters {record.params}, which are not "
                           f"those of its architecture {arch}")
 

@@ -25,7 +25,8 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
-from frugalnas.ports.capabilities import DartsRelaxation, Scaling, WeightSharing, scaling_by
+from frugalnas.ports.capabilities import (CellGraph, DartsRelaxation, Scaling, WeightSharing,
+                                          itself, scaling_by)
 from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.ops import (DEFAULT_OPS, OPS, BatchNorm, FactorizedReduce, ReLUConvBN, SqueezeExcite,
                       batch_stat_bn, make_op, running_bn)
@@ -97,7 +98,8 @@ class DagSpace(SearchSpace):
     genotype = DagGenotype
     capabilities = {WeightSharing: "frugalnas.spaces.dag.supernet:DagSharing",
                     DartsRelaxation: "frugalnas.spaces.dag.relaxation:DagRelaxation",
-                    Scaling: scaling_by(width="channels", depth="normal_cells")}
+                    Scaling: scaling_by(width="channels", depth="normal_cells"),
+                    CellGraph: itself}
 
     def __init__(self, nodes: int = 4, channels: int = 8, normal_cells: int = 1,
                  reductions: int = 2, ops: Sequence[str] = DEFAULT_OPS, attention: bool = True,

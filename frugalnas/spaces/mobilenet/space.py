@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +31,8 @@ from optuna.distributions import (
 
 from frugalnas.nn.elastic import MBConvConfig, make_divisible
 from frugalnas.ports.architecture import Architecture, Value
-from frugalnas.ports.capabilities import (OwnEncodings, ProgressiveShrinking, SandwichRule,
-                                          WeightSharing)
+from frugalnas.ports.capabilities import (CellGraph, OwnEncodings, ProgressiveShrinking,
+                                          SandwichRule, WeightSharing, itself)
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
 from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
 from frugalnas.spaces.mobilenet.network import build_network
@@ -166,7 +166,8 @@ class MobileNetSpace(SearchSpace):
         WeightSharing: "frugalnas.spaces.mobilenet.supernet:MobileNetSharing",
         OwnEncodings: "frugalnas.spaces.mobilenet.encodings:MobileNetEncodings",
         SandwichRule: "frugalnas.spaces.mobilenet.space:MobileNetSandwich",
-        ProgressiveShrinking: "frugalnas.spaces.mobilenet.space:MobileNetShrinking"}
+        ProgressiveShrinking: "frugalnas.spaces.mobilenet.space:MobileNetShrinking",
+        CellGraph: itself}
 
     def __init__(self, width_mult: float = 1.0, kernels: Sequence[int] = (3, 5, 7),
                  expand_ratios: Sequence[int] = (3, 4, 6), se: bool = True, min_depth: int = 1,
@@ -374,10 +375,6 @@ class MobileNetSpace(SearchSpace):
         stem = f"stem ({side}x{side})" if self.resolutions is not None else "stem"
         nodes = [stem, *(f"stage {s}" for s in range(1, len(body) + 1))]
         return [(nodes[i], nodes[i + 1], blocks.replace(",", ", ")) for i, blocks in enumerate(body)]
-
-    def enumerate(self) -> Iterator[Architecture]:
-        raise NotImplementedError(f"space {self.name!r} has about {self.size():.1e} "
-                                  "architectures: too many to enumerate")
 
     def size(self) -> float:
         """The number of architectures."""

@@ -20,7 +20,8 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, check_range
-from frugalnas.ports.capabilities import OwnEncodings, Scaling, WeightSharing, scaling_by
+from frugalnas.ports.capabilities import (CellGraph, OwnEncodings, Scaling, WeightSharing, itself,
+                                          scaling_by)
 from frugalnas.ports.space import SearchSpace
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
@@ -196,7 +197,7 @@ class NB201Space(SearchSpace):
     genotype = NB201Cell
     capabilities = {WeightSharing: "frugalnas.spaces.nb201.supernet:NB201Sharing",
                     OwnEncodings: "frugalnas.spaces.nb201.encodings:NB201Encodings",
-                    Scaling: scaling_by(width="C", depth="N")}
+                    Scaling: scaling_by(width="C", depth="N"), CellGraph: itself}
 
     def __init__(self, N: int = 5, C: int = 16):
         check_range("N (cells per stage)", N, 1)

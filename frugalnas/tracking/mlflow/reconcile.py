@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from frugalnas.ports.capabilities import CellGraph, capability
 from frugalnas.ports.keys import INTERRUPTED_PREFIX
 from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.trial_constraints import feasible_flag
@@ -97,11 +98,11 @@ def _arch_params(arch: Any) -> dict[str, str]:
 def _arch_artifacts(tracker: Any, arch: Any) -> dict[str, str | bytes]:
     from frugalnas.tracking.mlflow.drawing import draw_cell
 
-    space = tracker.study.space
+    graph = capability(tracker.study.space, CellGraph)
     text = str(arch)
     out: dict[str, str | bytes] = {
         "architecture.json": json.dumps(arch.to_dict(), indent=2),
-        "cell.png": draw_cell(text, space.cell_graph(arch), arch.decisions)}
+        "cell.png": draw_cell(text, graph.cell_graph(arch) if graph else [], arch.decisions)}
     if len(text) > MAX_PARAM_LENGTH:
         out["architecture.txt"] = text
     return out
