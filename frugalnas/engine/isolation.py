@@ -66,6 +66,7 @@ from frugalnas.ports.estimator import EstimateResult, JSONValue, PastTrial, Stud
 from frugalnas.ports.keys import ARCHITECTURE_ATTR, CRASH_ATTR
 from frugalnas.engine.trial_context import (OptunaStudyStore, study_artifact_dir,
                                             study_artifact_file, study_history)
+from frugalnas.host.kinds import BACKENDS, DATASETS, SEARCH_SPACES
 from frugalnas.host.dotted import is_dotted, load_dotted
 from frugalnas.host.plugins import PluginHost
 
@@ -705,9 +706,9 @@ def child_main(fd: int) -> None:
         host = PluginHost(**init["host"])
         if init.get("space") is not None:  # the parent's space object, pickled
             host.given_spaces[config.space] = cloudpickle.loads(init["space"])
-        space = host.create("search_spaces", config.space, **config.space_options)
+        space = host.create(SEARCH_SPACES, config.space, **config.space_options)
         estimator = host.create_estimator(config.estimator, config.estimator_options)
-        backend = host.create("backends", config.backend, **config.backend_options)
+        backend = host.create(BACKENDS, config.backend, **config.backend_options)
     except Exception as exc:
         reason = failure_reason(exc)
         print(f"frugalnas: error: evaluation process: {reason}", file=sys.stderr, flush=True)
@@ -718,7 +719,7 @@ def child_main(fd: int) -> None:
 
     def load_dataset(host: PluginHost = host) -> Any:
         if not datasets:
-            datasets.append(host.create("datasets", config.dataset, seed=config.seed,
+            datasets.append(host.create(DATASETS, config.dataset, seed=config.seed,
                                         **config.dataset_options))
         return datasets[0]
 

@@ -18,14 +18,14 @@ from frugalnas.ports import strategy as strategy_protocol
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.config import ISOLATION_MODES, StudyConfig
-from frugalnas.ports.data import Dataset
+from frugalnas.ports.data import DataSource
 from frugalnas.host.dotted import dotted_module_refused, dotted_name
 from frugalnas.ports.errors import (ConfigConflictError, ConfigError, FrugalnasError, PluginError,
                                    PluginHookError, PluginNotAllowedError, TrialFailure,
                                    UnknownComponentError, check_choice, nearest_hint, one_line)
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.keys import CONFIG_ATTR, INTERMEDIATE_ATTR
-from frugalnas.host.kinds import GROUPS
+from frugalnas.host.kinds import BACKENDS, DATASETS, GROUPS, PRUNERS, STRATEGIES
 from frugalnas.host.loading import refused_plugins
 from frugalnas.host.plugins import PluginHost, get_host
 from frugalnas.engine.runner import Candidate, TrialRunner
@@ -86,7 +86,7 @@ class Study:
             "search_spaces", config.space, **config.space_options)
         self._estimator: Estimator | None = estimator
         self._backend: Backend | None = None
-        self._dataset: Dataset | None = None
+        self._dataset: DataSource | None = None
         self._lock = threading.RLock()  # n_jobs > 1: components are created once
         self.planned_trials: int | None = None
         #: Per-study state of lifecycle plugins, by plugin name (the MLflow plugin keeps its
@@ -134,16 +134,16 @@ class Study:
             return backend
         with self._lock:
             if self._backend is None:
-                self._backend = self.host.create("backends", self.config.backend,
+                self._backend = self.host.create(BACKENDS, self.config.backend,
                                                  **self.config.backend_options)
             return self._backend
 
-    def load_dataset(self) -> Dataset:
+    def load_dataset(self) -> DataSource:
         with self._lock:
             if self._dataset is None:
                 if self.config.dataset is None:
                     raise ConfigError(f"estimator {self.config.estimator!r} needs a dataset; set dataset=")
-                self._dataset = self.host.create("datasets", self.config.dataset, seed=self.config.seed,
+                self._dataset = self.host.create(DATASETS, self.config.dataset, seed=self.config.seed,
                                                  **self.config.dataset_options)
             return self._dataset
 
@@ -375,11 +375,8 @@ def make_strategy(host: PluginHost, space: SearchSpace,
     if config.constraints and "constraints" in host.registry("strategies").get(
             config.strategy).options():
         extra["constraints"] = dict(config.constraints)
-    # A strategy factory returns a sampler (the frugalnas_strategies contract); like optuna,
-    # the study does not check its class.
-    return cast(optuna.samplers.BaseSampler,
-                host.create("strategies", config.strategy, space=space, seed=config.seed,
-                            **extra, **config.strategy_options))
+    return host.create(STRATEGIES, config.strategy, space=space, seed=config.seed, **extra,
+                       **config.strategy_options)
 
 
 def make_pruner(host: PluginHost, config: StudyConfig) -> optuna.pruners.BasePruner:
@@ -390,10 +387,7 @@ def make_pruner(host: PluginHost, config: StudyConfig) -> optuna.pruners.BasePru
     extra: dict[str, Any] = {}
     if "directions" in host.registry("pruners").get(config.pruner).options():
         extra["directions"] = list(config.directions)
-    # A pruner factory returns a pruner (the frugalnas_pruners contract); like optuna, the
-    # study does not check its class (check_pruner checks prune_vector where it is needed).
-    return cast(optuna.pruners.BasePruner,
-                host.create("pruners", config.pruner, **extra, **config.pruner_options))
+    return host.create(PRUNERS, config.pruner, **extra, **config.pruner_options)
 
 
 def check_pruner(pruner: Any, n_objectives: int, name: str) -> None:

@@ -34,7 +34,7 @@ from frugalnas.ports.trial_architecture import architecture_from
 
 if TYPE_CHECKING:
     from frugalnas.ports.backend import Backend
-    from frugalnas.ports.data import Dataset
+    from frugalnas.ports.data import DataSource
     from frugalnas.engine.study import Study
 
 #: Study user attributes that belong to frugalnas itself, not to a store's users.
@@ -200,7 +200,7 @@ class OptunaTrialContext(_OptunaBacked):
 
     @classmethod
     def of(cls, trial: optuna.Trial, *, space: SearchSpace, backend: Backend, seed: int = 0,
-           dataset_loader: Callable[[], Dataset] | None = None,
+           dataset_loader: Callable[[], DataSource] | None = None,
            shared_states: dict[type, object] | None = None) -> OptunaTrialContext:
         return cls(space=space, backend=backend, seed=seed, dataset_loader=dataset_loader,
                    shared_states=dict(shared_states or {}), _trial=trial)

@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, overload
 
 import pluggy
 
@@ -29,7 +29,7 @@ from frugalnas.host import hookspecs
 from frugalnas.host.dotted import is_dotted, load_dotted
 from frugalnas.host.loading import ENTRY_POINT_GROUP, allow_list, autoload_disabled
 from frugalnas.ports.errors import ConfigError, DuplicateComponentError, PluginError
-from frugalnas.host.kinds import KINDS, get_kind
+from frugalnas.host.kinds import KINDS, Kind, P, get_kind
 from frugalnas.host.registry import Component, Registry
 from frugalnas.ports.secrets import OptionRoles
 
@@ -235,9 +235,19 @@ class PluginHost:
                 f"name -> factory, got {type(provided).__name__}")
         return provided
 
-    def create(self, kind: str, name: str, **options: Any) -> Any:
-        """Create component ``name`` of ``kind``; its factory gets this host if it asks for it."""
-        return self.registry(kind).create(name, self, **options)
+    @overload
+    def create(self, kind: Kind[P], name: str, **options: Any) -> P: ...
+
+    @overload
+    def create(self, kind: str, name: str, **options: Any) -> Any: ...
+
+    def create(self, kind: Kind[Any] | str, name: str, **options: Any) -> Any:
+        """Create component ``name`` of ``kind`` (a :class:`Kind`, typed by its port, or its
+        name); its factory gets this host if it asks for it. A factory that makes something
+        other than the kind's port type is a PluginError naming its plugin."""
+        spec = kind if isinstance(kind, Kind) else get_kind(kind)
+        component = self.registry(spec.name).get(name)
+        return spec.check(component.create(self, **options), name, component.plugin)
 
     def estimators(self) -> Registry:
         """Registered estimators plus those derived from other components

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.cost import Cost
-from frugalnas.ports.data import Dataset
+from frugalnas.ports.data import DataSource
 from frugalnas.ports.space import SearchSpace
 
 T = TypeVar("T")
@@ -141,11 +141,11 @@ class TrialContext:
     space: SearchSpace
     backend: Backend
     seed: int = 0
-    dataset_loader: Callable[[], Dataset] | None = None
+    dataset_loader: Callable[[], DataSource] | None = None
     shared_states: dict[type, object] = field(default_factory=dict)
 
     @cached_property
-    def dataset(self) -> Dataset:
+    def dataset(self) -> DataSource:
         if self.dataset_loader is None:
             raise ValueError("this estimator needs a dataset, but the study has none")
         return self.dataset_loader()

@@ -50,7 +50,7 @@ from frugalnas.ports.errors import ConfigError
 if TYPE_CHECKING:
     from frugalnas.ports.architecture import Architecture
     from frugalnas.ports.backend import Backend
-    from frugalnas.ports.data import Dataset
+    from frugalnas.ports.data import DataSource
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class StrategyServices:
     The field is ``None`` in a study with one objective."""
 
     log_metrics: Callable[[dict[str, float], int], None]
-    load_dataset: Callable[[], Dataset] | None
+    load_dataset: Callable[[], DataSource] | None
     backend: Callable[[], Backend]
     known_constraints: Callable[[Architecture], tuple[float, ...] | None] | None = None
     known_objectives: Callable[[Architecture], tuple[float | None, ...]] | None = None

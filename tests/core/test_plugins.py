@@ -195,3 +195,26 @@ def test_autoload_switch_and_allow_list(monkeypatch):
     monkeypatch.setenv("FRUGALNAS_PLUGINS_ALLOW", "nothing-allowed")
     host = PluginHost()
     assert all(info.source == "builtin" for info in host.infos.values())
+
+
+def test_a_kind_creates_its_port_type_and_refuses_a_factory_that_makes_another():
+    from frugalnas.host.kinds import SEARCH_SPACES, STRATEGIES
+    from frugalnas.ports.space import SearchSpace
+
+    class NotASpace:
+        pass
+
+    class Plugin:
+        @frugalnas.hookimpl
+        def frugalnas_search_spaces(self):
+            return {"not-a-space": NotASpace}
+
+    host = PluginHost([Plugin()], disable_plugins=["mlflow", "progress"])
+    assert isinstance(host.create(SEARCH_SPACES, "nb201", N=1, C=4), SearchSpace)
+    assert isinstance(host.create("search_spaces", "nb201"), SearchSpace)
+    with pytest.raises(PluginError, match=r"plugin .*: search space 'not-a-space' made a "
+                                          r"NotASpace, not a frugalnas\.ports\.space\.SearchSpace"):
+        host.create(SEARCH_SPACES, "not-a-space")
+    with pytest.raises(PluginError, match="made a NotASpace"):
+        host.create("search_spaces", "not-a-space")
+    assert STRATEGIES.port_type().__name__ == "BaseSampler"
