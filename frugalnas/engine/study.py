@@ -502,47 +502,47 @@ def build_components(host: PluginHost, config: StudyConfig,
 
 
 def create_study(*, space: str | object = "nb201", strategy: str | optuna.samplers.BaseSampler = "random",
-                 estimator: str = "nb201-table", backend: str = "single-device",
-                 dataset: str | None = "digits", direction: str | None = None,
-                 directions: list[str] | None = None, objectives: list[str] | None = None,
+                 estimator: str = "nb201-table", directions: str | Sequence[str] | None = None,
                  storage: str | optuna.storages.BaseStorage | None = None,
                  study_name: str | None = None, load_if_exists: bool = False,
-                 pruner: str | optuna.pruners.BasePruner | None = None,
-                 plugins: Sequence[Any] = (), disable_plugins: Sequence[str] = (),
-                 host: PluginHost | None = None, **options: Any) -> Study:
+                 plugins: Sequence[Any] = (), host: PluginHost | None = None,
+                 **options: Any) -> Study:
     """Create (or with ``load_if_exists`` reopen) a study.
 
     ``space`` is a registered space name, a dotted path ``package.module:name`` to a
     define-by-run builder or SearchSpace class, or that function or class itself.
+    ``strategy`` is a registered strategy name or any optuna sampler; ``estimator`` a
+    registered estimator. ``directions`` is one direction (``"maximize"``, the default, or
+    ``"minimize"``) or one per objective (``direction=`` is accepted too). ``plugins`` adds
+    plugins (names or objects); ``host`` gives a ready plugin host instead.
 
-    ``strategy`` is a registered strategy name or any optuna sampler. ``plugins`` adds plugins
-    (names or objects) and ``disable_plugins`` blocks some; ``host`` gives a ready plugin host
-    instead. Further keyword options are :class:`StudyConfig` fields (``seed``,
-    ``space_options``, ``estimator_options``, ``backend_options``, ``dataset_options``,
-    ``strategy_options``, ``plugin_options``, ``trial_timeout``, ``constraints``,
-    ``pruner_options``). Unlike plain optuna, no pruner is used unless ``pruner`` is given: a
-    registered pruner's name (``"pareto"`` for several objectives, ``"median"``, ...; stored
-    with the study) or an optuna pruner object (training estimators report per epoch)."""
-    if direction is not None and directions is not None:
-        raise ConfigError("give either direction= or directions=, not both")
+    Every other keyword is a :class:`StudyConfig` field: the other components and each
+    component's options (``backend``, ``dataset``, ``space_options``, ``strategy_options``,
+    ``estimator_options``, ``backend_options``, ``dataset_options``), ``objectives`` (one per
+    direction), ``seed``, ``trial_timeout``, ``constraints``, ``plugin_options``,
+    ``disable_plugins`` and ``pruner``/``pruner_options``. Unlike plain optuna, no pruner is
+    used unless ``pruner`` is given: a registered pruner's name (``"pareto"`` for several
+    objectives, ``"median"``, ...; stored with the study) or an optuna pruner object
+    (training estimators report per epoch)."""
+    dirs = _directions(directions, options.pop("direction", None))
     given_space = None
     if not isinstance(space, str):  # a builder function or SearchSpace class, by its path
         given_space, space = space, dotted_name(space)
-    dirs = directions if directions is not None else [direction or "maximize"]
-    plugins, disable_plugins = _names(plugins), _names(disable_plugins)
+    plugins = _names(plugins)
+    disable_plugins = _names(options.pop("disable_plugins", ()))
     sampler_obj = strategy if isinstance(strategy, optuna.samplers.BaseSampler) else None
     strategy_name = type(strategy).__name__ if sampler_obj is not None else strategy
     str_plugins = [p for p in plugins if isinstance(p, str)]
-    pruner_obj = pruner if isinstance(pruner, optuna.pruners.BasePruner) else None
-    if pruner is not None and pruner_obj is None:
-        options["pruner"] = pruner
-    cfg = dict(space=space, strategy=strategy_name, estimator=estimator, backend=backend,
-               dataset=dataset, directions=list(dirs),
+    pruner_obj = options.pop("pruner", None)
+    if pruner_obj is not None and not isinstance(pruner_obj, optuna.pruners.BasePruner):
+        options["pruner"], pruner_obj = pruner_obj, None
+    objectives = options.pop("objectives", None)
+    cfg = dict(space=space, strategy=strategy_name, estimator=estimator, directions=dirs,
                objectives=list(objectives) if objectives is not None else
                (["value"] if len(dirs) == 1 else None),
                plugins=str_plugins, disable_plugins=list(disable_plugins), **options)
     if cfg["objectives"] is None:
-        raise ConfigError(f"{len(dirs)} directions {list(dirs)} need as many objectives, "
+        raise ConfigError(f"{len(dirs)} directions {dirs} need as many objectives, "
                           "e.g. objectives=['value', 'params']")
     config = StudyConfig.from_mapping(cfg)
     # Validate everything before anything is created in the storage.
@@ -569,6 +569,14 @@ def create_study(*, space: str | object = "nb201", strategy: str | optuna.sample
     elif (previous := StudyConfig.from_json(stored)).pinned(roles) != config.pinned(roles):
         raise ConfigConflictError(ostudy.study_name, previous.differences(config, roles))
     return Study(ostudy, config, host, space_obj, estimator_obj)
+
+
+def _directions(directions: str | Sequence[str] | None, direction: Any) -> list[str]:
+    """The study's directions from ``directions`` (one or a list) or the ``direction`` alias."""
+    if direction is not None and directions is not None:
+        raise ConfigError("give either direction= or directions=, not both")
+    given = directions if directions is not None else direction or "maximize"
+    return [given] if isinstance(given, str) else list(given)
 
 
 def _names(value: Any) -> list[Any]:
