@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from frugalnas.ports.config import (DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, ISOLATION_MODES,
                                    StudyConfig, check_run_settings, load_run_file,
@@ -29,6 +29,9 @@ from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.secrets import mask_text, mask_value
 from frugalnas.engine.dask_url import is_dask_url
 from frugalnas.engine.storage_url import check_storage_url
+
+if TYPE_CHECKING:  # the command line answers --help without the engine's libraries
+    from frugalnas.engine.study import StudyPlan
 
 
 def _parse_value(raw: str) -> Any:
@@ -171,18 +174,20 @@ def resolve_run(args: argparse.Namespace, host: PluginHost) -> tuple[StudyConfig
     return StudyConfig.from_mapping(data), run
 
 
-def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str, Any]:
-    """Run every check that can run before the first trial: the run settings, the storage URL
-    (scheme, driver, directory), ``check_config`` (components, options, dataset paths,
-    objectives, each plugin's ``frugalnas_check_config``) and creating the cheap components.
-    Nothing is written anywhere. Returns the resolved plan (names, source plugins, options
-    with defaults)."""
+def plan(config: StudyConfig, run: dict[str, Any],
+         host: PluginHost) -> tuple[dict[str, Any], StudyPlan]:
+    """Run every check that can run before the first trial, once: the run settings, the
+    storage URL (scheme, driver, directory), ``check_config`` (components, options, dataset
+    paths, objectives, each plugin's ``frugalnas_check_config``) and creating the components
+    (:func:`~frugalnas.engine.study.plan_study`). Nothing is written anywhere. Returns the
+    resolved plan (names, source plugins, options with defaults) and the study plan that
+    :func:`~frugalnas.engine.study.open_study` opens."""
     check_run_settings(run)
     check_storage_url(run.get("storage"))
     check_names(config, host)
-    from frugalnas.engine.study import build_components, check_config
+    from frugalnas.engine.study import plan_study
 
-    build_components(host, config, estimator=check_config(host, config))
+    study_plan = plan_study(config, host)
     shown = config.stored_form(host.option_roles())  # passwords and secrets masked
     out: dict[str, Any] = {"run": mask_value(run)}
     for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
@@ -205,7 +210,7 @@ def plan(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> dict[str
     out["seed"] = config.seed
     out["plugin_options"] = shown["plugin_options"]
     out["plugins"] = sorted(host.infos)
-    return out
+    return out, study_plan
 
 
 def _with_defaults(comp: Any, given: Mapping[str, Any],
@@ -257,7 +262,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, run = resolve_run(args, args.host)
     host = host_for(config)
     guard_builder(config, host, args.isolate)
-    resolved = plan(config, run, host)
+    resolved, study_plan = plan(config, run, host)
     heartbeat = _run_heartbeat(args, run.get("storage"))
     from frugalnas.distribution.launcher import prepare_launch
 
@@ -270,7 +275,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     import optuna
 
-    from frugalnas.engine.study import create_study
+    from frugalnas.engine.study import open_study
 
     _optuna_logging()
     if args.isolate == "process":
@@ -287,12 +292,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     holder["study"].report_stale_trial(frozen)
 
         storage = make_storage(storage, heartbeat=heartbeat, grace=args.grace, on_stale=on_stale)
-    cfg = asdict(config)
     try:
-        study = create_study(storage=storage, study_name=run.get("study_name"),
-                             load_if_exists=run.get("load_if_exists", bool(run.get("storage"))),
-                             host=host, **{k: v for k, v in cfg.items() if k != "directions"},
-                             directions=config.directions)
+        study = open_study(study_plan, storage, run.get("study_name"),
+                           run.get("load_if_exists", bool(run.get("storage"))))
     except optuna.exceptions.DuplicatedStudyError:
         raise ConfigError(f"study {run.get('study_name')!r} already exists in the storage and "
                           "load_if_exists is false; set load_if_exists = true to continue it, "
@@ -462,7 +464,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                           f"got {storage!r}")
     host = host_for(config)
     guard_builder(config, host, args.isolate)
-    resolved = plan(config, run, host)
+    resolved, _ = plan(config, run, host)
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0

@@ -8,7 +8,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import optuna
@@ -550,15 +550,46 @@ def create_study(*, space: str | object = "nb201", strategy: str | optuna.sample
     host = host if host is not None else get_host(plugins, config.disable_plugins)
     if given_space is not None:
         host.given_spaces[config.space] = given_space
-    estimator_obj = check_config(host, config)
-    space_obj, sampler = build_components(host, config, sampler_obj, estimator_obj)
-    if pruner_obj is not None:
-        check_pruner(pruner_obj, len(config.directions), type(pruner_obj).__name__)
+    return open_study(plan_study(config, host, sampler_obj, pruner_obj), storage, study_name,
+                      load_if_exists)
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """A study's configuration checked and its components built, before anything is written
+    anywhere: what :func:`open_study` turns into a study (``create_study`` and ``frugalnas
+    run`` both make it once)."""
+
+    config: StudyConfig
+    host: PluginHost
+    estimator: Estimator
+    space: SearchSpace
+    sampler: optuna.samplers.BaseSampler
+    pruner: optuna.pruners.BasePruner | None
+
+
+def plan_study(config: StudyConfig, host: PluginHost,
+               sampler: optuna.samplers.BaseSampler | None = None,
+               pruner: optuna.pruners.BasePruner | None = None) -> StudyPlan:
+    """Check ``config`` (:func:`check_config`) and build its components (a given ``sampler``
+    or ``pruner`` object in place of the configured one)."""
+    estimator = check_config(host, config)
+    space, sampler = build_components(host, config, sampler, estimator)
+    if pruner is not None:
+        check_pruner(pruner, len(config.directions), type(pruner).__name__)
     elif config.pruner is not None:
-        pruner_obj = make_pruner(host, config)
+        pruner = make_pruner(host, config)
+    return StudyPlan(config, host, estimator, space, sampler, pruner)
+
+
+def open_study(plan: StudyPlan, storage: str | optuna.storages.BaseStorage | None,
+               study_name: str | None, load_if_exists: bool) -> Study:
+    """The study of ``plan`` in ``storage``: created, or with ``load_if_exists`` reopened (a
+    :class:`ConfigConflictError` when the stored configuration differs)."""
+    config, host = plan.config, plan.host
     with _storage_errors(storage):
-        ostudy = optuna.create_study(storage=open_storage(storage), sampler=sampler,
-                                     pruner=pruner_obj or optuna.pruners.NopPruner(),
+        ostudy = optuna.create_study(storage=open_storage(storage), sampler=plan.sampler,
+                                     pruner=plan.pruner or optuna.pruners.NopPruner(),
                                      study_name=study_name,
                                      directions=cast("list[Direction]", config.directions),
                                      load_if_exists=load_if_exists)
@@ -568,7 +599,7 @@ def create_study(*, space: str | object = "nb201", strategy: str | optuna.sample
         ostudy.set_user_attr(CONFIG_ATTR, config.to_json(roles))
     elif (previous := StudyConfig.from_json(stored)).pinned(roles) != config.pinned(roles):
         raise ConfigConflictError(ostudy.study_name, previous.differences(config, roles))
-    return Study(ostudy, config, host, space_obj, estimator_obj)
+    return Study(ostudy, config, host, plan.space, plan.estimator)
 
 
 def _directions(directions: str | Sequence[str] | None, direction: Any) -> list[str]:

@@ -136,7 +136,8 @@ def test_run_with_flags_and_dry_run(cli_results):
     plan = json.loads(_ok(cli_results[tuple(RUN_FLAGS[0])])["out"])
     # every option of every component, given or by default
     assert plan["estimator"]["options"] == {"dataset": "cifar10", "select_on": "valid",
-                                            "simulated_epochs": 200.0, "known_hardware": True}
+                                            "simulated_epochs": 200.0, "known_hardware": True,
+                                            "any_network": False}
     assert "mlflow" not in plan["plugins"] and plan["run"]["n_trials"] == 3
     assert "3 trial(s) completed" in _ok(cli_results[tuple(RUN_FLAGS[1])])["out"]
     plan = json.loads(_ok(cli_results[tuple(RUN_FLAGS[2])])["out"])
@@ -166,3 +167,26 @@ def test_the_closing_line_counts_completed_trials_and_names_the_others(tmp_path,
     assert main(args) == 0
     assert "study 's': 2 trial(s) completed this run, 4 in total (1 more failed, pruned or " \
         "unfinished)" in capsys.readouterr().out
+
+
+COUNTING_PLUGIN = '''
+import os
+
+def frugalnas_check_config(config, host):
+    with open(os.environ["COUNT_FILE"], "a") as out:
+        out.write("check\\n")
+'''
+
+
+def test_run_checks_the_configuration_and_builds_the_components_once(tmp_path):
+    """``frugalnas run`` plans a study once (one host, one check, one build) and opens that
+    plan; it does not check and build again when it creates the study."""
+    (tmp_path / "tp_counting.py").write_text(COUNTING_PLUGIN)
+    count = tmp_path / "count.txt"
+    proc = frugalnas_cli("run", "--space", "nb201", "--n-trials", "2", "--no-tracking",
+                         "-p", "tp_counting", "-o", "estimator.any_network=true",
+                         "-o", "space.N=1", "-o", "space.C=4", cwd=tmp_path,
+                         env={"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
+                              "COUNT_FILE": str(count), "FRUGALNAS_PLUGINS_ALLOW": "tp_counting"})
+    assert "2 trial(s) completed this run" in proc.stdout
+    assert count.read_text().splitlines() == ["check"]
