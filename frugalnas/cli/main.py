@@ -28,7 +28,8 @@ from frugalnas.host.loading import refused_plugins
 from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.secrets import mask_text, mask_value
 from frugalnas.engine.dask_url import is_dask_url
-from frugalnas.engine.storage_url import check_storage_url
+from frugalnas.engine.storage_url import check_storage_url, masked, operational_failure
+from frugalnas.ports.keys import FAIL_REASON_ATTR
 
 if TYPE_CHECKING:  # the command line answers --help without the engine's libraries
     from frugalnas.engine.study import StudyPlan
@@ -279,7 +280,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _optuna_logging()
     if args.isolate == "process":
-        _check_process_isolation(config, host)
+        _check_process_isolation(study_plan)
     holder: dict[str, Any] = {}
     storage: Any = run.get("storage")
     if heartbeat is not None:
@@ -348,20 +349,16 @@ def _run_heartbeat(args: argparse.Namespace, storage: str | None) -> int | None:
     return heartbeat
 
 
-def _check_process_isolation(config: StudyConfig, host: PluginHost) -> None:
+def _check_process_isolation(study_plan: StudyPlan) -> None:
     """``--isolate process`` where a child process cannot evaluate: one line, before anything
     is written."""
     from frugalnas.engine.isolation import check_process_isolation
-    from frugalnas.engine.study import build_components, check_config
 
-    _, sampler = build_components(host, config, estimator=check_config(host, config))
-    check_process_isolation(sampler, host, config)
+    check_process_isolation(study_plan.sampler, study_plan.host, study_plan.config)
 
 
 def _print_locations(study: Any, storage: str | None) -> None:
     """Where the study's results are: the optuna storage, then each plugin's own line."""
-    from frugalnas.engine.storage_url import masked
-
     if storage:
         print(f"results: optuna study {study.name!r} in {masked(storage)} (continue it by "
               "running the same command again; frugalnas report --storage "
@@ -428,8 +425,6 @@ def _exit_status(study: Any, none_completed: bool) -> int:
 
 
 def _failure_summary(study: Any) -> str:
-    from frugalnas.ports.keys import FAIL_REASON_ATTR
-
     reasons: dict[str, int] = {}
     for t in study.trials:
         reason = t.user_attrs.get(FAIL_REASON_ATTR)
@@ -464,12 +459,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
                           f"got {storage!r}")
     host = host_for(config)
     guard_builder(config, host, args.isolate)
-    resolved, _ = plan(config, run, host)
+    resolved, study_plan = plan(config, run, host)
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return 0
     if args.isolate == "process":
-        _check_process_isolation(config, host)
+        _check_process_isolation(study_plan)
     study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
                        heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
                        timeout=run.get("timeout"), host=host, max_failures=args.max_failures,
@@ -589,8 +584,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"frugalnas: {stop}; completed trials are saved in the storage", file=sys.stderr)
         return 128 + stop.signum
     except Exception as exc:
-        from frugalnas.engine.storage_url import operational_failure
-
         failure = operational_failure(exc, getattr(args, "storage", None))
         if failure is None:
             raise

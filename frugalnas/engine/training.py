@@ -12,7 +12,7 @@ from torch import nn
 
 from frugalnas.ports.backend import Backend, LossFn
 from frugalnas.ports.data import DataSource
-from frugalnas.ports.errors import ConfigError, TrialFailure, check_range
+from frugalnas.ports.errors import ConfigError, TrialFailure, check_choice, check_range
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -28,8 +28,6 @@ class TrainConfig:
     max_steps: int | None = None      # stop after this many steps (low-fidelity budgets)
 
     def __post_init__(self) -> None:
-        from frugalnas.ports.errors import check_choice, check_range
-
         check_range("epochs", self.epochs, 0)
         check_range("batch_size", self.batch_size, 1)
         check_range("lr", self.lr, 0)

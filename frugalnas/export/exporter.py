@@ -31,7 +31,10 @@ from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.exported import ExportedNetwork
+from frugalnas.leaderboard import fmt_number
 from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
+from frugalnas.ports.latency import measure_latency
+from frugalnas.ports.version import __version__
 from frugalnas.ports.trial_architecture import architecture_of
 from frugalnas.engine.training import TrainConfig, seed_everything, train
 from frugalnas.ports.work_progress import progress_shown
@@ -122,8 +125,6 @@ def _sha256(path: Path) -> str:
 def versions() -> dict[str, str | None]:
     """Versions of Python and of the libraries an exported model depends on."""
     from importlib import metadata
-
-    from frugalnas.ports.version import __version__
 
     out: dict[str, str | None] = {"python": platform.python_version(),
                                   "frugalnas": __version__, "torch": torch.__version__}
@@ -330,8 +331,6 @@ def _train(study: Any, number: int, arch: Architecture, plan: _Plan) -> _Trained
     network holding the trained weights, on the CPU."""
     from tqdm.auto import tqdm
 
-    from frugalnas.leaderboard import fmt_number
-
     started = time.perf_counter()
     data, cfg, backend = plan.data, plan.cfg, plan.backend
     final_data = data.train_and_valid()
@@ -423,8 +422,6 @@ def _latency(model: nn.Module, plan: _Plan, files: dict[str, Path]) -> dict[str,
     """Batch-1 latency on this machine with torch, and with ONNX Runtime for an ONNX file.
     One thread: batch-1 latency of a small network is per-call overhead, and on a busy
     machine several threads mostly measure the wait for each other."""
-    from frugalnas.ports.latency import measure_latency
-
     stats = measure_latency(model, plan.data.input_shape, 1, "cpu", min_run_time=0.2,
                             num_threads=LATENCY_THREADS)
     found: dict[str, Any] = {"torch": stats.to_dict()}

@@ -18,6 +18,7 @@ from frugalnas.ports.backend import Backend
 from frugalnas.ports.cost import Cost
 from frugalnas.ports.data import DataSource
 from frugalnas.ports.space import SearchSpace
+from frugalnas.ports.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -156,8 +157,6 @@ class TrialContext:
         for state in self.shared_states.values():
             if isinstance(state, kind):
                 return state
-        from frugalnas.ports.errors import ConfigError
-
         raise ConfigError(f"this estimator needs a strategy that shares a {kind.__name__} "
                           "(see the estimator's documentation for the strategy to pair it with)")
 

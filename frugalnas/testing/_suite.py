@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import unittest
+import weakref
 from collections.abc import Iterator
 from typing import Any, ClassVar, NoReturn
 
@@ -100,22 +101,18 @@ class Suite:
 
 #: Plugins the checks' throwaway studies run without: nothing to track, nothing to show.
 QUIET_PLUGINS = ("mlflow", "progress")
-_QUIET_HOSTS: Any = None
+#: The quiet host made for each host, kept while that host lives.
+_QUIET_HOSTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def quiet_host(host: Any = None) -> Any:
     """``host`` (default: a new host of every installed plugin) without the tracking and
     progress plugins, for the studies the checks create; plugins given to ``host`` as objects
     are kept."""
-    global _QUIET_HOSTS
-    import weakref
-
     if host is None:
         host = PluginHost()  # a fresh host of the installed plugins, not a shared one
     if not any(host.has_plugin(p) for p in QUIET_PLUGINS):
         return host
-    if _QUIET_HOSTS is None:
-        _QUIET_HOSTS = weakref.WeakKeyDictionary()
     if host not in _QUIET_HOSTS:
         objects = [host.pm.get_plugin(name) for name, info in host.infos.items()
                    if info.source == "explicit" and name not in host.named_plugins]

@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from frugalnas.ports.keys import ARCHITECTURE_ATTR, COST_ATTR, METRICS_ATTR
+
 #: Rows of the leaderboard.
 TOP = 100
 #: Most trial values drawn on the plot beyond the best-so-far curve or Pareto front.
@@ -190,7 +192,6 @@ def entry_of_report(report: Any) -> ReviewEntry:
 
 def entry_of_trial(frozen: Any) -> ReviewEntry:
     """A :class:`ReviewEntry` from a COMPLETE trial as the storage records it."""
-    from frugalnas.ports.keys import ARCHITECTURE_ATTR, COST_ATTR, METRICS_ATTR
     from frugalnas.ports.trial_constraints import recorded_feasible
 
     def numbers(raw: Any) -> dict[str, float]:

@@ -21,7 +21,7 @@ from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG
                                                  TAG_STUDY_ID, TAG_TRIAL, create_runs,
                                                  reconcile, trial_run, trial_runs,
                                                  unchecked_trials, write)
-from frugalnas.tracking.mlflow.review import StudyReview, entry_of_report, entry_of_trial
+from frugalnas.tracking.mlflow.review import TOP, StudyReview, entry_of_report, entry_of_trial
 
 from frugalnas.tracking.mlflow.reference import (HV_MIN_TRIALS, HV_REFERENCE_ATTR,
                                                  default_reference, parse_reference)
@@ -344,7 +344,6 @@ class StudyTracker:
         from mlflow.entities import Metric, RunTag
 
         from frugalnas.leaderboard import leaderboard_html, recorded_sizes
-        from frugalnas.tracking.mlflow.review import TOP
 
         self.review_at = time.monotonic()
         review = self.review
