@@ -251,9 +251,9 @@ def stop_on_sigterm() -> None:
 def guard_builder(config: StudyConfig, host: PluginHost, isolate: str) -> None:
     """Where trials are isolated, a define-by-run builder named by a dotted path runs first in
     a guard process whenever this process runs it, space discovery included
-    (:func:`frugalnas.engine.isolation.guard_builder`)."""
+    (:func:`frugalnas.engine.builder_guard.guard_builder`)."""
     if isolate != "none" and is_dotted(config.space):
-        from frugalnas.engine.isolation import guard_builder as guard
+        from frugalnas.engine.builder_guard import guard_builder as guard
 
         guard(host, config, isolate)
 

@@ -26,30 +26,18 @@ define-by-run builder) travels to the child pickled with cloudpickle: by referen
 module can be imported there, by value where it cannot (a function of the running script,
 ``__main__``).
 
-A define-by-run builder runs in the study's process too: to discover the space's decisions,
-to propose, parse and vary architectures. :func:`guard_builder` makes each such replay run
-first in a guard process of its own (:class:`BuilderGuard`), answered by the study's
-process decision by decision; only a replay that ended there runs in the study's process. A
-builder that kills its process (``os.abort()``, a segfault) is then a one-line error naming
-the builder and the decisions it had made: before the first trial while the space is
-discovered, or a FAIL trial when it was proposed.
+A define-by-run builder runs in the study's process too; :mod:`frugalnas.engine.builder_guard`
+runs each of those replays first in a guard process.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import functools
-import inspect
 import os
-import pickle
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -69,29 +57,20 @@ from frugalnas.engine.trial_context import (OptunaStudyStore, study_artifact_dir
 from frugalnas.host.kinds import BACKENDS, DATASETS, SEARCH_SPACES
 from frugalnas.host.dotted import is_dotted, load_dotted
 from frugalnas.host.plugins import PluginHost
+from frugalnas.engine.builder_guard import unguarded
+from frugalnas.engine.child_process import (CandidateFailure, _Child, _ChildDied, _child_start,
+                                            _Deadline, _portable, _receive, _send, failure_reason,
+                                            trains)
 
 if TYPE_CHECKING:
     from frugalnas.ports.architecture import Architecture
     from frugalnas.ports.config import StudyConfig
-    from frugalnas.ports.estimator import Estimator
     from frugalnas.engine.study import Study
 
 #: A candidate whose evaluation process died this many times is not evaluated again.
 MAX_CRASHES = 2
 #: How the fail reason of a candidate refused for its crashes starts.
 CRASHED_REASON = "candidate refused"
-
-
-class CandidateFailure(TrialFailure):
-    """A trial failure whose message is the trial's whole fail reason (no exception name in
-    front): a crashed evaluation process, a refused candidate, or an exception of the child
-    that could not travel back as itself."""
-
-
-def trains(estimator: Estimator) -> bool:
-    """Whether ``estimator`` trains networks (what ``auto`` isolates): it needs a dataset and
-    measures epochs, as ``train``, the low-fidelity estimators and ``inherited`` do."""
-    return bool(estimator.needs_dataset) and "epochs" in estimator.measures
 
 
 def isolation_obstacle(sampler: Any, host: PluginHost, config: StudyConfig) -> str | None:
@@ -212,104 +191,7 @@ class CrashRecord:
             return self._counts.get(str(arch), 0)
 
 
-def death_reason(status: int, maxrss_kib: int) -> tuple[str, str]:
-    """How a child with wait status ``status`` ended (``"SIGABRT"``, ``"exit 3"``) and the
-    one-line fail reason that says so with its peak memory."""
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            how = signal.Signals(number).name
-        except ValueError:
-            how = f"signal {number}"
-        text = f"candidate process killed by {how}"
-        if how == "SIGKILL":
-            text += " (the kernel's out-of-memory killer sends SIGKILL)"
-    else:
-        how = f"exit {os.WEXITSTATUS(status) if os.WIFEXITED(status) else status}"
-        text = f"candidate process ended during its trial ({how})"
-    return how, f"{text}; peak memory {maxrss_kib / 1024:.0f} MiB"
-
-
 # -- the parent's side -------------------------------------------------------------------------
-class _ChildDied(Exception):
-    pass
-
-
-class _Deadline(Exception):
-    pass
-
-
-class _Child:
-    """One evaluation (or builder guard) process and the parent's end of its socket;
-    ``entry`` is the function of this module the process runs."""
-
-    def __init__(self, init: dict[str, Any], entry: str = "child_main"):
-        mine, theirs = socket.socketpair()
-        fd = theirs.fileno()
-        code = (f"import sys; from frugalnas.engine.isolation import {entry}; "
-                f"{entry}(int(sys.argv[1]))")
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-c", code, str(fd)], pass_fds=(fd,),
-                                         stdin=subprocess.DEVNULL, close_fds=True)
-        finally:
-            theirs.close()
-        self.conn = Connection(mine.detach())
-        self.conn.send(init)
-        self.ready = False
-        self.ended: tuple[str, str] | None = None
-
-    def recv(self, deadline: float | None) -> Any:
-        while True:
-            wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            try:
-                if self.conn.poll(wait):
-                    return self.conn.recv()
-            except (EOFError, OSError):
-                raise _ChildDied() from None
-            if self.proc.poll() is not None:
-                raise _ChildDied()
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _Deadline()
-
-    def send(self, message: Any) -> None:
-        try:
-            self.conn.send(message)
-        except OSError:
-            raise _ChildDied() from None
-
-    def reap(self) -> tuple[str, str]:
-        """Wait for the dead child: how it died and the fail reason (see :func:`death_reason`)."""
-        if self.ended is None:
-            try:
-                _, status, usage = os.wait4(self.proc.pid, 0)
-                self.proc.returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) \
-                    else os.waitstatus_to_exitcode(status)
-                self.ended = death_reason(status, usage.ru_maxrss)
-            except ChildProcessError:  # reaped already (by Popen.poll): no rusage left
-                code = self.proc.returncode or 0
-                status = (-code) if code < 0 else (code << 8)
-                self.ended = death_reason(status, 0)
-        self.conn.close()
-        return self.ended
-
-    def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        with contextlib.suppress(Exception):
-            self.reap()
-
-    def close(self) -> None:
-        """Ask the child to release its backend and exit; kill it if it does not."""
-        with contextlib.suppress(Exception):
-            self.conn.send(("close",))
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.conn.close()
-
-
 class IsolatedEvaluator:
     """Evaluates a study's trials in child processes (see the module); :meth:`close` ends
     them. Thread-safe: concurrent trials (``n_jobs > 1``) each take their own child."""
@@ -423,159 +305,6 @@ class IsolatedEvaluator:
             child.close()
 
 
-def _portable(exc: BaseException) -> BaseException:
-    """``exc`` if it pickles and unpickles, else a CandidateFailure with its one-line reason."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return CandidateFailure(failure_reason(exc))
-
-
-# -- the builder's guard -----------------------------------------------------------------------
-#: The attribute of a guarded builder function that holds its :class:`BuilderGuard`.
-GUARD_ATTR = "frugalnas_builder_guard"
-
-
-class BuilderCrash(CandidateFailure):
-    """The guard process of a define-by-run builder died while the builder ran."""
-
-
-class BuilderGuard:
-    """Runs a define-by-run builder in a process of its own (started on first use, again
-    after it died) with the answers of a trial of the study's process, asked decision by
-    decision (see the module). Thread-safe and re-entrant: a replay whose answers come from
-    a strategy that replays the builder itself (to sample or mutate) nests in the same
-    process."""
-
-    def __init__(self, builder: Callable[..., Any]):
-        self.builder = builder
-        self._payload = cloudpickle.dumps(builder)
-        self._child: _Child | None = None
-        self._lock = threading.RLock()
-
-    def check(self, trial: Any, options: Mapping[str, Any]) -> None:
-        """Run the builder with ``options`` in the guard process, its decisions answered by
-        ``trial``. Raises what the builder (or ``trial``) raised there, or
-        :class:`BuilderCrash` when the process died."""
-        import torch  # a builder needs torch; loaded only with one
-
-        device = str(torch.get_default_device())
-        with self._lock:
-            child = self._running()
-            clean, raised_here = False, None
-            try:
-                child.send(("build", dict(options), int(trial.num_classes),
-                            tuple(trial.input_shape), device))
-                while True:
-                    message = child.recv(None)
-                    if message[0] == "ask":
-                        try:
-                            answer: tuple[str, Any] = ("ok", _suggest(trial, *message[1:]))
-                        except Exception as exc:
-                            raised_here, answer = exc, ("err", _portable(exc))
-                        child.send(answer)
-                        continue
-                    clean = True
-                    if raised_here is not None:
-                        raise raised_here
-                    if message[0] == "raised":
-                        raise message[1]
-                    return
-            except _ChildDied:
-                if raised_here is not None:  # a nested replay's crash, already named
-                    raise raised_here from None
-                raise BuilderCrash(_died(child.reap()[0])) from None
-            finally:
-                if not clean:
-                    child.kill()
-                    if self._child is child:
-                        self._child = None
-
-    def _running(self) -> _Child:
-        if self._child is None:
-            child = _Child({"sys_path": list(sys.path), "builder": self._payload},
-                           entry="guard_main")
-            try:
-                message = child.recv(time.monotonic() + 300)
-            except (_ChildDied, _Deadline):
-                child.kill()
-                raise BuilderCrash(f"{_died(child.reap()[0])} before the builder "
-                                   "ran") from None
-            if message[0] != "ready":
-                child.kill()
-                raise BuilderCrash(f"its process could not load the builder: {message[1]}")
-            self._child = child
-        return self._child
-
-    def close(self) -> None:
-        """End the guard process."""
-        with self._lock:
-            child, self._child = self._child, None
-        if child is not None:
-            child.kill()
-
-
-def _suggest(trial: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``trial.<method>(*args, **kwargs)`` for one of the builder's suggest calls."""
-    calls = {"suggest_categorical": trial.suggest_categorical,
-             "suggest_int": trial.suggest_int, "suggest_float": trial.suggest_float}
-    return calls[method](*args, **kwargs)
-
-
-def _died(how: str) -> str:
-    """``"its process was killed by SIGABRT"`` or ``"its process ended (exit 3)"``."""
-    return (f"its process ended ({how})" if how.startswith("exit")
-            else f"its process was killed by {how}")
-
-
-def guarded(builder: Callable[..., Any]) -> Callable[..., Any]:
-    """``builder`` that runs first in a :class:`BuilderGuard`'s process and then here, with
-    the same answers (a replay here asks each decision once)."""
-    guard = BuilderGuard(builder)
-    atexit.register(guard.close)
-
-    @functools.wraps(builder)
-    def run_guarded(trial: Any, *args: Any, **options: Any) -> Any:
-        guard.check(trial, options)
-        return builder(trial, *args, **options)
-
-    run_guarded.__dict__[GUARD_ATTR] = guard
-    return run_guarded
-
-
-def unguarded(space: Any) -> Any:
-    """The builder a :func:`guarded` function runs; any other object as it is."""
-    guard = space.__dict__.get(GUARD_ATTR) if inspect.isfunction(space) else None
-    return guard.builder if isinstance(guard, BuilderGuard) else space
-
-
-def guard_builder(host: PluginHost, config: StudyConfig, mode: str) -> bool:
-    """Where trials will be isolated (``mode`` ``process``, or ``auto`` with an estimator
-    that trains), make the define-by-run builder that ``config.space`` names (a dotted path,
-    or an object given to ``host``) run first in a guard process whenever this process runs
-    it (:func:`guarded`). Call it before the space is created: its discovery is covered too.
-    Whether the builder is guarded now."""
-    if mode == "none" or not is_dotted(config.space):
-        return False
-    given = host.given_spaces.get(config.space)
-    given = given if given is not None else load_dotted(config.space)
-    if not inspect.isfunction(given) or unguarded(given) is not given:
-        return False
-    if mode == "auto":
-        try:
-            estimator = host.create_estimator(config.estimator, config.estimator_options)
-        except Exception:  # the configuration's checks say what is wrong
-            return False
-        if not trains(estimator):
-            return False
-    try:
-        host.given_spaces[config.space] = guarded(given)
-    except Exception:  # it cannot be pickled: isolation is refused, or runs in-process
-        return False
-    return True
-
-
 # -- the child's side --------------------------------------------------------------------------
 class _RemoteStore(StudyStore):
     def __init__(self, call: Any, identity: Any):
@@ -647,56 +376,6 @@ class ChildTrialContext(TrialContext):
         return path
 
 
-def _watch_parent(parent: int) -> None:
-    """Exit when the parent is gone (killed): nothing would read this child's result."""
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-
-def failure_reason(exc: BaseException) -> str:
-    """A one-line reason for a failed trial; out-of-memory errors say so plainly."""
-    import torch
-
-    if isinstance(exc, CandidateFailure):
-        return str(exc).splitlines()[0][:2000]
-    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower():
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        return f"out of memory: {exc}".splitlines()[0][:2000]
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:2000]
-
-
-def _child_start(fd: int) -> tuple[Connection, dict[str, Any]]:
-    """What every child does first: leave SIGINT and SIGTERM to the parent (which stops its
-    children itself), exit when the parent is gone, read the parent's init message."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True,
-                     name="frugalnas-isolation-parent").start()
-    conn = Connection(fd)
-    init = _receive(conn)
-    sys.path[:] = init["sys_path"]
-    return conn, init
-
-
-def _send(conn: Connection, message: Any) -> None:
-    """Send to the parent; a parent that is gone (closed its end) ends this child quietly."""
-    try:
-        conn.send(message)
-    except OSError:
-        os._exit(0)
-
-
-def _receive(conn: Connection) -> Any:
-    """Receive from the parent; a parent that is gone ends this child quietly."""
-    try:
-        return conn.recv()
-    except (EOFError, OSError):
-        os._exit(0)
-
-
 def child_main(fd: int) -> None:
     """An evaluation process: build the components, then evaluate what the parent sends
     until it says close (or goes away)."""
@@ -749,70 +428,3 @@ def child_main(fd: int) -> None:
             _send(conn, ("raised", travels, failure_reason(exc), healthy))
             if not healthy:
                 os._exit(1)
-
-
-class _RemoteModelTrial:
-    """The trial a builder receives in its guard process: ``num_classes``,
-    ``input_shape`` and ``in_channels``, and ``suggest_*`` calls answered by the parent."""
-
-    def __init__(self, conn: Connection, builder: Callable[..., Any], num_classes: int,
-                 input_shape: tuple[int, ...]):
-        self._conn, self._builder = conn, builder
-        self.num_classes = int(num_classes)
-        self.input_shape = tuple(input_shape)
-        self.in_channels = int(input_shape[0])
-
-    def _ask(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        _send(self._conn, ("ask", method, args, kwargs))
-        while True:
-            message = _receive(self._conn)
-            if message[0] == "build":  # the parent replays the builder to answer: nested
-                _build(self._conn, self._builder, message)
-                continue
-            status, value = message
-            if status == "err":
-                raise value
-            return value
-
-    def suggest_categorical(self, name: str, choices: Any) -> Any:
-        return self._ask("suggest_categorical", (name, list(choices)), {})
-
-    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1,
-                    log: bool = False) -> Any:
-        return self._ask("suggest_int", (name, low, high), {"step": step, "log": log})
-
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
-                      log: bool = False) -> Any:
-        return self._ask("suggest_float", (name, low, high), {"step": step, "log": log})
-
-
-def _build(conn: Connection, builder: Callable[..., Any], message: tuple[Any, ...]) -> None:
-    """Run ``builder`` for one ``("build", options, num_classes, input_shape, device)``
-    message and say how it ended."""
-    import torch
-
-    _, options, num_classes, input_shape, device = message
-    trial = _RemoteModelTrial(conn, builder, num_classes, input_shape)
-    try:
-        with torch.device(device):
-            builder(trial, **options)
-    except Exception as exc:
-        _send(conn, ("raised", _portable(exc)))
-    else:
-        _send(conn, ("built",))
-
-
-def guard_main(fd: int) -> None:
-    """A builder's guard process: load the builder, then run it for each replay the parent
-    asks (see :class:`BuilderGuard`) until the parent goes away."""
-    conn, init = _child_start(fd)
-    try:
-        import torch  # noqa: F401  (before the first replay: a builder needs it)
-
-        builder = cloudpickle.loads(init["builder"])
-    except Exception as exc:
-        _send(conn, ("failed", failure_reason(exc)))
-        os._exit(3)
-    _send(conn, ("ready",))
-    while True:
-        _build(conn, builder, _receive(conn))

@@ -35,9 +35,9 @@ from frugalnas.ports.errors import (ConfigError, Interrupted, OperationalFailure
                                    TrialFailure, one_line, raise_interrupted)
 from frugalnas.ports.estimator import EstimateResult
 from frugalnas.engine.strategy_services import bind_strategy
-from frugalnas.engine.isolation import (CRASHED_REASON, MAX_CRASHES, CandidateFailure,
-                                        CrashRecord, IsolatedEvaluator, failure_reason,
-                                        resolve_isolation)
+from frugalnas.engine.child_process import CandidateFailure, failure_reason
+from frugalnas.engine.isolation import (CRASHED_REASON, MAX_CRASHES, CrashRecord,
+                                        IsolatedEvaluator, resolve_isolation)
 from frugalnas.ports.keys import (ARCHITECTURE_ATTR, CONSTRAINTS_ATTR, COST_ATTR, FAIL_REASON_ATTR,
                                  FEASIBLE_ATTR, INTERRUPTED_PREFIX, METRICS_ATTR, VIOLATION_ATTR)
 from frugalnas.engine.storage_url import cause_chain, operational_failure
