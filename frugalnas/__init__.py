@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "load_study": "frugalnas.engine.study",
     # writing plugins
     "ArchSampler": "frugalnas.strategies.base",
-    "History": "frugalnas.strategies.base",
+    "History": "frugalnas.strategies.history",
     "strategy_factory": "frugalnas.strategies.base",
     "Strategy": "frugalnas.ports.strategy",
     "WrappingStrategy": "frugalnas.ports.strategy",
@@ -116,7 +116,8 @@ if TYPE_CHECKING:
     from frugalnas.ports.work_progress import work_progress
     from frugalnas.proxies.base import Proxy
     from frugalnas.proxies.checks import ProxyCheckError
-    from frugalnas.strategies.base import ArchSampler, History, strategy_factory
+    from frugalnas.strategies.base import ArchSampler, strategy_factory
+    from frugalnas.strategies.history import History
     from frugalnas.surrogates.base import Surrogate
 
 

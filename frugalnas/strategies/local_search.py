@@ -15,14 +15,15 @@ from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.space import SearchSpace
 from frugalnas.ports.strategy import StrategyServices
 from frugalnas.multiobjective.pareto import direction_signs
-from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.base import ArchSampler
+from frugalnas.strategies.history import History
 
 
 @dataclass
 class _Frontier:
     """The completed trials of one study that may still have unseen neighbours, best first
     (a heap of ``(-fitness, trial number, architecture)``), and how much of the history's
-    :attr:`~frugalnas.strategies.base.History.log` it has taken in."""
+    :attr:`~frugalnas.strategies.history.History.log` it has taken in."""
 
     heap: list[tuple[float, int, Architecture]] = field(default_factory=list)
     read: int = 0

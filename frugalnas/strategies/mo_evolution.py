@@ -30,7 +30,8 @@ from frugalnas.multiobjective.feasibility import ConstraintModel
 from frugalnas.multiobjective.hypervolume import (check_reference_point, contributions,
                                                  hypervolume_improvement, nondominated_rows)
 from frugalnas.multiobjective.pareto import direction_signs
-from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.base import ArchSampler
+from frugalnas.strategies.history import History
 
 PARENTS = ("tournament", "hypervolume")
 

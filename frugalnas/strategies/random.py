@@ -10,7 +10,8 @@ from optuna.trial import FrozenTrial
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.space import SearchSpace
-from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.base import ArchSampler
+from frugalnas.strategies.history import History
 
 
 class RandomArchSampler(ArchSampler):

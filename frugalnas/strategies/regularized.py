@@ -12,7 +12,8 @@ from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import check_range
 from frugalnas.ports.space import SearchSpace
 from frugalnas.ports.strategy import StrategyServices
-from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.base import ArchSampler
+from frugalnas.strategies.history import History
 
 #: Population and tournament sizes: by default, and with constraints known before evaluation
 #: (chosen on seeds 100-299 of benchmarks/hw_nb201.py, apart from the reported seeds 0-9).

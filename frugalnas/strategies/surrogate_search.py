@@ -30,7 +30,8 @@ from frugalnas.multiobjective.pareto import direction_signs
 from frugalnas.surrogates.acquisition import ACQUISITIONS, acquisition
 from frugalnas.surrogates.choice import make_encoding, preferred_encoding
 from frugalnas.surrogates.quality import rank_quality
-from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.base import ArchSampler
+from frugalnas.strategies.history import History
 from frugalnas.strategies.regularized import RegularizedEvolutionSampler
 
 #: Monte-Carlo draws of the expected hypervolume improvement (several objectives, a reference

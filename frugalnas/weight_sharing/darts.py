@@ -37,7 +37,8 @@ from frugalnas.ports.network import Relaxation, RelaxedBuilder
 from frugalnas.ports.space import SearchSpace
 from frugalnas.ports.strategy import StrategyServices
 from frugalnas.nn.weight_store import WeightStore
-from frugalnas.strategies.base import ArchSampler, History
+from frugalnas.strategies.base import ArchSampler
+from frugalnas.strategies.history import History
 
 
 @dataclass

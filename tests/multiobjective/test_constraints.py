@@ -13,7 +13,7 @@ from frugalnas.cli.main import main as cli_main
 from frugalnas.ports.config import load_run_file
 from frugalnas.ports.errors import ConfigConflictError, ConfigError
 from frugalnas.ports.keys import CONSTRAINTS_ATTR, FEASIBLE_ATTR, VIOLATION_ATTR
-from frugalnas.strategies.base import fitness
+from frugalnas.strategies.history import fitness
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}
 #: The table without its latencies known before evaluation: the strategies learn feasibility.
@@ -272,7 +272,7 @@ def test_constraint_model_screens_candidates_of_evolution_and_local_search():
 def test_prefer_feasible_picks_the_predicted_feasible_candidate_nearest_the_boundary():
     """On a history of table cells where accuracy grows with latency, the strategy picks,
     among the candidates its model calls feasible, the one predicted closest to the bound."""
-    from frugalnas.strategies.base import History
+    from frugalnas.strategies.history import History
     from frugalnas.strategies.regularized import RegularizedEvolutionSampler
 
     space, archs, _, latency = _table_latency()

@@ -10,7 +10,7 @@ from frugalnas.ports import optuna_compat
 from frugalnas.distribution.worker import QuotaStorage, make_storage
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_table
-from frugalnas.strategies.base import History, SeenKeys, read_history
+from frugalnas.strategies.history import History, SeenKeys, read_history
 from frugalnas.strategies.local_search import LocalSearchSampler
 from frugalnas.strategies.random import RandomArchSampler
 from frugalnas.strategies.regularized import RegularizedEvolutionSampler

@@ -14,7 +14,7 @@ from frugalnas.engine.strategy_services import services_of
 from frugalnas.ports.strategy import known_objective_values
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_data
-from frugalnas.strategies.base import read_history
+from frugalnas.strategies.history import read_history
 
 OFF = {"disable_plugins": ["mlflow", "progress"]}
 TWO = dict(objectives=["value", "latency_ms_pixel3"], directions=["maximize", "minimize"])

@@ -9,7 +9,8 @@ import pytest
 import frugalnas
 from frugalnas.ports.errors import ConfigError
 from frugalnas.spaces.nb201.table import nb201_table
-from frugalnas.strategies.base import fitness, nondominated_ranks
+from frugalnas.multiobjective.pareto import nondominated_ranks
+from frugalnas.strategies.history import fitness
 from frugalnas.spaces.nb201.space import NB201Space
 
 FAST = {
@@ -72,9 +73,9 @@ def test_nondominated_ranking_and_fitness():
 def test_one_dominance_sort_serves_strategies_pruner_and_leaderboard():
     from frugalnas.export import pareto_fronts as leaderboard_fronts
     from frugalnas.multiobjective import pareto, pruning
-    from frugalnas.strategies import base
+    from frugalnas.strategies import history
 
-    assert base.nondominated_ranks is pruning.nondominated_ranks is pareto.nondominated_ranks
+    assert history.nondominated_ranks is pruning.nondominated_ranks is pareto.nondominated_ranks
     assert leaderboard_fronts is pareto.pareto_fronts
     points = [[90.0, 5.0], [95.0, 9.0], [85.0, 6.0], [95.0, 9.0]]
     assert pareto.pareto_fronts(points, ["maximize", "minimize"]) == [1, 1, 2, 1]

@@ -65,7 +65,7 @@ def example_module() -> types.ModuleType:
 def test_the_documented_strategy_runs_as_written():
     text = section(PLUGINS_MD.read_text(), "#### Writing a strategy")
     for needed in ("What the strategy is created with", "What `choose` receives",
-                   "What `choose` returns", "to_params", "from_params"):
+                   "What `choose` returns", "arch.decisions", "from_params"):
         assert needed in text
     code = next(b for b in python_blocks(text) if "frugalnas_strategies" in b)
     module = types.ModuleType("author_strategy")
