@@ -32,7 +32,7 @@ from frugalnas.engine.storage_url import check_storage_url, masked, operational_
 from frugalnas.ports.keys import FAIL_REASON_ATTR
 
 if TYPE_CHECKING:  # the command line answers --help without the engine's libraries
-    from frugalnas.engine.study import StudyPlan
+    from frugalnas.engine.planning import StudyPlan
 
 
 def _parse_value(raw: str) -> Any:
@@ -180,13 +180,13 @@ def plan(config: StudyConfig, run: dict[str, Any],
     """Run every check that can run before the first trial, once: the run settings, the
     storage URL (scheme, driver, directory), ``check_config`` (components, options, dataset
     paths, objectives, each plugin's ``frugalnas_check_config``) and creating the components
-    (:func:`~frugalnas.engine.study.plan_study`). Nothing is written anywhere. Returns the
+    (:func:`~frugalnas.engine.planning.plan_study`). Nothing is written anywhere. Returns the
     resolved plan (names, source plugins, options with defaults) and the study plan that
     :func:`~frugalnas.engine.study.open_study` opens."""
     check_run_settings(run)
     check_storage_url(run.get("storage"))
     check_names(config, host)
-    from frugalnas.engine.study import plan_study
+    from frugalnas.engine.planning import plan_study
 
     study_plan = plan_study(config, host)
     shown = config.stored_form(host.option_roles())  # passwords and secrets masked
