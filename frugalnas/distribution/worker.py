@@ -212,6 +212,19 @@ _LOCKS: dict[tuple[str | None, str], StorageLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
+def _forget_locks_in_child() -> None:
+    """A forked child starts with no locks: those it inherited may be held by threads of the
+    parent that do not exist in it (a re-entrant lock it could never take), and a file or
+    database lock the parent holds is the parent's, not the child's."""
+    global _LOCKS_GUARD
+    _LOCKS.clear()
+    _LOCKS_GUARD = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
 def storage_lock(url: str | None, purpose: str = "trials") -> StorageLock:
     """The process's :class:`StorageLock` for ``url`` and ``purpose`` (one object each, so
     nested uses in one thread re-enter it)."""
@@ -255,20 +268,36 @@ def _delegate(name: str) -> Callable[..., Any]:
     return method
 
 
+#: Attributes a :class:`QuotaStorage` keeps itself; any other attribute the inner storage
+#: has is read from and written to it (``storage.heartbeat_interval = 5`` reaches optuna's
+#: storage, as it would on a bare ``RDBStorage``).
+_OWN_ATTRS = frozenset({
+    "inner", "n_trials", "repeats", "space", "lock", "finish_lock", "lock_url",
+    "duplicates_in_a_row", "study_id", "_proposal", "_keys", "_feed", "_feed_study",
+    "_trials"})
+
+
 class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
     """An optuna storage that refuses new trials once the study has ``n_trials``, keeps the
     proposal of a new trial exclusive until its architecture is recorded (refusing one that
-    another trial took, unless ``repeats``), and starts each trial's heartbeat at creation.
-    Every other method of optuna's storage API goes to ``inner`` unchanged."""
+    another trial took, unless ``repeats``), and records each trial's first heartbeat at
+    creation. Every other method of optuna's storage API goes to ``inner`` unchanged, and so
+    do the settings optuna's storage has (``heartbeat_interval``, ``grace_period``,
+    ``heartbeat_stale_trial_callback``, ``failed_trial_callback``, ...), read or written.
+
+    Code that needs the storage optuna made (``isinstance(storage, RDBStorage)``) uses
+    :attr:`inner`. A QuotaStorage can be pickled and deep-copied (a study sent to another
+    process): its locks are not copied; the copy takes the locks of its own process for the
+    same URL, and a proposal in progress is not carried over."""
 
     def __init__(self, inner: BaseStorage, url: str, n_trials: int, *, repeats: bool = False,
                  space: SearchSpace | None = None):
         self.inner, self.n_trials, self.repeats, self.space = inner, n_trials, repeats, space
+        self.lock_url = url
         self.lock = storage_lock(url, "trials")
         self.finish_lock = storage_lock(url, "finish")
         self.duplicates_in_a_row = 0
         self._proposal: tuple[int, int] | None = None  # (trial id, study id) holding the lock
-        self._beating: tuple[int, threading.Event] | None = None
         self._keys: dict[str, str | None] = {}
         self.study_id: int | None = None
         # The study's trials as last read under the lock; each proposal reads only the trials
@@ -276,6 +305,31 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
         self._feed = optuna_compat.TrialFeed()
         self._feed_study: int | None = None
         self._trials: dict[int, FrozenTrial] = {}
+
+    # -- optuna's storage contract: copies, settings ---------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy keeps: no lock (a thread lock cannot be pickled, and a lock held here
+        is this process's), no proposal in progress, no cache of the trials read."""
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("lock", "finish_lock", "_proposal", "_feed", "_trials", "_keys")}
+        state["_feed_study"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "__dict__", dict(state))
+        self.lock = storage_lock(self.lock_url, "trials")
+        self.finish_lock = storage_lock(self.lock_url, "finish")
+        self._proposal = None
+        self._keys = {}
+        self._feed, self._trials = optuna_compat.TrialFeed(), {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        inner = self.__dict__.get("inner")
+        if name not in _OWN_ATTRS and inner is not None and hasattr(inner, name) \
+                and not hasattr(type(self), name):
+            setattr(inner, name, value)
+        else:
+            object.__setattr__(self, name, value)
 
     def _read_trials(self, study_id: int) -> list[FrozenTrial]:
         """Every trial of ``study_id``, fresh from the storage: held under the lock."""
@@ -307,15 +361,18 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
             self._proposal = (trial_id, study_id)  # released when its architecture is recorded
         else:
             self.lock.release()
-        if template_trial is None:
-            self._start_heartbeat(trial_id)
         return trial_id
 
     def _create_with_heartbeat(self, study_id: int) -> int:
         """A new RUNNING trial that has a heartbeat from its first moment: it is created
         WAITING, given its heartbeat, then set RUNNING. A worker killed in between leaves a
         WAITING trial without parameters, which the next worker takes and runs; a RUNNING
-        trial without a heartbeat would never become stale (optuna skips those)."""
+        trial without a heartbeat would never become stale (optuna skips those).
+
+        No heartbeat follows from this storage: within ``optimize`` optuna's heartbeat thread
+        starts as soon as ``ask`` returns (and the strategy proposes inside the objective,
+        under it); a trial asked outside ``optimize`` and abandoned goes stale after the
+        grace, by optuna's rules, and its stale callbacks and retries run."""
         while True:
             trial_id = self.inner.create_new_trial(study_id, _EMPTY_WAITING)
             self._heartbeat_storage().record_heartbeat(trial_id)
@@ -344,13 +401,9 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
                 self._proposal = (trial_id, self.study_id)
             else:
                 self.lock.release()
-        if ok:  # until its architecture is recorded; then optuna's heartbeat thread runs
-            self._start_heartbeat(trial_id)
         return ok
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
-        if key == ARCHITECTURE_ATTR:
-            self._stop_heartbeat(trial_id)
         if self._proposal is None or self._proposal[0] != trial_id or key != ARCHITECTURE_ATTR:
             return self.inner.set_trial_user_attr(trial_id, key, value)
         try:
@@ -371,7 +424,6 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
                                values: Any = None) -> bool:
         if state == TrialState.RUNNING:
             return self._take_waiting(trial_id)
-        self._stop_heartbeat(trial_id)
         try:
             # sqlite reads the trial's state outside the write's transaction, so two workers
             # failing one stale trial at once (or one failing it while its owner tells it)
@@ -386,7 +438,6 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
     def end_proposal(self, error: BaseException | None = None) -> None:
         """Release the lock held for a proposal; with ``error`` (the strategy raised while
         proposing), fail that trial with the error as its reason."""
-        self._stop_heartbeat()
         proposal, self._proposal = self._proposal, None
         if proposal is None:
             return
@@ -398,28 +449,6 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
                     self.inner.set_trial_state_values(proposal[0], TrialState.FAIL)
         finally:
             self.lock.release()
-
-    def _start_heartbeat(self, trial_id: int) -> None:
-        """Heartbeats for a trial this worker took, until its architecture is recorded
-        (optuna's own heartbeat thread starts only when the objective runs), so a slow
-        proposal is not taken for a dead one."""
-        interval = heartbeat_interval(self.inner)
-        if interval is None:
-            return
-        self._stop_heartbeat()
-        stop = threading.Event()
-        self._beating = (trial_id, stop)
-
-        def beat() -> None:
-            while not stop.wait(interval):
-                with contextlib.suppress(Exception):
-                    self._heartbeat_storage().record_heartbeat(trial_id)
-        threading.Thread(target=beat, name="frugalnas-proposal-heartbeat", daemon=True).start()
-
-    def _stop_heartbeat(self, trial_id: int | None = None) -> None:
-        if self._beating is not None and (trial_id is None or self._beating[0] == trial_id):
-            self._beating[1].set()
-            self._beating = None
 
     def _key(self, text: str | None, params: dict[str, Any] | None = None) -> str | None:
         """A comparable key of an architecture string (or of complete params): the rule of
@@ -461,7 +490,7 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
         return cast(BaseHeartbeat, self.inner)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # not set yet (copy, unpickling)
+        if name == "inner" or name.startswith("__"):  # not set yet (copy, unpickling)
             raise AttributeError(name)
         return getattr(self.inner, name)
 
@@ -485,9 +514,30 @@ class _HeartbeatStorage(optuna.storages.RDBStorage):
             super().record_heartbeat(trial_id)
 
 
+def check_heartbeat_arguments(heartbeat: Any, grace: Any) -> None:
+    """Raise :class:`ConfigError` (a ``ValueError``, as optuna raises) for what optuna's
+    ``RDBStorage`` refuses, in one line naming the value and the valid range: a heartbeat or
+    a grace that is not a positive whole number of seconds (``0`` included: it is not read as
+    "the default"), and a grace without a heartbeat (it would be ignored)."""
+    for what, value in (("heartbeat", heartbeat), ("grace", grace)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"invalid {what} {value!r}; valid: a whole number of seconds "
+                              ">= 1, or None for no " + ("heartbeats" if what == "heartbeat"
+                                                         else "grace (2 x the heartbeat)"))
+    if grace is not None and heartbeat is None:
+        raise ConfigError(f"invalid grace {grace!r} without a heartbeat; valid: give a "
+                          "heartbeat >= 1 (seconds) with it, or no grace")
+
+
 def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = None,
                  on_stale: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> BaseStorage:
-    """An optuna storage for ``url`` with heartbeats when ``heartbeat`` seconds are given."""
+    """An optuna storage for ``url`` with heartbeats when ``heartbeat`` seconds are given,
+    a trial going stale after ``grace`` seconds without one (default twice the heartbeat).
+    The arguments are checked as optuna's ``RDBStorage`` checks them, for every kind of URL
+    (:func:`check_heartbeat_arguments`)."""
+    check_heartbeat_arguments(heartbeat, grace)
     if url.startswith("journal:"):
         from optuna.storages.journal import JournalFileBackend
 
@@ -505,7 +555,8 @@ def make_storage(url: str, *, heartbeat: int | None = None, grace: int | None = 
         raise ConfigError(f"unsupported storage URL {url!r}; valid: {SUPPORTED_URLS}")
     kwargs: dict[str, Any] = {}
     if heartbeat:
-        kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": int(grace or 2 * heartbeat),
+        kwargs = {"heartbeat_interval": heartbeat,
+                  "grace_period": 2 * heartbeat if grace is None else grace,
                   "heartbeat_stale_trial_callback": on_stale}
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
     try:
