@@ -104,7 +104,9 @@ VARIANTS = {"deb": {"constraint_model": False, "violation_penalty": float("inf")
 ESTIMATOR_VARIANTS = {"blind": {"known_hardware": False},
                       "ref-blind": {"known_hardware": False}}
 #: Space options per benchmark name: the table is indexed by the cell alone, so N and C only
-#: matter where a network is built (the pre-screen's proxy).
+#: matter where a network is built (the pre-screen's proxy). The table refuses a network other
+#: than the benchmark's unless told ``any_network=True`` (each cell scored as in the benchmark
+#: network, the same values as without the option), which these names pass.
 SPACE_OPTIONS = {"prescreen:rea": {"N": 1, "C": 8}, "prescreen:rea-selected": {"N": 1, "C": 8}}
 
 
@@ -130,11 +132,13 @@ def run_one(job: tuple[str, str, int, int, str]) -> dict:
     experiment, name, seed, queries, select_on = job
     space = NB201Space()
     strategy, options = strategy_options(name)
+    space_options = SPACE_OPTIONS.get(name, {})
     common = dict(strategy=strategy, estimator="nb201-table", seed=seed,
-                  space_options=SPACE_OPTIONS.get(name, {}),
+                  space_options=space_options,
                   strategy_options=options, disable_plugins=["mlflow", "progress"],
                   estimator_options={"dataset": "cifar10", "select_on": select_on,
-                                     **ESTIMATOR_VARIANTS.get(name.partition(":")[2], {})})
+                                     **ESTIMATOR_VARIANTS.get(name.partition(":")[2], {}),
+                                     **({"any_network": True} if space_options else {})})
     if experiment == "mo":
         study = frugalnas.create_study(objectives=["value", METRIC], directions=list(DIRECTIONS),
                                        **common)

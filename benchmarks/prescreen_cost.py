@@ -47,10 +47,12 @@ def study_for(args: argparse.Namespace, seed: int, prescreen: bool) -> frugalnas
             options["cache_dir"] = args.cache_dir
     else:
         strategy, options = args.inner, {}
+    # The pre-screen's proxy builds the networks of --net-N/--net-C; the table scores each cell
+    # as in the benchmark network (any_network: the same values as on N=5, C=16).
     return frugalnas.create_study(
         strategy=strategy, strategy_options=options, estimator="nb201-table", seed=seed,
         space_options={"N": args.net_N, "C": args.net_C},
-        estimator_options={"dataset": "cifar10", "select_on": "valid"},
+        estimator_options={"dataset": "cifar10", "select_on": "valid", "any_network": True},
         constraints={METRIC: args.bound}, disable_plugins=["mlflow", "progress"])
 
 

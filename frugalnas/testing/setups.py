@@ -4,8 +4,10 @@ uses for the built-in ones.
 A component is checked with the options of its :class:`CheckSetup` (default: its factory's
 defaults) and in a small environment: estimators score architectures of a tiny NB201 space on a
 small synthetic dataset, strategies drive an in-memory study of that space with the tabular
-``nb201-table`` estimator. A plugin whose component needs something else (another space, an
-option without default, a cheaper setting) passes its own setups to
+``nb201-table`` estimator, told ``any_network=True`` (:data:`TABLE_ON_SMALL_NB201`: the tiny
+space is not the table's network, so the table scores each cell as in the benchmark network;
+only the strategy under check builds tiny networks). A plugin whose component needs something
+else (another space, an option without default, a cheaper setting) passes its own setups to
 :func:`~frugalnas.testing.check_component` or :func:`~frugalnas.testing.parametrize_with_checks`.
 """
 
@@ -22,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 SMALL_NB201 = {"N": 1, "C": 4}
+#: The options of ``nb201-table`` on :data:`SMALL_NB201`: the table holds the values of the
+#: benchmark network (N=5, C=16) and refuses another one unless told ``any_network``.
+TABLE_ON_SMALL_NB201 = {"any_network": True}
 SMALL_DAG = {"nodes": 2, "channels": 4, "normal_cells": 1, "reductions": 1}
 SMALL_MOBILENET: dict[str, Any] = {"width_mult": 0.25, "stages": [[16, 2, 2], [24, 2, 1]],
                                     "head_channels": 32}
@@ -37,7 +42,9 @@ class CheckSetup:
     ``path``). Estimators are checked on architectures of ``space`` with data from
     ``dataset``; with a ``strategy``, inside a study that uses it (for an estimator that needs
     the state a strategy shares). Strategies are checked in an in-memory study of ``space``
-    scored by ``estimator`` for ``n_trials`` trials. ``slow`` marks the component's cases
+    scored by ``estimator`` for ``n_trials`` trials, created with ``estimator_options``
+    (``None``, the default: :data:`TABLE_ON_SMALL_NB201` for ``nb201-table``, none for
+    another estimator; see :func:`study_estimator_options`). ``slow`` marks the component's cases
     ``pytest.mark.slow``; ``skip`` names checks that do not apply (with the reason in
     ``skip_reason``)."""
 
@@ -45,7 +52,7 @@ class CheckSetup:
     space: str = "nb201"
     space_options: Mapping[str, Any] = field(default_factory=lambda: dict(SMALL_NB201))
     estimator: str = "nb201-table"
-    estimator_options: Mapping[str, Any] = field(default_factory=dict)
+    estimator_options: Mapping[str, Any] | None = None
     strategy: str | None = None
     strategy_options: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = "synthetic"
@@ -58,6 +65,15 @@ class CheckSetup:
     def resolved_options(self) -> dict[str, Any]:
         options = self.options() if callable(self.options) else self.options
         return dict(options)
+
+
+def study_estimator_options(estimator: str, options: Any = None) -> Any:
+    """The options of the estimator of a strategy's check study: ``options`` when given, else
+    :data:`TABLE_ON_SMALL_NB201` for ``nb201-table`` (whose default space is the tiny
+    :data:`SMALL_NB201`), else none."""
+    if options is not None:
+        return options
+    return dict(TABLE_ON_SMALL_NB201) if estimator == "nb201-table" else {}
 
 
 # -- files for the datasets that read from disk ------------------------------------------

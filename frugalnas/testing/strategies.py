@@ -14,7 +14,7 @@ from frugalnas.ports import strategy as protocol
 from frugalnas.ports.config import StudyConfig
 from frugalnas.ports.keys import FAIL_REASON_ATTR
 from frugalnas.testing._suite import SkipCheck, Suite, quiet_host
-from frugalnas.testing.setups import SMALL_DATA, SMALL_NB201
+from frugalnas.testing.setups import SMALL_DATA, SMALL_NB201, study_estimator_options
 
 
 CPU = {"device": "cpu"}
@@ -51,7 +51,10 @@ class StrategyChecks(Suite):
 
     ``strategy`` is a registered name, a factory ``f(space=, seed=, [host=,] **options)`` or a
     sampler object (then the reproducibility check is skipped: it needs two of them).
-    ``space`` is a registered name or a :class:`frugalnas.SearchSpace`."""
+    ``space`` is a registered name or a :class:`frugalnas.SearchSpace`. The study scores with
+    ``estimator`` and ``estimator_options`` (default: ``nb201-table`` with
+    ``any_network=True``, which scores the cells of the tiny default space as in the
+    benchmark network)."""
 
     kind = "strategies"
     checks = ("check_is_sampler", "check_proposals", "check_reproducible", "check_propose")
@@ -66,7 +69,8 @@ class StrategyChecks(Suite):
         self.strategy_options = strategy_options
         self.space_options = (space_options if space_options is not None else
                               SMALL_NB201 if space == "nb201" else {})
-        self.estimator, self.estimator_options = estimator, estimator_options
+        self.estimator = estimator
+        self.estimator_options = study_estimator_options(estimator, estimator_options)
         self.dataset = dataset
         self.dataset_options = (dataset_options if dataset_options is not None else
                                 SMALL_DATA if dataset == "synthetic" else {})
@@ -236,7 +240,8 @@ def check_strategy(strategy: Any, space: Any = "nb201", *, host: Any = None, see
     ``strategy`` is a registered name, a factory ``f(space=, seed=, [host=,] **options)`` or a
     sampler object; ``space`` a registered name (default: a tiny NB201 space) or a
     :class:`frugalnas.SearchSpace`. The study scores with ``estimator`` (default: the
-    ``nb201-table`` lookup, instant; pick one that fits your space)."""
+    ``nb201-table`` lookup, instant, with ``estimator_options`` ``{"any_network": True}``
+    unless given; pick one that fits your space)."""
     return StrategyChecks(strategy, space, host=host, seed=seed, n_trials=n_trials,
                           strategy_options=strategy_options, space_options=space_options,
                           estimator=estimator, estimator_options=estimator_options,

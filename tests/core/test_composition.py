@@ -23,6 +23,9 @@ from frugalnas.surrogates import Surrogate
 
 PACKAGE = Path(frugalnas.__file__).resolve().parent
 SMALL = {"N": 1, "C": 4}
+#: The table scores the cells of the SMALL space as in the benchmark network (N=5, C=16): for
+#: studies where a proxy builds the small networks, which the table then scores.
+ANY_NETWORK = {"any_network": True}
 OFF = {"disable_plugins": ["mlflow", "progress"]}
 
 
@@ -84,7 +87,7 @@ class OutsidePlugin:
 def test_an_outside_surrogate_serves_surrogate_strategies(strategy, options):
     plugin = OutsidePlugin()
     study = frugalnas.create_study(plugins=[plugin], strategy=strategy, strategy_options=options,
-                                   space_options=SMALL, seed=0, **OFF)
+                                   seed=0, **OFF)
     study.optimize(7)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 7
     assert plugin.surrogates_built >= 3  # one fit per proposal after the initial design
@@ -94,6 +97,7 @@ def test_an_outside_proxy_serves_the_prescreen_the_proxy_encoding_and_the_estima
     plugin = OutsidePlugin()
     pre = frugalnas.create_study(
         plugins=[plugin], strategy="prescreen", dataset=None, space_options=SMALL, seed=1,
+        estimator_options=ANY_NETWORK,
         strategy_options={"inner": "regularized-evolution", "proxy": "weight-count", "k": 3,
                           "data": "gaussian", "input_shape": [3, 8, 8],
                           "inner_options": {"population_size": 4, "sample_size": 2}}, **OFF)
@@ -101,6 +105,7 @@ def test_an_outside_proxy_serves_the_prescreen_the_proxy_encoding_and_the_estima
     assert all("proxy_weight-count" in t.system_attrs[PRESCREEN_ATTR] for t in pre.trials)
     enc = frugalnas.create_study(
         plugins=[plugin], strategy="bananas", space_options=SMALL, seed=1,
+        estimator_options=ANY_NETWORK,
         strategy_options={"surrogate": "random-forest", "encoding": "proxy",
                           "encoding_options": {"proxies": ["weight-count"],
                                                "input_shape": [3, 8, 8]},
@@ -123,10 +128,9 @@ def test_the_default_host_does_not_see_a_plugin_passed_to_another_study():
 
 def test_a_prescreen_over_regularized_evolution_ranks_k_distinct_proposals():
     host = PluginHost(disable_plugins=["mlflow", "progress"])
-    space = NB201Space(**SMALL)
+    space = NB201Space()
     study = frugalnas.create_study(
-        host=host, space_options=SMALL, seed=2,
-        strategy="regularized-evolution", strategy_options={"population_size": 4,
+        host=host, seed=2, strategy="regularized-evolution", strategy_options={"population_size": 4,
                                                             "sample_size": 2})
     study.optimize(6)
     inner = host.create("strategies", "regularized-evolution", space=space, seed=2,
@@ -141,7 +145,8 @@ def test_a_prescreen_over_regularized_evolution_ranks_k_distinct_proposals():
     assert space.from_params(params).key == proposals[0].key
     # In a study, the pre-screen scores all k and records how many it saw.
     pre = frugalnas.create_study(
-        host=host, space_options=SMALL, seed=2, dataset=None, strategy="prescreen",
+        host=host, space_options=SMALL, estimator_options=ANY_NETWORK, seed=2, dataset=None,
+        strategy="prescreen",
         strategy_options={"inner": "regularized-evolution", "k": 5, "data": "gaussian",
                           "input_shape": [3, 8, 8],
                           "inner_options": {"population_size": 4, "sample_size": 2}})
@@ -304,13 +309,16 @@ FAST = {"regularized-evolution": {"population_size": 4, "sample_size": 2},
                          ids=[f"{s}{'+prescreen' if p else ''}" for s, p in _table_cells()])
 def test_composition_matrix_on_the_table_estimator(strategy, prescreen, objectives):
     options = dict(FAST.get(strategy, {}))
+    small = {}
     if prescreen:
         options = {"inner": strategy, "inner_options": options, "k": 3, "data": "gaussian",
                    "input_shape": [3, 8, 8], "proxy": ["synflow", "params"]}
         strategy = "prescreen"
+        # the proxies build the small networks; the table scores the cells they choose
+        small = {"space_options": SMALL, "estimator_options": ANY_NETWORK}
     study = frugalnas.create_study(strategy=strategy, strategy_options=options, seed=3,
-                                   space_options=SMALL, dataset=None, objectives=objectives,
-                                   directions=["maximize"] * len(objectives), **OFF)
+                                   dataset=None, objectives=objectives,
+                                   directions=["maximize"] * len(objectives), **small, **OFF)
     study.optimize(8)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 8
     assert len({t.architecture.key for t in study.trials}) == 8  # nothing evaluated twice
@@ -350,10 +358,10 @@ def test_composition_matrix_with_training_on_each_backend(backend, options, obje
 
 
 def test_the_strategy_and_the_estimator_see_the_study_s_one_space_object():
-    study = frugalnas.create_study(strategy="regularized-evolution", space_options=SMALL, **OFF)
+    study = frugalnas.create_study(strategy="regularized-evolution", **OFF)
     assert study.strategy.space is study.space
     assert study.context().space is study.space
-    pre = frugalnas.create_study(strategy="prescreen", space_options=SMALL, dataset=None,
+    pre = frugalnas.create_study(strategy="prescreen", dataset=None,
                                  strategy_options={"data": "gaussian"}, **OFF)
     assert pre.strategy.space is pre.space and pre.strategy.inner.space is pre.space
 
@@ -363,7 +371,7 @@ def test_a_study_stored_by_frugalnas_0_1_loads_with_its_tracking_and_prescreen(t
 
     storage = f"sqlite:///{tmp_path / 'old.db'}"
     old = {"space": "nb201", "strategy": "random", "estimator": "nb201-table",
-           "backend": "single-device", "dataset": None, "space_options": SMALL,
+           "backend": "single-device", "dataset": None, "space_options": {},
            "strategy_options": {}, "estimator_options": {}, "backend_options": {},
            "dataset_options": {}, "directions": ["maximize"], "objectives": ["value"],
            "seed": 0, "trial_timeout": None, "plugins": [], "disable_plugins": ["progress"],

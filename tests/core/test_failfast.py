@@ -28,7 +28,6 @@ from ops_support.cli_driver import cli_cases as ops_cli_cases
 
 NO_PLUGINS = {"disable_plugins": ["mlflow", "progress"]}
 OFF = {**NO_PLUGINS, "dataset": None}
-SMALL = {"space_options": {"N": 1, "C": 4}}
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -285,7 +284,7 @@ def test_unreachable_database_is_one_line_without_the_password():
 
 def test_journal_storage_url_works_for_run_and_reload(tmp_path):
     url = f"journal:{tmp_path / 'j.log'}"
-    frugalnas.create_study(storage=url, study_name="j", **OFF, **SMALL).optimize(2)
+    frugalnas.create_study(storage=url, study_name="j", **OFF).optimize(2)
     assert len(frugalnas.load_study(study_name="j", storage=url).completed_trials()) == 2
 
 
@@ -357,7 +356,7 @@ class Breaker:
 
 def test_raising_lifecycle_hooks_are_recorded_not_fatal(capsys):
     recorder = Recorder()
-    study = frugalnas.create_study(plugins=[Breaker(), recorder], **OFF, **SMALL)
+    study = frugalnas.create_study(plugins=[Breaker(), recorder], **OFF)
     study.optimize(3)
     study.log_metrics({"x": 1.0}, step=0)
     candidate = study.ask()
@@ -393,10 +392,10 @@ def test_a_raising_check_config_hook_names_its_plugin():
 
 def test_configuration_conflict_names_fields_for_python_and_cli_users(tmp_path):
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    frugalnas.create_study(storage=storage, study_name="s", seed=1, **OFF, **SMALL)
+    frugalnas.create_study(storage=storage, study_name="s", seed=1, **OFF)
     with pytest.raises(ConfigConflictError) as info:
         frugalnas.create_study(storage=storage, study_name="s", seed=2, load_if_exists=True,
-                               **OFF, **SMALL)
+                               **OFF)
     assert "seed: 1 -> 2" in str(info.value) and "load_study()" in str(info.value)
     cli_message = info.value.for_cli()
     assert "seed: 1 -> 2" in cli_message and "--study-name" in cli_message

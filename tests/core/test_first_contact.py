@@ -20,6 +20,10 @@ BAD_INPUT = [
       "sqlite:///study.db", "--n-trials", "2"],
      "estimator 'nb201-table' looks cells up in the NAS-Bench-201 table and cannot score "
      "architectures of search space 'dag'"),
+    (["run", "--space", "nb201", "-o", "space.N=1", "-o", "space.C=8", "--estimator",
+      "nb201-table", "--storage", "sqlite:///study.db", "--n-trials", "2"],
+     "estimator 'nb201-table' holds the values of the benchmark network and cannot score space "
+     "'nb201' with N=1, C=8; valid: N=5, C=16"),
     (["run", "--no-tracking", "--tracking-uri", "sqlite:///t.db", "--storage",
       "sqlite:///study.db"], "--tracking-uri sqlite:///t.db and --no-tracking contradict"),
     (["worker", "--n-trials", "x"], "argument --n-trials: invalid int value: 'x'"),

@@ -64,7 +64,7 @@ def test_latency_metrics_are_declared_only_when_enabled():
     with pytest.raises(ConfigError, match="objective 'latency_ms' is not a metric"):
         frugalnas.create_study(space_options=TINY, estimator="train", objectives=["latency_ms"],
                                directions=["minimize"], disable_plugins=["mlflow"])
-    host = frugalnas.create_study(space_options=TINY, disable_plugins=["mlflow"]).host
+    host = frugalnas.create_study(disable_plugins=["mlflow"]).host
     for name, options in [("train", {}), ("synflow", {}), ("rank-ensemble", {})]:
         off = host.create_estimator(name, options)
         on = host.create_estimator(name, {**options, "latency": True})

@@ -149,7 +149,7 @@ def test_one_stop_rule_for_optimize_and_the_worker(tmp_path, monkeypatch):
         return len(self.study.optuna_study.get_trials(deepcopy=False,
                                                       states=(TrialState.COMPLETE,))) >= 2
 
-    study = frugalnas.create_study(space_options=SMALL, **OFF)
+    study = frugalnas.create_study(**OFF)
     rule = study.runner.stop_rule()
     assert isinstance(study.runner, TrialRunner) and not rule.needed  # random never stops
     own = study.runner.stop_rule(lambda frozen: "mine" if frozen.number >= 1 else None)
@@ -158,10 +158,10 @@ def test_one_stop_rule_for_optimize_and_the_worker(tmp_path, monkeypatch):
 
     monkeypatch.setattr(TrialRunner, "search_is_over", over_after_two)
     monkeypatch.setattr("frugalnas.ports.strategy.can_stop", lambda sampler: True)
-    study = frugalnas.create_study(space_options=SMALL, **OFF)
+    study = frugalnas.create_study(**OFF)
     study.optimize(n_trials=5)
     assert len(study.trials) == 2
-    config = StudyConfig(space="nb201", space_options=SMALL, estimator="nb201-table",
+    config = StudyConfig(space="nb201", estimator="nb201-table",
                          disable_plugins=["mlflow", "progress"])
     storage = f"sqlite:///{tmp_path / 'w.db'}"
     worker = run_worker(config, storage, "w", 5)
@@ -175,7 +175,7 @@ def test_live_and_reconciled_runs_of_a_trial_are_the_same(stores, tmp_path):
     from ops_support.checks import mlflow_runs
 
     storage, uri = stores
-    study = frugalnas.create_study(storage=storage, study_name="same", space_options=SMALL,
+    study = frugalnas.create_study(storage=storage, study_name="same",
                                    plugin_options={"mlflow": {"tracking_uri": uri}},
                                    disable_plugins=["progress"])
     study.optimize(n_trials=3)
@@ -222,7 +222,7 @@ def test_optuna_is_told_every_trial_through_the_runner():
             seen.append(trial.number)
             return super().run(trial)
 
-    study = frugalnas.create_study(space_options=SMALL, **OFF)
+    study = frugalnas.create_study(**OFF)
     study.runner = Spy(study)
     study.optimize(n_trials=2)
     assert seen == [0, 1]

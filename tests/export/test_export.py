@@ -50,9 +50,12 @@ def tracked(tmp_path_factory):
 
 
 def table_study(objectives=("value",), directions=None, n=8, **kwargs):
-    """An in-memory nb201-table study (no training) with ``n`` completed trials."""
+    """An in-memory nb201-table study (no training) with ``n`` completed trials: the table
+    scores the cells as in the benchmark network (``any_network``), the export trains the
+    small network of the chosen cell."""
     kwargs.setdefault("dataset", "digits")
     study = frugalnas.create_study(space="nb201", estimator="nb201-table", space_options=SMALL,
+                                   estimator_options={"any_network": True},
                                    objectives=list(objectives),
                                    directions=directions or ["maximize"] * len(objectives),
                                    disable_plugins=OFF, seed=0, **kwargs)

@@ -17,8 +17,6 @@ from frugalnas.ports.config import StudyConfig
 from frugalnas.ports.keys import CONFIG_ATTR
 from frugalnas.host.plugins import PluginHost
 
-SMALL = {"N": 1, "C": 4}
-
 
 def _settings(*argv):
     host = PluginHost()
@@ -36,8 +34,8 @@ def test_quiet_is_the_progress_plugin_s_session_option():
 
 def test_session_options_are_not_stored_and_never_conflict(tmp_path):
     storage = f"sqlite:///{tmp_path / 's.db'}"
-    common = dict(storage=storage, study_name="s", space_options=SMALL,
-                  disable_plugins=["mlflow"], load_if_exists=True)
+    common = dict(storage=storage, study_name="s", disable_plugins=["mlflow"],
+                  load_if_exists=True)
     first = frugalnas.create_study(session_options={"progress": {"show": False}}, **common)
     assert "session_options" not in json.loads(first.optuna_study.user_attrs[CONFIG_ATTR])
     again = frugalnas.create_study(session_options={"progress": {"show": True}}, **common)
@@ -94,7 +92,7 @@ def test_a_quiet_session_silences_the_work_bars_while_it_runs(monkeypatch):
     monkeypatch.delenv("FRUGALNAS_PROGRESS", raising=False)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     spy = SeesBars()
-    study = frugalnas.create_study(space_options=SMALL, plugins=[spy],
+    study = frugalnas.create_study(plugins=[spy],
                                    disable_plugins=["mlflow"],
                                    session_options={"progress": {"show": False}})
     study.optimize(n_trials=2)
@@ -107,8 +105,7 @@ def test_the_command_line_writes_no_environment_variable(monkeypatch, capsys):
     monkeypatch.delenv("FRUGALNAS_PROGRESS", raising=False)
     bars = []
     for quiet in (["-q"], []):
-        assert main(["run", "--n-trials", "1", "--no-tracking", "-o", "space.N=1",
-                     "-o", "space.C=4", *quiet]) == 0
+        assert main(["run", "--n-trials", "1", "--no-tracking", *quiet]) == 0
         assert "FRUGALNAS_PROGRESS" not in os.environ
         bars.append("1/1" in capsys.readouterr().err)
     assert bars == [False, True]  # without -q the trials' bar shows, also off a terminal

@@ -12,6 +12,9 @@ from frugalnas.strategies.prescreen import PRESCREEN_ATTR, PrescreenSampler
 from frugalnas.spaces.nb201.space import NB201Space
 
 SMALL = {"N": 1, "C": 8}
+#: The pre-screen's proxies build the SMALL networks; the table scores the chosen cells as in
+#: the benchmark network.
+TABLE = {"estimator": "nb201-table", "estimator_options": {"any_network": True}}
 SHAPE = {"input_shape": [3, 16, 16]}
 
 
@@ -57,7 +60,7 @@ def test_prescreen_hands_the_best_of_k_candidates_to_the_trial():
     sampler = RecordingPrescreen(inner, space=space, host=host, seed=0, proxy="synflow", k=6,
                                  data="gaussian", **SHAPE)
     study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
-                                   estimator="nb201-table", disable_plugins=["mlflow"])
+                                   **TABLE, disable_plugins=["mlflow"])
     study.optimize(4)
     for trial, scored in zip(study.trials, sampler.scored):
         assert len({a for a, _ in scored}) == 6
@@ -67,7 +70,7 @@ def test_prescreen_hands_the_best_of_k_candidates_to_the_trial():
 
 
 def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
-    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="nb201-table",
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, **TABLE,
                                    dataset="digits", dataset_options={"resize": 16},
                                    strategy="prescreen",
                                    strategy_options={"proxy": ["synflow", "naswot"], "k": 3,
@@ -81,7 +84,7 @@ def test_prescreen_from_study_config_with_an_ensemble_and_data_from_the_study():
 
 
 def test_prescreen_takes_a_member_preset_and_records_every_member():
-    study = frugalnas.create_study(space="nb201", space_options=SMALL, estimator="nb201-table",
+    study = frugalnas.create_study(space="nb201", space_options=SMALL, **TABLE,
                                    dataset="digits", dataset_options={"resize": 16},
                                    strategy="prescreen",
                                    strategy_options={"proxy": "selected", "k": 3,
@@ -111,7 +114,7 @@ def test_prescreen_scores_a_candidate_with_shared_passes_as_each_proxy_alone():
     sampler = PrescreenSampler(inner, space=space, host=host, seed=0,
                                proxy=["jacob_cov", "epe_nas"], k=3, data="gaussian", **SHAPE)
     study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
-                                   estimator="nb201-table", disable_plugins=["mlflow"])
+                                   **TABLE, disable_plugins=["mlflow"])
     study.optimize(2)
     x, y, num_classes = sampler._fixed_batch()
     for t in study.trials:
@@ -195,7 +198,7 @@ def test_proxy_estimator_on_the_backend_device():
 
 def test_prescreen_survives_load_study(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    config = dict(space="nb201", space_options=SMALL, estimator="nb201-table", dataset=None,
+    config = dict(space="nb201", space_options=SMALL, **TABLE, dataset=None,
                   strategy="prescreen",
                   strategy_options={"proxy": "synflow", "k": 3, "data": "gaussian", **SHAPE},
                   disable_plugins=["mlflow"])

@@ -166,3 +166,32 @@ def test_metrics_of_a_cell_are_its_table_entries():
         for i, device in enumerate(data.latency_devices):
             assert metrics[f"latency_ms_{device}"] == float(data.latency_ms[index, i])
         assert all(type(v) is float for v in metrics.values())
+
+
+def test_a_space_that_is_not_the_benchmark_network_is_refused_before_anything_is_written(
+        tmp_path):
+    import subprocess
+    import sys
+
+    storage = tmp_path / "study.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "frugalnas.cli.main", "run", "--space", "nb201", "-o", "space.N=1",
+         "-o", "space.C=8", "--estimator", "nb201-table", "--no-tracking", "--storage",
+         f"sqlite:///{storage}"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("frugalnas: error: estimator 'nb201-table' holds the values "
+                                  "of the benchmark network and cannot score space 'nb201' "
+                                  "with N=1, C=8; valid: N=5, C=16")
+    assert "any_network=True (-o estimator.any_network=true)" in proc.stderr
+    assert not storage.exists()
+    with pytest.raises(ConfigError, match="with N=5, C=8; valid: N=5, C=16"):
+        frugalnas.create_study(space_options={"C": 8}, disable_plugins=["mlflow", "progress"])
+    # a strategy that builds the smaller networks, the table scoring each cell: said so
+    study = frugalnas.create_study(space_options={"N": 1, "C": 8},
+                                   estimator_options={"any_network": True},
+                                   disable_plugins=["mlflow", "progress"])
+    study.optimize(n_trials=2)
+    assert len(study.completed_trials()) == 2
+    with pytest.raises(ConfigError, match="invalid nb201-table any_network 'yes'"):
+        NB201TableEstimator(any_network="yes")

@@ -18,6 +18,9 @@ from frugalnas.proxies.runner import CACHE_FILE
 from frugalnas.strategies.prescreen import PrescreenSampler
 
 SMALL = {"N": 1, "C": 8}
+#: The pre-screen's proxies build the SMALL networks; the table scores the chosen cells as in
+#: the benchmark network.
+ANY_NETWORK = {"any_network": True}
 GAUSSIAN = {"data": "gaussian", "input_shape": [3, 8, 8], "batch_size": 4}
 
 
@@ -78,6 +81,7 @@ def screened_study(log: Path, trials: int = 12, seed: int = 0, **options) -> tup
     sampler = Recording(inner, space=space, host=host, seed=seed, **settings)
     study = frugalnas.create_study(space="nb201", space_options=SMALL, strategy=sampler,
                                    estimator="nb201-table", dataset=None, host=host,
+                                   estimator_options=ANY_NETWORK,
                                    disable_plugins=["mlflow", "progress"])
     study.optimize(trials)
     return study, sampler
@@ -144,8 +148,8 @@ def test_a_persistent_worker_process_scores_every_trial(tmp_path):
     """workers=1: one spawned process, started on the first trial, scores every candidate of
     every trial with the values the study's own process computes; close() ends it."""
     options = {"space": "nb201", "space_options": SMALL, "estimator": "nb201-table",
-               "dataset": None, "disable_plugins": ["mlflow", "progress"], "seed": 5,
-               "strategy": "prescreen"}
+               "estimator_options": ANY_NETWORK, "dataset": None,
+               "disable_plugins": ["mlflow", "progress"], "seed": 5, "strategy": "prescreen"}
     strategy = {"inner": "regularized-evolution", "proxy": ["synflow", "naswot"], "k": 5,
                 **GAUSSIAN, "inner_options": {"population_size": 6, "n_init": 4}}
     remote = frugalnas.create_study(strategy_options={**strategy, "workers": 1}, **options)

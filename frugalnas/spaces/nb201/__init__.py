@@ -37,5 +37,7 @@ def frugalnas_estimators() -> dict[str, Any]:
         "metrics, and the cost carries the benchmark network's params and forward FLOPs. The "
         "latencies, params and FLOPs are known before any evaluation (:meth:`known_metrics`), "
         "so a constrained study's strategy can propose only cells that meet the constraints; "
-        "``known_hardware=False`` withholds them until the evaluation.")}
+        "``known_hardware=False`` withholds them until the evaluation. The values are those of "
+        "the benchmark network (N=5, C=16): a space with other N or C is refused unless "
+        "``any_network=True``.")}
 

@@ -109,21 +109,34 @@ def nb201_table() -> np.ndarray:
     return nb201_data().test_accuracy
 
 
+def _options(values: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
 class NB201TableEstimator(Estimator):
     """Looks an NB201 cell up in the benchmark table: ``value`` is the accuracy selected on
     (CIFAR-10 validation by default), every accuracy and the 27 device latencies are metrics,
     and the cost carries the benchmark network's params and forward FLOPs. The latencies, params
     and FLOPs are known before any evaluation (:meth:`known_metrics`), so a constrained study's
     strategy can propose only cells that meet the constraints; ``known_hardware=False``
-    withholds them until the evaluation."""
+    withholds them until the evaluation.
+
+    The table holds the values of the benchmark network (:attr:`network`: ``N=5, C=16``), so
+    a study whose NB201 space has other cells per stage or channels is refused before its
+    first trial; ``any_network=True`` accepts it and scores each cell as in the benchmark
+    network (for a strategy or proxy that builds smaller networks of the space to choose
+    cells, which the table then scores)."""
 
     name = "nb201-table"
     needs_dataset = False
     provides = (*ACCURACY_METRICS, *LATENCY_METRICS)
     measures = ("seconds", "epochs", "params", "flops")
+    #: The network the table's values were measured on: cells per stage and stem channels.
+    network = {"N": 5, "C": 16}
 
     def __init__(self, dataset: str = "cifar10", select_on: str = "valid",
-                 simulated_epochs: float = 200.0, known_hardware: bool = True):
+                 simulated_epochs: float = 200.0, known_hardware: bool = True,
+                 any_network: bool = False):
         check_choice("nb201-table dataset", dataset, TABLE_DATASETS)
         check_choice("nb201-table select_on", select_on, SELECT_ON)
         if select_on == "valid" and dataset not in VALID_DATASETS:
@@ -131,21 +144,32 @@ class NB201TableEstimator(Estimator):
                 f"nb201-table has no validation accuracy for dataset {dataset!r} (only for "
                 f"{', '.join(VALID_DATASETS)}); pass select_on='test' to select on its test "
                 "accuracy (the search then selects on the test set), or use dataset='cifar10'")
-        if not isinstance(known_hardware, bool):
-            raise ConfigError(f"invalid nb201-table known_hardware {known_hardware!r}; valid: "
-                              "True, False")
+        for option, value in (("known_hardware", known_hardware), ("any_network", any_network)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"invalid nb201-table {option} {value!r}; valid: True, False")
         self.dataset, self.select_on = dataset, select_on
-        self.known_hardware = known_hardware
+        self.known_hardware, self.any_network = known_hardware, any_network
         self.simulated_epochs = simulated_epochs
         self.value_metric = f"{select_on}_accuracy_{dataset}"
 
     def check_space(self, space: SearchSpace) -> None:
+        """Refuse a space whose networks are not the table's: another space, or NB201 with
+        other cells per stage or channels (unless ``any_network``)."""
         if not isinstance(space, NB201Space):
             raise ConfigError(
                 f"estimator 'nb201-table' looks cells up in the NAS-Bench-201 table and cannot "
                 f"score architectures of search space {space.name!r}; use space='nb201', or an "
                 "estimator that works on any space (train, low-fidelity, a proxy such as "
                 "synflow)")
+        given = {"N": space.N, "C": space.C}
+        if given != self.network and not self.any_network:
+            raise ConfigError(
+                f"estimator 'nb201-table' holds the values of the benchmark network and cannot "
+                f"score space {space.name!r} with {_options(given)}; valid: "
+                f"{_options(self.network)} (the space's defaults), an estimator that trains "
+                "(train, low-fidelity), or the estimator option any_network=True "
+                "(-o estimator.any_network=true) to score each cell as in the benchmark "
+                "network (when only a strategy or proxy builds the smaller networks)")
 
     def known_metrics(self, arch: Architecture, space: SearchSpace) -> dict[str, float]:
         """The table's hardware columns of ``arch``, known before any evaluation: the 27
