@@ -25,6 +25,7 @@ from scipy.stats import kendalltau, rankdata, spearmanr
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.cost import Cost
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.space import SearchSpace
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe
 from frugalnas.proxies.base import Proxy, ProxyBatch, score_network
@@ -359,6 +360,11 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
         self.needs_dataset = self.needs_dataset or self.teacher_estimator.needs_dataset
         # teacher_value and weight_<proxy> are emitted on some trials only, so they are not
         # declared: provides lists what every result holds (an objective must be there)
+
+    def check_space(self, space: SearchSpace) -> None:
+        """The teacher scores architectures of the space too: it must accept the space."""
+        super().check_space(space)
+        self.teacher_estimator.check_space(space)
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         values, cost = self.measure(arch, context)

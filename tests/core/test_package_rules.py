@@ -38,9 +38,10 @@ COMPONENT_NAMES = {"space", "model", "network", "net", "builder", "strategy", "s
 KNOWN_PROBES = {
     ("engine/study.py", "report"): "a trial that takes intermediate values",
     ("engine/study.py", "prune_vector"): "a pruner for objective vectors",
+    ("engine/planning.py", "prune_vector"): "a pruner for objective vectors",
     ("distribution/worker.py", "optuna_study"): "a frugalnas Study or an optuna study",
     ("leaderboard.py", "dataset"): "the study's configuration",
-    ("engine/study.py", "check_options"): "a dataset factory's optional check of its options",
+    ("engine/planning.py", "check_options"): "a dataset factory's optional check of its options",
     ("engine/runner.py", "set_constraint"): "optuna < 5 trials have no set_constraint",
     ("multiobjective/constraints.py", "set_constraint"): "optuna < 5 trials have no "
                                                          "set_constraint",

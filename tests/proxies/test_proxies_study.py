@@ -147,12 +147,23 @@ def test_rank_ensemble_ranks_within_the_trials_seen_so_far():
     assert trials[-1].value == pytest.approx(rank_average(rows)[-1])
 
 
+def test_a_learned_ensemble_refuses_a_space_its_teacher_cannot_score():
+    with pytest.raises(ConfigError, match="estimator 'nb201-table' holds the values of the "
+                                          "benchmark network and cannot score space 'nb201'"):
+        frugalnas.create_study(space="nb201", space_options=SMALL,
+                               estimator="learned-ensemble", dataset=None,
+                               disable_plugins=["mlflow"], estimator_options={
+                                   "proxies": ["params"], "teacher": "nb201-table",
+                                   "data": "gaussian", **SHAPE})
+
+
 def test_learned_ensemble_fits_weights_from_teacher_scores():
     study = frugalnas.create_study(space="nb201", space_options=SMALL,
                                    estimator="learned-ensemble", dataset=None, disable_plugins=["mlflow"],
                                    seed=5, estimator_options={
                                        "proxies": ["synflow", "params", "l2_norm"],
                                        "teacher": "nb201-table", "teacher_every": 2,
+                                       "teacher_options": {"any_network": True},
                                        "min_labelled": 3, "data": "gaussian", **SHAPE})
     study.optimize(6)
     metrics = [t.user_attrs["metrics"] for t in study.trials]

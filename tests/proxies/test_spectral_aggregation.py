@@ -133,6 +133,7 @@ def test_learned_ensemble_with_the_loo_penalty_in_a_study():
                                    disable_plugins=["mlflow", "progress"], seed=5,
                                    estimator_options={"proxies": proxies, "penalty": "loo",
                                                       "teacher": "nb201-table",
+                                                      "teacher_options": {"any_network": True},
                                                       "teacher_every": 2, "min_labelled": 3,
                                                       "data": "gaussian",
                                                       "input_shape": [3, 8, 8],
