@@ -215,10 +215,11 @@ _LOCKS_GUARD = threading.Lock()
 def _forget_locks_in_child() -> None:
     """A forked child starts with no locks: those it inherited may be held by threads of the
     parent that do not exist in it (a re-entrant lock it could never take), and a file or
-    database lock the parent holds is the parent's, not the child's."""
-    global _LOCKS_GUARD
+    database lock the parent holds is the parent's, not the child's. The guard itself may have
+    been held by such a thread at the fork: the child, with one thread, releases it."""
     _LOCKS.clear()
-    _LOCKS_GUARD = threading.Lock()
+    if _LOCKS_GUARD.locked():
+        _LOCKS_GUARD.release()
 
 
 if hasattr(os, "register_at_fork"):
