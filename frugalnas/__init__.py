@@ -82,11 +82,15 @@ _EXPORTS: dict[str, str] = {
     "CellGraph": "frugalnas.ports.capabilities",
     "itself": "frugalnas.ports.capabilities",
     "params_of": "frugalnas.ports.space",
+    "LaunchError": "frugalnas.distribution.launcher",
+    "split_indices": "frugalnas.ports.data",
+    "open_storage": "frugalnas.engine.storage_url",
 }
 
 if TYPE_CHECKING:
-    from frugalnas.distribution.launcher import Launcher, WorkerJob
+    from frugalnas.distribution.launcher import LaunchError, Launcher, WorkerJob
     from frugalnas.engine.runner import Candidate
+    from frugalnas.engine.storage_url import open_storage
     from frugalnas.engine.study import Study, TrialRecord, create_study, load_study
     from frugalnas.engine.trial_context import OptunaTrialContext
     from frugalnas.export import export_study
@@ -102,7 +106,7 @@ if TYPE_CHECKING:
                                               require_capability, scaling_by, sharing_by)
     from frugalnas.ports.config import StudyConfig
     from frugalnas.ports.cost import Cost
-    from frugalnas.ports.data import Dataset, split_arrays
+    from frugalnas.ports.data import Dataset, split_arrays, split_indices
     from frugalnas.ports.errors import (ArchitectureParseError, ConfigError,
                                         DuplicateComponentError, FrugalnasError, PluginError,
                                         PluginNotAllowedError, TrialFailure, UnknownComponentError)
@@ -132,14 +136,14 @@ __all__ = [
     "ArchSampler", "Architecture", "ArchitectureParseError", "Backend", "BlockNetwork",
     "Candidate", "CellGraph", "ConfigError", "Cost", "DartsRelaxation", "Dataset",
     "DuplicateComponentError", "EstimateResult", "Estimator", "ExportedNetwork",
-    "FrugalnasError", "History", "Launcher", "LazyFactory", "OptionRoles",
+    "FrugalnasError", "History", "LaunchError", "Launcher", "LazyFactory", "OptionRoles",
     "OptunaTrialContext", "OwnEncodings", "PastTrial", "PluginError", "PluginHost",
     "PluginNotAllowedError", "ProgressiveShrinking", "Proxy", "ProxyCheckError",
     "RelaxedBuilder", "SandwichRule", "Scaling", "SearchSpace", "SharedBuilder", "Strategy",
     "StrategyServices", "Study", "StudyConfig", "Surrogate", "TrialContext", "TrialFailure",
     "TrialRecord", "TrialReport", "UnknownComponentError", "WeightSharing", "WorkerJob",
     "WrappingStrategy", "capability", "create_component", "create_study", "export_study",
-    "get_host", "hookimpl", "itself", "list_components", "load_study", "params_of", "refused_plugins",
-    "require_capability", "scaling_by", "sharing_by", "split_arrays", "strategy_factory",
-    "work_progress",
+    "get_host", "hookimpl", "itself", "list_components", "load_study", "open_storage",
+    "params_of", "refused_plugins", "require_capability", "scaling_by", "sharing_by",
+    "split_arrays", "split_indices", "strategy_factory", "work_progress",
 ]
