@@ -119,13 +119,14 @@ class NB201TableEstimator(Estimator):
     and the cost carries the benchmark network's params and forward FLOPs. The latencies, params
     and FLOPs are known before any evaluation (:meth:`known_metrics`), so a constrained study's
     strategy can propose only cells that meet the constraints; ``known_hardware=False``
-    withholds them until the evaluation.
+    withholds them until the evaluation. The values are those of the benchmark network
+    (N=5, C=16): a space with other N or C is refused unless ``any_network=True``.
 
-    The table holds the values of the benchmark network (:attr:`network`: ``N=5, C=16``), so
-    a study whose NB201 space has other cells per stage or channels is refused before its
-    first trial; ``any_network=True`` accepts it and scores each cell as in the benchmark
-    network (for a strategy or proxy that builds smaller networks of the space to choose
-    cells, which the table then scores)."""
+    The table holds the values of the benchmark network (:attr:`network`), so a study whose
+    NB201 space has other cells per stage or channels is refused before its first trial;
+    ``any_network=True`` accepts it and scores each cell as in the benchmark network (for a
+    strategy or proxy that builds smaller networks of the space to choose cells, which the
+    table then scores)."""
 
     name = "nb201-table"
     needs_dataset = False
