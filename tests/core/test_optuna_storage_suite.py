@@ -1,4 +1,4 @@
-"""optuna's own storage tests against the storages a worker uses (issue 51, item 9).
+"""optuna's own storage tests against the storages a worker uses.
 
 The test downloads the sdist of the installed optuna version from the package registry into a
 temporary folder (nothing of optuna's is kept in this repository), takes its
