@@ -1,4 +1,4 @@
-"""The worker's storages keep optuna's storage contract (issue 51, item 9): what
+"""The worker's storages keep optuna's storage contract: what
 ``make_storage(url)`` and ``QuotaStorage(make_storage(url))`` give a worker behaves as optuna's
 ``RDBStorage`` for pickling and copies (a study sent to another process), settings, argument
 checks and stale detection. Real sqlite files and a real PostgreSQL server, real processes;
