@@ -13,12 +13,12 @@ type and refuses a factory that makes anything else. :data:`KINDS` (kind -> labe
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from frugalnas.ports.config import StudyConfig
 from frugalnas.ports.errors import PluginError
+from frugalnas.ports.lazy import load_reference
 
 if TYPE_CHECKING:
     import optuna
@@ -47,8 +47,7 @@ class Kind(Generic[P]):
 
     def port_type(self) -> type[P]:
         """The type every component of this kind is an instance of (imported here)."""
-        module, _, name = self.port.partition(":")
-        found: type[P] = getattr(importlib.import_module(module), name)
+        found: type[P] = load_reference(self.port)
         return found
 
     def check(self, component: Any, name: str, plugin: str) -> P:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from frugalnas.ports.errors import ConfigError, PluginError, UnknownComponentError, nearest_hint
+from frugalnas.ports.lazy import load_reference
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,7 @@ class LazyFactory:
 
     def load(self) -> Callable[..., Any]:
         """The factory itself (its module is imported on the first call; Python keeps it)."""
-        module, _, attribute = self.target.partition(":")
-        found: Any = importlib.import_module(module)
-        for part in attribute.split("."):
-            found = getattr(found, part)
+        found = load_reference(self.target)
         return functools.partial(found, *self.args) if self.args else found
 
     def __call__(self, *args: Any, **options: Any) -> Any:
@@ -93,7 +90,12 @@ class Component:
 
     @property
     def accepts_host(self) -> bool:
-        return "host" in declared_parameters(self.factory)[0]
+        return "host" in self._declared[0]
+
+    @functools.cached_property
+    def _declared(self) -> tuple[dict[str, Any], bool]:
+        """:func:`declared_parameters` of the factory, read once."""
+        return declared_parameters(self.factory)
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ConfigError for an option the factory does not accept, listing the valid ones
@@ -120,8 +122,7 @@ class Component:
         a base class, the base's (:func:`declared_parameters`), less ``host`` and the ones the
         component sets itself (``fixed_options``)."""
         fixed = set(getattr(self.factory, "fixed_options", ()))
-        return {n: d for n, d in declared_parameters(self.factory)[0].items()
-                if n != "host" and n not in fixed}
+        return {n: d for n, d in self._declared[0].items() if n != "host" and n not in fixed}
 
     def user_options(self) -> dict[str, Any]:
         """:meth:`options` less the arguments the study supplies itself (a strategy's
@@ -134,7 +135,7 @@ class Component:
     def accepts_any_option(self) -> bool:
         """Whether the factory takes ``**options`` that reach no declared parameter (it then
         checks option names itself)."""
-        return declared_parameters(self.factory)[1]
+        return self._declared[1]
 
     def describe_options(self) -> list[dict[str, Any]]:
         """Each user option as ``{"name", "required", "default"}`` (``default`` is ``None`` for

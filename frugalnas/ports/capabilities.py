@@ -20,13 +20,13 @@ spaces that have it).
 from __future__ import annotations
 
 import copy
-import importlib
 import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.lazy import load_reference
 from frugalnas.ports.network import Relaxation
 
 if TYPE_CHECKING:
@@ -176,11 +176,8 @@ def require_capability(space: SearchSpace, kind: type[C], needed_by: str) -> C:
 
 
 def _load(target: str, space: SearchSpace, kind: type) -> Callable[[SearchSpace], Any]:
-    module, _, attribute = target.partition(":")
     try:
-        found: Any = importlib.import_module(module)
-        for part in attribute.split("."):
-            found = getattr(found, part)
+        found = load_reference(target)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"search space {space.name!r} declares its {kind.__name__} "
                           f"capability as {target!r}, which failed to load: "

@@ -26,3 +26,13 @@ def lazy_attributes(module: str, exports: Mapping[str, str]) -> Callable[[str], 
         return value
 
     return __getattr__
+
+
+def load_reference(target: str) -> Any:
+    """The object ``"package.module:attribute"`` names (the attribute may be dotted), its
+    module imported here; ImportError or AttributeError when it cannot be found."""
+    module, _, attribute = target.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
