@@ -8,7 +8,6 @@ creates a trial, before its objective runs (``ops_support.interrupts``'s slow st
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from frugalnas.testing import fresh_mlflow_uri
-from ops_support.chaos import env_with_tests
+from ops_support.chaos import env_with_tests, process_alive
 from ops_support.faults import read_log
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -51,15 +50,6 @@ def _trials(tmp_path: Path) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_an_isolated_trial_fails_it_closes_mlflow_and_stops_the_child(
@@ -81,7 +71,7 @@ def test_a_signal_during_an_isolated_trial_fails_it_closes_mlflow_and_stops_the_
     out = (tmp_path / "run.out").read_text()
     assert f"frugalnas: interrupted by {sig.name}" in out, out
     assert "Traceback" not in out and "BrokenPipeError" not in out, out
-    assert not _alive(child)
+    assert not process_alive(child)
 
     trials = _trials(tmp_path)
     assert [t.state for t in trials] == [TrialState.FAIL]

@@ -20,7 +20,7 @@ import pytest
 from optuna.trial import TrialState
 
 import frugalnas
-from ops_support.chaos import env_with_tests
+from ops_support.chaos import env_with_tests, process_alive
 from frugalnas.ports.errors import ConfigError
 from frugalnas.engine.isolation import CRASHED_REASON, resolve_isolation
 from frugalnas.ports.keys import CRASH_ATTR
@@ -54,16 +54,6 @@ def _log(tmp_path: Path) -> list[tuple[str, int, int]]:
     if not path.exists():
         return []
     return [(e, int(n), int(p)) for e, n, p in (line.split() for line in path.read_text().splitlines())]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (killed, not yet reaped by its parent) is dead too.
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split(")")[-1].split()[0] != "Z"
 
 
 def _wait_for(cond, timeout: float, what: str) -> None:
@@ -234,7 +224,7 @@ def test_killed_run_leaves_a_trial_the_next_run_reclaims(tmp_path):
     child = next(pid for e, _, pid in _log(tmp_path) if e == "hang")
     assert child != first.pid
     # The evaluation process notices that its parent died and ends too.
-    _wait_for(lambda: not _alive(child), 10, "the orphaned evaluation process to exit")
+    _wait_for(lambda: not process_alive(child), 10, "the orphaned evaluation process to exit")
     assert [t.state for t in _trials(tmp_path)] == [TrialState.RUNNING]
 
     (control / "hang").unlink()

@@ -96,6 +96,16 @@ def chaos(start: Callable[[str], subprocess.Popen], log: Path, *, workers: int, 
     return report
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs; a zombie (killed, not yet reaped by its parent) is dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split(")")[-1].split()[0] != "Z"
+
+
 def env_with_tests(tests: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(tests), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
