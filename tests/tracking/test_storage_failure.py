@@ -2,8 +2,9 @@
 ends in one line, what was recorded is kept, the MLflow parent run ends FAILED while the MLflow
 store can be written, and the next start of the study puts MLflow right.
 
-Permissions do not bind root, so as root the study runs as the unprivileged user ``nobody``
-(``setpriv``) in a folder of its own."""
+Permissions do not bind root, so as root the study runs in a user namespace of its own
+(``unshare --user``) without capabilities: it still owns root's files, so it reads the checkout
+wherever that lies, and a folder without write permission binds it."""
 
 from __future__ import annotations
 
@@ -51,21 +52,23 @@ def frugalnas_trial_finished(study, report):
     folder.chmod(0o555)
 '''
 
-NOBODY = 65534
+#: root without its capabilities (``nobody`` in a user namespace of its own)
+UNPRIVILEGED = ["unshare", "--user", "--map-user=65534", "--map-group=65534"]
 
 
 @pytest.fixture
 def work():
-    """A folder the study's user can reach (pytest's own folders are root's alone)."""
     folder = Path(tempfile.mkdtemp(prefix="frugalnas-readonly-"))
     (folder / "study").mkdir()
     (folder / "read_only_plugin.py").write_text(READ_ONLY_PLUGIN)
     if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root without setpriv: a read-only folder binds no one")
-        for path in (folder, folder / "study"):
-            os.chown(path, NOBODY, NOBODY)
-        folder.chmod(0o755)
+        subprocess.run(["chmod", "a-w", str(folder)], check=True)
+        probe = subprocess.run([*UNPRIVILEGED, "sh", "-c", f"! touch {folder}/probe 2>/dev/null"],
+                               capture_output=True, text=True, check=False)
+        subprocess.run(["chmod", "u+w", str(folder)], check=True)
+        if probe.returncode != 0:
+            pytest.skip(f"as root, without user namespaces a read-only folder binds no one: "
+                        f"{probe.stderr.strip()}")
     yield folder
     subprocess.run(["chmod", "-R", "u+w", str(folder)], check=False)
     shutil.rmtree(folder, ignore_errors=True)
@@ -77,8 +80,7 @@ def _run(work: Path, n_trials: int) -> subprocess.CompletedProcess:
     env.update(HOME=str(work), PYTHONPATH=str(work), FRUGALNAS_PROGRESS="0",
                PYTHONWARNINGS="ignore", RO_FOLDER=str(work / "study"),
                RO_TRACKING=f"sqlite:///{work / 'mlflow.db'}")
-    user = (["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-            if os.geteuid() == 0 else [])
+    user = UNPRIVILEGED if os.geteuid() == 0 else []
     return subprocess.run(
         [*user, sys.executable, "-m", "frugalnas.cli.main", "run", "-q", "-p", "read_only_plugin",
          "--space", "nb201", "--estimator", "nb201-table", "--n-trials", str(n_trials),
