@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.task import IMAGE_CLASSIFICATION, Task
 
 SPLITS = ("train", "valid", "test")
 
@@ -62,10 +63,19 @@ class DataSource(ABC):
     ``name`` and ``num_classes`` are attributes; ``mean``/``std`` are the per-channel
     statistics (raw pixel units) the images are standardised with, ``(raw - mean) / std``,
     where known (a deployed model needs the same preprocessing). ``which`` is ``"train"``,
-    ``"valid"`` (or ``"validation"``) or ``"test"``."""
+    ``"valid"`` (or ``"validation"``) or ``"test"``. ``task`` holds the loss and the
+    validation metric; for a language-modelling source ``num_classes`` is the vocabulary
+    size, ``input_shape`` is ``(context,)`` and a batch is ``(tokens, next tokens)``, both
+    ``(N, context)`` int64."""
 
     name: str
     num_classes: int
+
+    @property
+    def task(self) -> Task:
+        """What the batches are for: the loss and the validation metric (image classes
+        unless a source says otherwise)."""
+        return IMAGE_CLASSIFICATION
 
     @property
     def mean(self) -> tuple[float, ...] | None:

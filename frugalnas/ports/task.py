@@ -1,0 +1,84 @@
+"""What a dataset asks of a network: the task. A :class:`Task` says how a batch's outputs are
+scored while training (the loss) and on a split (the metric, its name and direction), so that
+estimators, proxies and export ask the data source's task instead of assuming image classes.
+
+Two tasks ship: :data:`IMAGE_CLASSIFICATION` (logits ``(N, classes)``, integer labels,
+accuracy in percent, maximised) and :data:`LANGUAGE_MODELLING` (logits ``(N, T, vocabulary)``,
+next tokens ``(N, T)``, the mean cross-entropy in nats per token, minimised)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+
+class Task(ABC):
+    """The loss and the metric of one kind of prediction."""
+
+    #: the task's name, as listed and logged (``"image-classification"``)
+    name: ClassVar[str]
+    #: the name of the validation metric an estimator reports (``"valid_accuracy"``)
+    metric: ClassVar[str]
+    #: ``"maximize"`` or ``"minimize"``: which way the metric is better
+    direction: ClassVar[str]
+
+    @abstractmethod
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The training loss of a batch (a scalar to minimise)."""
+
+    @abstractmethod
+    def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
+        """The metric's sum over a batch and the number of items it covers, so that a split
+        read in batches is scored exactly: ``sum of sums / sum of counts``."""
+
+    def score(self, outputs: torch.Tensor, targets: torch.Tensor) -> float:
+        """The metric over one batch."""
+        total, count = self.totals(outputs, targets)
+        return total / max(1, count)
+
+    def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """A task is a loss function (what a backend's training step takes)."""
+        return self.loss(outputs, targets)
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r})"
+
+
+class ImageClassification(Task):
+    """Class logits ``(N, classes)`` against integer labels ``(N,)``: cross-entropy while
+    training, top-1 accuracy in percent on a split."""
+
+    name = "image-classification"
+    metric = "valid_accuracy"
+    direction = "maximize"
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs, targets)
+
+    def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
+        correct = (outputs.argmax(1) == targets).sum().item()
+        return 100.0 * float(correct), int(targets.numel())
+
+
+class LanguageModelling(Task):
+    """Next-token logits ``(N, T, vocabulary)`` against the next tokens ``(N, T)``: the mean
+    cross-entropy in nats per token, both while training and on a split (lower is better)."""
+
+    name = "language-modelling"
+    metric = "valid_loss"
+    direction = "minimize"
+
+    def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs.flatten(0, -2), targets.flatten())
+
+    def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
+        total = F.cross_entropy(outputs.flatten(0, -2).float(), targets.flatten(),
+                                reduction="sum")
+        return float(total.item()), int(targets.numel())
+
+
+IMAGE_CLASSIFICATION = ImageClassification()
+LANGUAGE_MODELLING = LanguageModelling()
