@@ -42,7 +42,7 @@ import torch
 
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.engine.training import TrainConfig, split_accuracy, train
+from frugalnas.engine.training import TrainConfig, split_metric, train
 from frugalnas.datasets.images import mnist5k
 from frugalnas.latency.measure import LatencySetup, measure, measure_many, onnx_bytes
 from frugalnas.spaces.mobilenet.space import MobileNetSpace
@@ -61,8 +61,8 @@ def trained(space: MobileNetSpace, arch: Any, data: Any, epochs: int, seed: int)
     seconds = time.perf_counter() - start
     latency = measure(model, SHAPE, SETUP)
     return {"architecture": str(arch), "params": sum(p.numel() for p in model.parameters()),
-            "valid": split_accuracy(model, backend, data, "valid"),
-            "test": split_accuracy(model, backend, data, "test"),
+            "valid": split_metric(model, backend, data, "valid"),
+            "test": split_metric(model, backend, data, "test"),
             "latency_ms": latency.median_ms, "latency_iqr_ms": latency.iqr_ms,
             "train_seconds": seconds, "onnx": onnx_agreement(model, data)}
 

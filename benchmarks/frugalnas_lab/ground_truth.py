@@ -27,7 +27,7 @@ from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.space import SearchSpace
-from frugalnas.engine.training import TrainConfig, seed_everything, split_accuracy, train
+from frugalnas.engine.training import TrainConfig, seed_everything, split_metric, train
 
 #: The packed references, kept beside this module.
 REFERENCES = Path(__file__).resolve().parent / "references"
@@ -173,9 +173,9 @@ def train_stand_alone(space: SearchSpace, arch: Architecture, dataset: Dataset, 
     start = time.perf_counter()
     model = backend.prepare(space.build(arch, dataset.num_classes, dataset.input_shape))
     train(model, dataset, backend, cfg, seed=seed)
-    out = {"valid": split_accuracy(model, backend, dataset)}
+    out = {"valid": split_metric(model, backend, dataset)}
     if dataset.has_test:
-        out["test"] = split_accuracy(model, backend, dataset, "test")
+        out["test"] = split_metric(model, backend, dataset, "test")
     out["seconds"] = time.perf_counter() - start
     return out
 

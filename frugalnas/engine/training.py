@@ -131,7 +131,8 @@ def backend_step(backend: Backend, model: Callable[[int], tuple[nn.Module, torch
 
 def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainConfig, *,
           seed: int = 0, on_epoch: Callable[[int, float], None] | None = None) -> TrainReport:
-    """Train ``model`` (already prepared by ``backend``) with a cosine schedule.
+    """Train ``model`` (already prepared by ``backend``) with a cosine schedule, on the
+    loss of the dataset's task.
 
     Fractional ``epochs`` train on that fraction of an epoch's batches. ``on_epoch(epoch,
     mean_loss)`` is called after each full epoch (used for pruning). A non-finite loss raises
@@ -153,26 +154,23 @@ def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainCon
 
     return run_steps(
         lambda epoch: dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch),
-        backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step()),
+        backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step(),
+                     loss_fn=dataset.task),
         total_steps=total_steps, steps_per_epoch=batches_per_epoch, on_epoch=each_epoch)
 
 
-def accuracy(model: nn.Module, backend: Backend, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Top-1 accuracy in percent."""
-    logits = backend.predict(model, x)
-    return float((logits.argmax(1) == y).float().mean().item() * 100.0)
-
-
-def split_accuracy(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",
-                   limit: int | None = None) -> float:
-    """Top-1 accuracy in percent on (the first ``limit`` examples of) a split, read through
-    the source's evaluation batches (an in-memory source: one call on the whole split)."""
-    parts = [(backend.predict(model, x), y) for x, y in data.eval_batches(which, limit)]
-    if len(parts) == 1:
-        logits, y = parts[0]
-    else:
-        logits, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-    return float((logits.argmax(1) == y).float().mean().item() * 100.0)
+def split_metric(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",
+                 limit: int | None = None) -> float:
+    """The dataset task's metric (accuracy in percent for image classes, nats per token for
+    a language model) on (the first ``limit`` examples of) a split, read through the source's
+    evaluation batches (an in-memory source: one call on the whole split)."""
+    total, count = 0.0, 0
+    for x, y in data.eval_batches(which, limit):
+        batch_total, batch_count = data.task.totals(backend.predict(model, x), y)
+        total, count = total + batch_total, count + batch_count
+    if count == 0:
+        raise ConfigError(f"dataset {data.name!r} has no {which!r} examples to score")
+    return data.task.combine(total, count)
 
 
 def seed_everything(seed: int) -> None:

@@ -1,4 +1,5 @@
-"""Built-in plugin: the ``train`` estimator (train from scratch, score validation accuracy)."""
+"""Built-in plugin: the ``train`` estimator (train from scratch, score the validation metric
+of the dataset's task)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from frugalnas.ports.cost import Cost, count_flops, count_params
 from frugalnas.ports.data import Dataset
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
-from frugalnas.engine.training import TrainConfig, seed_everything, split_accuracy, train
+from frugalnas.engine.training import TrainConfig, seed_everything, split_metric, train
 
 
 class TrainEstimator(Estimator):
-    """Trains the candidate from scratch for a budget of epochs; scores validation accuracy (%).
+    """Trains the candidate from scratch for a budget of epochs; scores the validation metric
+    of the dataset's task: accuracy (%) for image classes (``valid_accuracy``), the loss in
+    nats per token for a language model (``valid_loss``; minimise it).
 
     After each full epoch it reports the validation accuracy, the epoch's training loss, the
     parameters, the latency (when measured) and the cost so far to the study
@@ -78,23 +81,23 @@ class TrainEstimator(Estimator):
         def on_epoch(epoch: int, loss: float) -> None:
             if not self.report_every_epoch or context.trial_number is None:
                 return
-            acc = split_accuracy(model, backend, data)
+            score = split_metric(model, backend, data)
             samples = epoch * batches_per_epoch * self.config.batch_size
             # What each objective would be if training stopped now (cost fields so far).
             context.report(epoch, {
-                "value": acc, "valid_accuracy": acc, "train_loss": loss, **metrics,
+                "value": score, data.task.metric: score, "train_loss": loss, **metrics,
                 "params": float(params), "epochs": float(epoch),
                 "flops": 3.0 * flops_per_sample * samples + eval_flops * epoch,
                 "seconds": time.perf_counter() - start},
                 last=epoch * batches_per_epoch >= total_steps)
 
         report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch)
-        acc = split_accuracy(model, backend, data)
-        metrics.update({"valid_accuracy": acc,
+        score = split_metric(model, backend, data)
+        metrics.update({data.task.metric: score,
                         "train_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))})
         samples = report.steps * self.config.batch_size
         flops = 3.0 * flops_per_sample * samples + flops_per_sample * data.num_examples("valid")
         cost = Cost(seconds=time.perf_counter() - start, flops=flops, params=params,
                     epochs=report.epochs, peak_memory=backend.peak_memory())
-        return EstimateResult(value=acc, metrics=metrics, cost=cost, artifacts=artifacts)
+        return EstimateResult(value=score, metrics=metrics, cost=cost, artifacts=artifacts)
 

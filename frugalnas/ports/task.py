@@ -32,12 +32,15 @@ class Task(ABC):
     @abstractmethod
     def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
         """The metric's sum over a batch and the number of items it covers, so that a split
-        read in batches is scored exactly: ``sum of sums / sum of counts``."""
+        read in batches is scored exactly (:meth:`combine` of the sums)."""
+
+    def combine(self, total: float, count: int) -> float:
+        """The metric of items whose sums add up to ``total`` over ``count`` items."""
+        return total / count
 
     def score(self, outputs: torch.Tensor, targets: torch.Tensor) -> float:
         """The metric over one batch."""
-        total, count = self.totals(outputs, targets)
-        return total / max(1, count)
+        return self.combine(*self.totals(outputs, targets))
 
     def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """A task is a loss function (what a backend's training step takes)."""
@@ -59,8 +62,12 @@ class ImageClassification(Task):
         return F.cross_entropy(outputs, targets)
 
     def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
-        correct = (outputs.argmax(1) == targets).sum().item()
-        return 100.0 * float(correct), int(targets.numel())
+        return float((outputs.argmax(1) == targets).sum().item()), int(targets.numel())
+
+    def combine(self, total: float, count: int) -> float:
+        # the fraction in single precision, as a float tensor's mean gives it
+        fraction = torch.tensor(total, dtype=torch.float32) / count
+        return float(fraction.item() * 100.0)
 
 
 class LanguageModelling(Task):

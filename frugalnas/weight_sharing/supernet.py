@@ -45,7 +45,7 @@ from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.ports.space import SearchSpace
 from frugalnas.engine.training import TrainConfig, backend_step, make_optimizer, run_steps
-from frugalnas.engine.training import split_accuracy
+from frugalnas.engine.training import split_metric
 from frugalnas.engine.training import train as train_model
 from frugalnas.nn.weight_store import WeightStore
 from frugalnas.weight_sharing.batch_norm import calibration_batches, recalibrated
@@ -272,7 +272,7 @@ class Supernet:
         batches = calibration_batches(dataset, bn_batches, batch_size, seed=self.seed + 1,
                                       epoch=0, device=backend.device)
         with recalibrated(model, batches) if batches else contextlib.nullcontext():
-            return split_accuracy(model, backend, dataset, split)
+            return split_metric(model, backend, dataset, split)
 
     # -- checkpoints ---------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
