@@ -8,6 +8,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "dag": "frugalnas.spaces.dag",
     "define-by-run": "frugalnas.spaces.define_by_run",
     "mobilenet": "frugalnas.spaces.mobilenet",
+    "gpt": "frugalnas.spaces.gpt",
     "latency": "frugalnas.latency",
     "datasets": "frugalnas.datasets.plugin",
     "estimators": "frugalnas.estimators",

@@ -69,7 +69,8 @@ class TrainEstimator(Estimator):
             # Inference time does not depend on the weights, so it is measured before
             # training: every per-epoch report (multi-objective pruning) then has it.
             stats = measure_latency(model, data.input_shape, self.latency.batch_size,
-                                    backend.device, min_run_time=self.latency.min_run_time)
+                                    backend.device, min_run_time=self.latency.min_run_time,
+                                    example=data.head("train", 1)[0])
             metrics.update(stats.metrics())
             artifacts["latency.json"] = json.dumps(stats.to_dict(), indent=1)
         batches_per_epoch = -(-data.num_examples("train") // self.config.batch_size)

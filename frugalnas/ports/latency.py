@@ -54,18 +54,23 @@ def _model_device(model: torch.nn.Module) -> torch.device:
 def measure_latency(model: torch.nn.Module, input_shape: Sequence[int], batch_size: int = 1,
                     device: torch.device | str | None = None, *, warmup: int = 3,
                     min_run_time: float = 0.2, min_blocks: int = 5,
-                    num_threads: int | None = None) -> LatencyStats:
+                    num_threads: int | None = None,
+                    example: torch.Tensor | None = None) -> LatencyStats:
     """Inference latency of ``model`` on one batch of ``batch_size`` inputs of
     ``input_shape`` (without the batch axis), on ``device`` (default: where the model's
-    parameters are; the model is not moved). ``num_threads`` defaults to torch's current
-    intra-op setting. The model's training mode is restored."""
+    parameters are; the model is not moved). The inputs are random floats, or copies of
+    ``example`` (one input, with its dtype: the tokens of a language model) when given.
+    ``num_threads`` defaults to torch's current intra-op setting. The model's training mode
+    is restored."""
     check_range("latency batch_size", batch_size, 1)
     check_range("latency warmup", warmup, 0)
     check_range("latency min_run_time", min_run_time, 0)
     check_range("latency min_blocks", min_blocks, 1)
     device = torch.device(device) if device is not None else _model_device(model)
     threads = int(num_threads) if num_threads is not None else torch.get_num_threads()
-    x = torch.randn((int(batch_size), *map(int, input_shape)), device=device)
+    shape = (int(batch_size), *map(int, input_shape))
+    x = torch.randn(shape, device=device) if example is None \
+        else example.reshape(1, *shape[1:]).expand(shape).to(device).contiguous()
     was_training = model.training
     model.eval()
 

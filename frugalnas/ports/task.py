@@ -42,6 +42,16 @@ class Task(ABC):
         """The metric over one batch."""
         return self.combine(*self.totals(outputs, targets))
 
+    @abstractmethod
+    def example_inputs(self, n: int, input_shape: tuple[int, ...], classes: int,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` random inputs of ``input_shape`` (a conformance check's or a probe's batch)."""
+
+    @abstractmethod
+    def output_shape(self, n: int, input_shape: tuple[int, ...], classes: int
+                     ) -> tuple[int, ...]:
+        """The shape of a network's outputs for ``n`` inputs of ``input_shape``."""
+
     def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """A task is a loss function (what a backend's training step takes)."""
         return self.loss(outputs, targets)
@@ -64,6 +74,14 @@ class ImageClassification(Task):
     def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
         return float((outputs.argmax(1) == targets).sum().item()), int(targets.numel())
 
+    def example_inputs(self, n: int, input_shape: tuple[int, ...], classes: int,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.randn((n, *input_shape), generator=generator)
+
+    def output_shape(self, n: int, input_shape: tuple[int, ...], classes: int
+                     ) -> tuple[int, ...]:
+        return (n, classes)
+
     def combine(self, total: float, count: int) -> float:
         # the fraction in single precision, as a float tensor's mean gives it
         fraction = torch.tensor(total, dtype=torch.float32) / count
@@ -85,6 +103,14 @@ class LanguageModelling(Task):
         total = F.cross_entropy(outputs.flatten(0, -2).float(), targets.flatten(),
                                 reduction="sum")
         return float(total.item()), int(targets.numel())
+
+    def example_inputs(self, n: int, input_shape: tuple[int, ...], classes: int,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.randint(0, classes, (n, *input_shape), generator=generator)
+
+    def output_shape(self, n: int, input_shape: tuple[int, ...], classes: int
+                     ) -> tuple[int, ...]:
+        return (n, *input_shape, classes)
 
 
 IMAGE_CLASSIFICATION = ImageClassification()

@@ -85,7 +85,7 @@ def build_suite(host: Any, kind: str, name: str, setup: CheckSetup | None = None
         dataset = host.create("datasets", setup.dataset, seed=0, **setup.dataset_options)
         return cls(obj, space, name=name, dataset=dataset,
                    fresh=lambda: host.create_estimator(name, options))
-    return cls(obj, name=name)
+    return cls(obj, name=name, **setup.check_options)
 
 
 def run_check(host: Any, kind: str, name: str, check: str,

@@ -23,11 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from frugalnas.ports.task import LANGUAGE_MODELLING
+
 SMALL_NB201 = {"N": 1, "C": 4}
 #: The options of ``nb201-table`` on :data:`SMALL_NB201`: the table holds the values of the
 #: benchmark network (N=5, C=16) and refuses another one unless told ``any_network``.
 TABLE_ON_SMALL_NB201 = {"any_network": True}
 SMALL_DAG = {"nodes": 2, "channels": 4, "normal_cells": 1, "reductions": 1}
+#: A tiny ``gpt`` space: widths 16/32, one or two layers of one or two 8-wide heads.
+SMALL_GPT: dict[str, Any] = {"widths": [16, 32], "min_depth": 1, "max_depth": 2,
+                             "heads": [1, 2], "mlp_ratios": [2, 4], "head_dim": 8,
+                             "context": 16}
 SMALL_MOBILENET: dict[str, Any] = {"width_mult": 0.25, "stages": [[16, 2, 2], [24, 2, 1]],
                                     "head_channels": 32}
 SMALL_DATA = {"n": 96, "num_classes": 4, "channels": 3, "size": 8}
@@ -46,7 +52,8 @@ class CheckSetup:
     (``None``, the default: :data:`TABLE_ON_SMALL_NB201` for ``nb201-table``, none for
     another estimator; see :func:`study_estimator_options`). ``slow`` marks the component's cases
     ``pytest.mark.slow``; ``skip`` names checks that do not apply (with the reason in
-    ``skip_reason``)."""
+    ``skip_reason``). ``check_options`` go to the kind's check suite itself (a search space
+    that models text: ``{"task": LANGUAGE_MODELLING, "input_shapes": ((16,),)}``)."""
 
     options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
     space: str = "nb201"
@@ -61,6 +68,7 @@ class CheckSetup:
     slow: bool = False
     skip: tuple[str, ...] = ()
     skip_reason: str = ""
+    check_options: Mapping[str, Any] = field(default_factory=dict)
 
     def resolved_options(self) -> dict[str, Any]:
         options = self.options() if callable(self.options) else self.options
@@ -136,6 +144,9 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
     ("search_spaces", "nb201"): CheckSetup(options=SMALL_NB201),
     ("search_spaces", "dag"): CheckSetup(options=SMALL_DAG),
     ("search_spaces", "mobilenet"): CheckSetup(options=SMALL_MOBILENET),
+    ("search_spaces", "gpt"): CheckSetup(
+        options=SMALL_GPT, check_options={"task": LANGUAGE_MODELLING, "input_shapes": ((8,),),
+                                          "num_classes": 11}),
     ("estimators", "train"): CheckSetup(options={"max_steps": 3, "batch_size": 16}),
     ("estimators", "low-fidelity"): CheckSetup(options={"max_steps": 3, "batch_size": 16,
                                                         "subset": 0.5}),

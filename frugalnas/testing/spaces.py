@@ -10,6 +10,7 @@ from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import WeightSharing, capability
 from frugalnas.ports.errors import ArchitectureParseError
 from frugalnas.ports.space import SearchSpace, params_of
+from frugalnas.ports.task import IMAGE_CLASSIFICATION, Task
 from frugalnas.testing._suite import Suite, describe
 
 #: a decision value no real space offers
@@ -20,7 +21,10 @@ class SearchSpaceChecks(Suite):
     """The search-space contract: optuna distributions, text/JSON/params round trips,
     validation that rejects foreign architectures, seeded sampling, mutation, crossover,
     neighbours, ``suggest`` on an optuna trial, and ``build`` giving a fresh, seeded
-    ``nn.Module`` with outputs of shape ``(batch, num_classes)``."""
+    ``nn.Module`` whose outputs have the shape the space's ``task`` asks for: ``(batch,
+    num_classes)`` for image classes (the default), ``(batch, context, num_classes)`` next-token
+    logits for language modelling (then ``input_shapes`` are ``(context,)`` and
+    ``num_classes`` the vocabulary)."""
 
     kind = "search_spaces"
     checks = ("check_distributions", "check_round_trips", "check_same_seed_same_sample",
@@ -28,9 +32,10 @@ class SearchSpaceChecks(Suite):
               "check_neighbours", "check_suggest", "check_build", "check_weight_sharing")
 
     def __init__(self, space: Any, *, name: str | None = None,
-                 input_shapes: tuple[tuple[int, int, int], ...] = ((3, 8, 8), (1, 8, 8)),
-                 num_classes: int = 5, seed: int = 0, samples: int = 6):
-        self.space, self.seed, self.samples = space, seed, samples
+                 input_shapes: tuple[tuple[int, ...], ...] = ((3, 8, 8), (1, 8, 8)),
+                 num_classes: int = 5, seed: int = 0, samples: int = 6,
+                 task: Task = IMAGE_CLASSIFICATION):
+        self.space, self.seed, self.samples, self.task = space, seed, samples, task
         self.input_shapes, self.num_classes = tuple(map(tuple, input_shapes)), num_classes
         self.subject = describe("search space", space, name)
 
@@ -40,6 +45,12 @@ class SearchSpaceChecks(Suite):
         if not isinstance(arch, Architecture):
             self.fail(f"sample() returned {type(arch).__name__}, not a frugalnas Architecture")
         return arch
+
+    def _inputs(self, shape: tuple[int, ...]) -> Any:
+        import torch
+
+        return self.task.example_inputs(2, shape, self.num_classes,
+                                        torch.Generator().manual_seed(self.seed))
 
     def _valid(self, arch: Any, what: str) -> None:
         try:
@@ -232,12 +243,12 @@ class SearchSpaceChecks(Suite):
                 if not params:
                     self.fail(f"{where} has no parameters to train")
                 initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                x = torch.randn(2, *shape, generator=torch.Generator().manual_seed(self.seed))
-                out = model(x)
-                if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, self.num_classes):
+                out = model(self._inputs(shape))
+                expected = self.task.output_shape(2, shape, self.num_classes)
+                if not isinstance(out, torch.Tensor) or tuple(out.shape) != expected:
                     got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                     self.fail(f"{where}: a batch of 2 gave output {got}; expected "
-                              f"(2, {self.num_classes}) logits")
+                              f"{expected} logits")
                 if not torch.isfinite(out).all():
                     self.fail(f"{where} gives non-finite outputs")
                 out.sum().backward()
@@ -282,10 +293,11 @@ class SearchSpaceChecks(Suite):
             if foreign:
                 self.fail(f"shared_builder().subnet({arch}) has parameters of its own, not the "
                           f"store's: {foreign[:3]}")
-            out = net(torch.randn(2, *shape, generator=torch.Generator().manual_seed(self.seed)))
-            if tuple(out.shape) != (2, self.num_classes):
+            out = net(self._inputs(shape))
+            expected = self.task.output_shape(2, shape, self.num_classes)
+            if tuple(out.shape) != expected:
                 self.fail(f"the shared network of {arch} gave output {tuple(out.shape)}; "
-                          f"expected (2, {self.num_classes})")
+                          f"expected {expected}")
             nets.append({id(p) for p in net.parameters()})
         unlisted = sorted({repr(k) for k in asked} - listed)
         if unlisted:
@@ -296,12 +308,13 @@ class SearchSpaceChecks(Suite):
                       "supernet shares no weights")
 
 
-def check_search_space(space: Any, *, input_shapes: tuple[tuple[int, int, int], ...] = (
+def check_search_space(space: Any, *, input_shapes: tuple[tuple[int, ...], ...] = (
                            (3, 8, 8), (1, 8, 8)),
-                       num_classes: int = 5, seed: int = 0,
-                       checks: list[str] | None = None) -> list[str]:
+                       num_classes: int = 5, seed: int = 0, checks: list[str] | None = None,
+                       task: Task = IMAGE_CLASSIFICATION) -> list[str]:
     """Run the search-space checks on ``space`` (a :class:`frugalnas.SearchSpace`); returns
     the names of the checks run, raises :class:`~frugalnas.testing.ConformanceError` at the
-    first broken rule. ``input_shapes`` are the ``(C, H, W)`` inputs ``build`` is tried with."""
+    first broken rule. ``input_shapes`` are the inputs ``build`` is tried with (``(C, H, W)``
+    images, or ``(context,)`` tokens for ``task=LANGUAGE_MODELLING``)."""
     return SearchSpaceChecks(space, input_shapes=input_shapes, num_classes=num_classes,
-                             seed=seed).run(checks)
+                             seed=seed, task=task).run(checks)

@@ -19,6 +19,7 @@ from torch import nn
 from frugalnas.ports.capabilities import SandwichRule, require_capability
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.task import IMAGE_CLASSIFICATION, Task
 from frugalnas.ports.space import SearchSpace
 
 
@@ -52,15 +53,17 @@ class SandwichNetwork(nn.Module):
         return torch.stack([net(x) for net in self.networks], dim=1)
 
 
-def sandwich_loss(stacked: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The mean over the networks of: the teacher's (index 0) cross-entropy with the labels,
-    each student's cross-entropy with the teacher's predicted distribution (detached: the
-    students learn from the teacher, not the reverse). The mean, not the sum, keeps a step
-    as large as a single network's under the same learning rate: summed, three networks from
-    scratch at SGD lr 0.05 trained to a supernet whose networks scored 22 % on mnist5k."""
+def sandwich_loss(stacked: torch.Tensor, targets: torch.Tensor,
+                  task: Task = IMAGE_CLASSIFICATION) -> torch.Tensor:
+    """The mean over the networks of: the teacher's (index 0) loss on the targets (the
+    task's), each student's cross-entropy with the teacher's predicted distribution over the
+    last axis (classes, or the next token's vocabulary; detached: the students learn from the
+    teacher, not the reverse). The mean, not the sum, keeps a step as large as a single
+    network's under the same learning rate: summed, three networks from scratch at SGD lr
+    0.05 trained to a supernet whose networks scored 22 % on mnist5k."""
     teacher = stacked[:, 0]
-    loss = F.cross_entropy(teacher, targets)
-    soft = F.softmax(teacher.detach(), dim=1)
+    loss = task.loss(teacher, targets)
+    soft = F.softmax(teacher.detach(), dim=-1).flatten(0, -2)
     for i in range(1, stacked.shape[1]):
-        loss = loss + F.cross_entropy(stacked[:, i], soft)
+        loss = loss + F.cross_entropy(stacked[:, i].flatten(0, -2), soft)
     return loss / stacked.shape[1]

@@ -27,6 +27,7 @@ import ast
 import contextlib
 import copy
 import dataclasses
+import functools
 import math
 import random
 import time
@@ -241,7 +242,8 @@ class Supernet:
 
         run_steps(lambda epoch: dataset.batches("train", cfg.batch_size, seed=self.seed,
                                                 epoch=epoch),
-                  backend_step(backend, pick, loss_fn=sandwich_loss if self.bounds else None),
+                  backend_step(backend, pick, loss_fn=functools.partial(sandwich_loss, task=dataset.task)
+                               if self.bounds else dataset.task),
                   total_steps=total - done * per_epoch,
                   steps_per_epoch=per_epoch, first_step=done * per_epoch, first_epoch=done,
                   on_epoch=each_epoch, what=f"supernet {phase}")
