@@ -1,5 +1,6 @@
-"""Built-in plugin ``datasets``: registers the datasets of :mod:`frugalnas.datasets.images` without
-importing that module (nor numpy or torch) until a study uses one or checks its options."""
+"""Built-in plugin ``datasets``: registers the datasets of :mod:`frugalnas.datasets.images` and
+:mod:`frugalnas.datasets.text` without importing those modules (nor numpy or torch) until a
+study uses one or checks its options."""
 
 from __future__ import annotations
 
@@ -31,4 +32,8 @@ def frugalnas_datasets() -> dict[str, Any]:
         "cifar": lazy("cifar", "CIFAR-10 or CIFAR-100 from the python-version batch files in "
                                "``path`` (``data_batch_*`` or ``train``); nothing is "
                                "downloaded."),
+        "text": LazyFactory("frugalnas.datasets.text:text", "UTF-8 text files (a file, a "
+                            "folder's *.txt files or a glob; default: a Shakespeare sample) "
+                            "split by document into blocks of ``context`` byte or BPE tokens, "
+                            "for language modelling."),
     }
