@@ -260,7 +260,7 @@ class TextSource(DataSource):
         return LANGUAGE_MODELLING
 
     @property
-    def input_shape(self) -> tuple[int, ...]:  # type: ignore[override]
+    def input_shape(self) -> tuple[int, ...]:
         """``(context,)``: one example is a block of token ids."""
         return (self.context,)
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class WeightSharing(Protocol):
     """Networks of the space over one shared weight store (:mod:`frugalnas.weight_sharing`)."""
 
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, ...],
                        sharing: str = "operation") -> SharedBuilder:
         """An object with ``keys()`` (every store key of the supernet), ``factory(key)`` (a
         fresh module for a key), ``subnet(arch, get)`` (the network of ``arch`` built from
@@ -90,7 +90,7 @@ class _BuilderSharing:
     def __init__(self, space: SearchSpace, builder: Callable[..., SharedBuilder]):
         self.space, self.builder = space, builder
 
-    def shared_builder(self, num_classes: int, input_shape: tuple[int, int, int],
+    def shared_builder(self, num_classes: int, input_shape: tuple[int, ...],
                        sharing: str = "operation") -> SharedBuilder:
         return self.builder(self.space, num_classes, input_shape, sharing)
 

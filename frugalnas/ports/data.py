@@ -87,8 +87,8 @@ class DataSource(ABC):
 
     @property
     @abstractmethod
-    def input_shape(self) -> tuple[int, int, int]:
-        """``(C, H, W)`` of one example."""
+    def input_shape(self) -> tuple[int, ...]:
+        """The shape of one example: ``(C, H, W)`` for images, ``(context,)`` for text."""
 
     @property
     @abstractmethod

@@ -38,7 +38,7 @@ class SearchSpace(ABC):
 
     @abstractmethod
     def build(self, arch: Architecture, num_classes: int,
-              input_shape: tuple[int, int, int]) -> nn.Module:
+              input_shape: tuple[int, ...]) -> nn.Module:
         """A freshly initialised ``torch.nn.Module`` for ``arch``."""
 
     # -- conversions ---------------------------------------------------------------------

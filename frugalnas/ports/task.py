@@ -43,9 +43,11 @@ class Task(ABC):
         return self.combine(*self.totals(outputs, targets))
 
     @abstractmethod
-    def example_inputs(self, n: int, input_shape: tuple[int, ...], classes: int,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
-        """``n`` random inputs of ``input_shape`` (a conformance check's or a probe's batch)."""
+    def example_batch(self, n: int, input_shape: tuple[int, ...], classes: int,
+                      generator: torch.Generator | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` random inputs of ``input_shape`` and their random targets, for a data-free
+        proxy or a conformance check."""
 
     @abstractmethod
     def output_shape(self, n: int, input_shape: tuple[int, ...], classes: int
@@ -74,9 +76,11 @@ class ImageClassification(Task):
     def totals(self, outputs: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
         return float((outputs.argmax(1) == targets).sum().item()), int(targets.numel())
 
-    def example_inputs(self, n: int, input_shape: tuple[int, ...], classes: int,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
-        return torch.randn((n, *input_shape), generator=generator)
+    def example_batch(self, n: int, input_shape: tuple[int, ...], classes: int,
+                      generator: torch.Generator | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = torch.randn((n, *input_shape), generator=generator)
+        return inputs, torch.randint(0, classes, (n,), generator=generator)
 
     def output_shape(self, n: int, input_shape: tuple[int, ...], classes: int
                      ) -> tuple[int, ...]:
@@ -104,9 +108,11 @@ class LanguageModelling(Task):
                                 reduction="sum")
         return float(total.item()), int(targets.numel())
 
-    def example_inputs(self, n: int, input_shape: tuple[int, ...], classes: int,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
-        return torch.randint(0, classes, (n, *input_shape), generator=generator)
+    def example_batch(self, n: int, input_shape: tuple[int, ...], classes: int,
+                      generator: torch.Generator | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens = torch.randint(0, classes, (n, input_shape[0] + 1), generator=generator)
+        return tokens[:, :-1], tokens[:, 1:]
 
     def output_shape(self, n: int, input_shape: tuple[int, ...], classes: int
                      ) -> tuple[int, ...]:

@@ -39,6 +39,10 @@ PROXIES: dict[str, tuple[str, str]] = {
                               "Abdelfattah et al. 2021)."),
     "flops": ("size:Flops", "flops: forward FLOPs for one input sample (Abdelfattah et al. "
                             "2021)."),
+    "decoder_params": ("size:DecoderParams", "decoder_params: the parameters of a language "
+                       "model's decoder, without token or position embeddings and the output "
+                       "head (LiteTransformerSearch, Javaheripi et al., NeurIPS 2022, found it "
+                       "ranks GPT networks of one family by perplexity without training)."),
     "l2_norm": ("size:L2Norm", "l2_norm: sum over layers of the L2 norm of the initial weights "
                                "(Abdelfattah et al. 2021)."),
     # proxies of 2021-2024 (ZiCo, MeCo, SWAP, AZ-NAS, TE-NAS, EPE-NAS)

@@ -20,6 +20,7 @@ from frugalnas.ports.cost import Cost, count_flops, count_params
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
+from frugalnas.ports.task import IMAGE_CLASSIFICATION, Task
 from frugalnas.engine.training import seed_everything
 from frugalnas.proxies.shared import SharedPasses
 
@@ -30,7 +31,8 @@ class Proxy(ABC):
     """A zero-cost proxy: scores an untrained network from one mini-batch, higher is better.
 
     Subclasses declare ``needs_data`` (whether the values of the inputs matter; a data-free
-    proxy uses only their shape) and ``needs_labels`` as class attributes, take their
+    proxy uses only their shape), ``needs_labels`` and the ``tasks`` they apply to (image
+    classes unless they say more) as class attributes, take their
     parameters in ``__init__`` (stored under the same names), and implement :meth:`compute`.
     :meth:`score` wraps ``compute`` so that the network's weights, buffers, gradients,
     ``requires_grad`` flags and training modes are as before, and the global RNG is seeded
@@ -39,6 +41,9 @@ class Proxy(ABC):
     name: ClassVar[str] = "proxy"
     needs_data: ClassVar[bool]
     needs_labels: ClassVar[bool]
+    #: the tasks (:class:`~frugalnas.ports.task.Task` names) the proxy is meant for: a study
+    #: whose data poses another task is refused before its first trial
+    tasks: ClassVar[tuple[str, ...]] = (IMAGE_CLASSIFICATION.name,)
     #: forward-pass equivalents per batch sample (forward+backward = 3), for the FLOP cost
     passes: ClassVar[float] = 3.0
 
@@ -137,7 +142,7 @@ class ProxyBatch:
     data: str = "dataset"
     resize: int | None = None
     seed: int | None = None
-    input_shape: tuple[int, int, int] = (3, 32, 32)
+    input_shape: tuple[int, ...] = (3, 32, 32)
     num_classes: int = 10
     what: str = "proxy"
 
@@ -148,8 +153,19 @@ class ProxyBatch:
         object.__setattr__(self, "input_shape", tuple(self.input_shape))
 
     def uses_dataset(self, proxies: Sequence[Proxy]) -> bool:
-        """Whether scoring ``proxies`` on this batch needs the study's dataset."""
-        return self.data == "dataset" and any(p.needs_data for p in proxies)
+        """Whether scoring ``proxies`` on this batch needs the study's dataset: for its values,
+        or for the shape of a task other than image classes (made-up inputs are images)."""
+        other_task = any(IMAGE_CLASSIFICATION.name not in p.tasks for p in proxies)
+        return other_task or (self.data == "dataset" and any(p.needs_data for p in proxies))
+
+    def task(self, context: TrialContext | None) -> Task:
+        """The task of the study's dataset; image classes when the study has none."""
+        if context is None or context.dataset_loader is None:
+            return IMAGE_CLASSIFICATION
+        try:
+            return context.dataset.task
+        except (ValueError, KeyError):  # a study without a dataset
+            return IMAGE_CLASSIFICATION
 
     def draw(self, context: TrialContext | None, *, need_dataset: bool = True,
              seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -171,19 +187,19 @@ class ProxyBatch:
             except (ValueError, KeyError):
                 ds = None
         input_shape, num_classes = self.input_shape, self.num_classes
+        task: Task = IMAGE_CLASSIFICATION
         if ds is not None:
             if self.resize:
                 ds = ds.resized(int(self.resize))
             if self.data == "dataset":
                 x, y = ds.fixed_batch(self.batch_size, seed=seed)
                 return x, y, ds.num_classes
-            input_shape, num_classes = ds.input_shape, ds.num_classes
+            input_shape, num_classes, task = ds.input_shape, ds.num_classes, ds.task
         g = torch.Generator().manual_seed(seed)
         shape = tuple(input_shape)
         if self.resize:
             shape = (shape[0], int(self.resize), int(self.resize))
-        x = torch.randn((self.batch_size, *shape), generator=g)
-        y = torch.randint(0, num_classes, (self.batch_size,), generator=g)
+        x, y = task.example_batch(self.batch_size, shape, num_classes, g)
         return x, y, num_classes
 
 
@@ -198,7 +214,7 @@ class ProxyEstimator(Estimator):
 
     def __init__(self, proxy: str | Proxy, host: Any = None, batch_size: int = 64,
                  data: str = "dataset", resize: int | None = None, seed: int | None = None,
-                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                  proxy_options: dict[str, Any] | None = None, latency: bool = False,
                  latency_batch_size: int = 1, latency_min_run_time: float = 0.2):
         self.batch = ProxyBatch(batch_size, data, resize, seed, input_shape, num_classes)
@@ -222,6 +238,19 @@ class ProxyEstimator(Estimator):
         return EstimateResult(value=value, metrics=values, cost=cost)
 
 
+def check_tasks(proxies: Sequence[Proxy], task: Task) -> None:
+    """A ConfigError naming the first proxy not meant for ``task`` and the reason."""
+    for proxy in proxies:
+        if task.name not in proxy.tasks:
+            raise ConfigError(
+                f"proxy {proxy.name!r} is not meant for {task.name} data: it was designed and "
+                f"validated for {', '.join(proxy.tasks)} only; for {task.name} use a proxy "
+                f"that lists it (frugalnas plugins proxies), such as 'decoder_params'"
+                if task.name == "language-modelling" else
+                f"proxy {proxy.name!r} is not meant for {task.name} data: it applies to "
+                f"{', '.join(proxy.tasks)}")
+
+
 def score_with(proxy: Proxy, model: nn.Module, inputs: torch.Tensor,
                targets: torch.Tensor | None, shared: SharedPasses | None) -> float:
     """``proxy.score(model, inputs, targets, shared=shared)``; a proxy whose class replaces
@@ -242,6 +271,7 @@ def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialCo
     and added as ``latency_ms`` and ``latency_ms_iqr``."""
     start = time.perf_counter()
     seed = context.seed if batch.seed is None else batch.seed
+    check_tasks(proxies, batch.task(context))
     x, y, n_classes = batch.draw(context, need_dataset=need_dataset, seed=seed)
     seed_everything(seed)
     model = context.backend.prepare(context.space.build(arch, n_classes, tuple(x.shape[1:])))
@@ -250,7 +280,7 @@ def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialCo
     values = {f"proxy_{p.name}": score_with(p, model, x, y, shared) for p in proxies}
     if latency is not None:
         values.update(measure_latency(model, tuple(x.shape[1:]), latency.batch_size,
-                                      context.backend.device,
+                                      context.backend.device, example=x[:1],
                                       min_run_time=latency.min_run_time).metrics())
     seconds = time.perf_counter() - start
     per_sample = count_flops(model, x[:1])

@@ -266,7 +266,7 @@ class RankEnsembleEstimator(Estimator):
     def __init__(self, proxies: Sequence[str] | str = DEFAULT_MEMBERS,
                  weights: Sequence[float] | None = None, batch_size: int = 64,
                  data: str = "dataset", resize: int | None = None, seed: int | None = None,
-                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                  host: Any = None, latency: bool = False, latency_batch_size: int = 1,
                  latency_min_run_time: float = 0.2, aggregation: str = "mean-rank"):
         check_choice("ensemble aggregation", aggregation, AGGREGATIONS)
@@ -339,7 +339,7 @@ class LearnedEnsembleEstimator(RankEnsembleEstimator):
                  teacher_options: dict[str, Any] | None = None, teacher_every: int = 5,
                  min_labelled: int = 5, batch_size: int = 64, data: str = "dataset",
                  resize: int | None = None, seed: int | None = None,
-                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                  host: Any = None, latency: bool = False, latency_batch_size: int = 1,
                  latency_min_run_time: float = 0.2, aggregation: str = "mean-rank",
                  penalty: str = "none"):

@@ -96,7 +96,7 @@ class PrescreenSampler(WrappingStrategy):
                  seed: int = 0, proxy: str | Sequence[str] = "synflow", k: int = 10,
                  batch_size: int = 64, data: str = "dataset", resize: int | None = None,
                  dataset: str | None = None, dataset_options: dict[str, Any] | None = None,
-                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                  proxy_options: dict[str, Any] | None = None, workers: int = 0,
                  cache_dir: str | None = None):
         check_range("prescreen k", k, 1)
@@ -224,7 +224,7 @@ def prescreen_strategy(space: SearchSpace | None = None, seed: int = 0, host: An
                        batch_size: int = 64, data: str = "dataset", resize: int | None = None,
                        dataset: str | None = None,
                        dataset_options: dict[str, Any] | None = None,
-                       input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                       input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                        proxy_options: dict[str, Any] | None = None, workers: int = 0,
                        cache_dir: str | None = None) -> PrescreenSampler:
     """Pre-screen: the inner strategy proposes k candidates, a zero-cost proxy (or a rank

@@ -31,7 +31,7 @@ class ProxyScorer:
     """Scores architectures with named proxies (cached per architecture)."""
 
     def __init__(self, space: SearchSpace, proxies: Sequence[str] | None = None, host: Any = None,
-                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                  seed: int = 0):
         if host is None:
             raise ConfigError("proxy features need the plugin host that registers the proxies "
@@ -95,7 +95,7 @@ class ProxyEncoding(Encoding):
     """Features = signed-log proxy scores of the network built for each architecture."""
 
     def __init__(self, space: SearchSpace, proxies: Sequence[str] | None = None, host: Any = None,
-                 input_shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10,
+                 input_shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10,
                  seed: int = 0):
         super().__init__(space)
         self.scorer = ProxyScorer(space, proxies, host, input_shape, num_classes, seed)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from frugalnas.ports.data import DataSource
+from frugalnas.ports.task import LANGUAGE_MODELLING
 from frugalnas.testing._suite import SkipCheck, Suite, describe
 
 
@@ -50,6 +51,9 @@ class DatasetChecks(Suite):
         if not isinstance(ds, DataSource):
             self.fail(f"the factory returned {type(ds).__name__}, not a frugalnas.Dataset "
                       "(or another frugalnas.ports.data.DataSource)")
+        if ds.task.name == LANGUAGE_MODELLING.name:
+            self._check_token_shapes(ds)
+            return
         for split in ("train", "valid"):
             x, y = getattr(ds, f"{split}_x"), getattr(ds, f"{split}_y")
             if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
@@ -71,17 +75,32 @@ class DatasetChecks(Suite):
         if tuple(ds.input_shape) != tuple(ds.train_x.shape[1:]):
             self.fail(f"input_shape {ds.input_shape} is not the images' shape")
 
+    def _check_token_shapes(self, ds: DataSource) -> None:
+        import torch
+
+        (context,) = tuple(ds.input_shape)
+        for split in ("train", "valid"):
+            x, y = ds.head(split, 4)
+            for name, t in (("tokens", x), ("next tokens", y)):
+                if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or \
+                        tuple(t.shape[1:]) != (context,) or len(t) == 0:
+                    self.fail(f"{split} {name} must be an int64 tensor (N, {context}); got "
+                              f"{getattr(t, 'dtype', type(t).__name__)} of shape "
+                              f"{tuple(getattr(t, 'shape', ()))}")
+            if not torch.equal(x[:, 1:], y[:, :-1]):
+                self.fail(f"{split} next tokens are not the tokens shifted by one")
+
     def check_labels(self) -> None:
         ds = self.data
         n = ds.num_classes
         if not isinstance(n, int) or isinstance(n, bool) or n < 2:
             self.fail(f"num_classes is {n!r}; expected an int >= 2")
         for split in ("train", "valid"):
-            y = getattr(ds, f"{split}_y")
+            y = ds.labels(split)
             low, high = int(y.min()), int(y.max())
             if low < 0 or high >= n:
                 self.fail(f"{split}_y has labels in [{low}, {high}], outside [0, num_classes={n})")
-        if len(set(ds.train_y.tolist())) < 2:
+        if ds.labels("train").unique().numel() < 2:
             self.fail("the training split holds a single class")
 
     def check_splits_disjoint(self) -> None:

@@ -167,6 +167,10 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
         options={"n_init": 3, "n_candidates": 8, "top_k": 3,
                  "surrogate_options": {"n_models": 2, "epochs": 10}}),
     ("strategies", "prescreen"): CheckSetup(options={"k": 3, "batch_size": 8}),
+    # a language-model proxy scores the networks of the gpt space on text
+    ("estimators", "decoder_params"): CheckSetup(
+        options={"batch_size": 4}, space="gpt", space_options=SMALL_GPT, dataset="text",
+        dataset_options={"context": 16}),
     ("estimators", "combined"): CheckSetup(
         options={"members": {"params": {}, "flops": {}}}),
     # Measured latencies repeat through the cache (a measurement itself varies).

@@ -49,8 +49,8 @@ class SearchSpaceChecks(Suite):
     def _inputs(self, shape: tuple[int, ...]) -> Any:
         import torch
 
-        return self.task.example_inputs(2, shape, self.num_classes,
-                                        torch.Generator().manual_seed(self.seed))
+        return self.task.example_batch(2, shape, self.num_classes,
+                                       torch.Generator().manual_seed(self.seed))[0]
 
     def _valid(self, arch: Any, what: str) -> None:
         try:

@@ -11,6 +11,9 @@ within the study's population (the completed trials holding the same metrics, pl
 candidate): the inherited accuracy's, and that of a zero-cost rank ensemble of the named
 proxies (as the ``rank-ensemble`` estimator computes it). Like that estimator's, a hybrid value
 is a standing among the trials seen so far; ``valid_accuracy`` stays the inherited accuracy.
+
+On language-modelling data (the ``text`` dataset) the metric is the dataset task's,
+``valid_loss`` in nats per token (minimise it), in place of ``valid_accuracy``.
 """
 
 from __future__ import annotations
@@ -158,16 +161,20 @@ class SupernetEstimator(Estimator):
                                 bn_batches=self.bn_batches, batch_size=self.config.batch_size,
                                 finetune_steps=self.finetune_steps, finetune=self.config)
         h = supernet.history
-        metrics = {"valid_accuracy": acc,
+        task = context.dataset.task
+        metrics = {task.metric: acc,
                    "supernet_epochs": float(h.one_shot_epochs + h.few_shot_epochs)}
         cost = Cost(seconds=time.perf_counter() - start)
         value = acc
         if self.ensemble is not None:
             values, proxy_cost = self.ensemble.measure(arch, context)
             population = stored_population(context, self.ensemble.proxies,
-                                           extra=("valid_accuracy",))
-            population = [row for row in population if "valid_accuracy" in row]
-            value = self.hybrid(acc, values, population)
+                                           extra=(task.metric,))
+            population = [row for row in population if task.metric in row]
+            sign = 1.0 if task.direction == "maximize" else -1.0
+            value = self.hybrid(sign * acc, values,
+                                [{**row, "valid_accuracy": sign * row[task.metric]}
+                                 for row in population])
             metrics.update(values, population=float(len(population) + 1))
             cost = cost + proxy_cost
         return EstimateResult(value, metrics, cost)

@@ -112,7 +112,7 @@ class Supernet:
     optimizer for the whole store must then create the keys they train first.
     ``checkpoint_meta`` holds the ``meta`` of the last checkpoint loaded."""
 
-    def __init__(self, space: SearchSpace, num_classes: int, input_shape: tuple[int, int, int],
+    def __init__(self, space: SearchSpace, num_classes: int, input_shape: tuple[int, ...],
                  sharing: str = "operation", seed: int = 0, few_shot: FewShotSplit | None = None,
                  *, eager: bool = True, progressive: bool = False, sandwich: int = 0):
         self.space, self.seed, self.few_shot = space, int(seed), few_shot
@@ -263,7 +263,8 @@ class Supernet:
     def accuracy(self, arch: Architecture, dataset: Dataset, backend: Backend, *,
                  bn_batches: int = 4, batch_size: int = 64, split: str = "valid",
                  finetune_steps: int = 0, finetune: TrainConfig | None = None) -> float:
-        """Top-1 accuracy (%) of ``arch`` with inherited weights on ``split``, its batch norms
+        """The task's metric (top-1 accuracy in % for image classes, the loss in nats per
+        token for a language model) of ``arch`` with inherited weights on ``split``, its batch norms
         recalibrated for it alone on ``bn_batches`` fixed training batches (0: none, the
         store's statistics: running ones where kept, else the batch's own). With
         ``finetune_steps``, a private copy is first trained that many steps (see

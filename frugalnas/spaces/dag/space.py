@@ -195,12 +195,12 @@ class DagSpace(SearchSpace):
         return arch
 
     # -- networks ------------------------------------------------------------------------
-    def macro(self, num_classes: int, input_shape: tuple[int, int, int],
+    def macro(self, num_classes: int, input_shape: tuple[int, ...],
               shared: bool = False) -> "DagMacro":
         return DagMacro(self, num_classes, input_shape, batch_stat_bn if shared else running_bn)
 
     def build(self, arch: Architecture, num_classes: int,
-              input_shape: tuple[int, int, int]) -> nn.Module:
+              input_shape: tuple[int, ...]) -> nn.Module:
         """A stand-alone network with fresh weights."""
         self.validate(arch)
         macro = self.macro(num_classes, input_shape)
@@ -230,7 +230,7 @@ class DagMacro:
     """Channel and stride bookkeeping of the macro network; ``make(key)`` creates the fresh
     module for a weight-store key."""
 
-    def __init__(self, space: DagSpace, num_classes: int, input_shape: tuple[int, int, int],
+    def __init__(self, space: DagSpace, num_classes: int, input_shape: tuple[int, ...],
                  bn: BatchNorm):
         self.space, self.num_classes, self.bn = space, num_classes, bn
         self.in_channels = int(input_shape[0])

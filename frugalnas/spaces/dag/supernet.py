@@ -23,7 +23,7 @@ SHARING = ("operation", "operation-across-inputs")
 
 
 class DagSharedBuilder:
-    def __init__(self, space: DagSpace, num_classes: int, input_shape: tuple[int, int, int],
+    def __init__(self, space: DagSpace, num_classes: int, input_shape: tuple[int, ...],
                  sharing: str = "operation"):
         check_choice("sharing", sharing, SHARING)
         self.space, self.sharing = space, sharing

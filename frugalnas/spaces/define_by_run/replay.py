@@ -109,7 +109,7 @@ class ModelTrial:
     :class:`Answers`, plus ``num_classes`` and ``input_shape`` of the network to build."""
 
     def __init__(self, answers: Answers, record: Recorded, builder_name: str,
-                 num_classes: int, input_shape: tuple[int, int, int]):
+                 num_classes: int, input_shape: tuple[int, ...]):
         self._answers, self._record, self._builder = answers, record, builder_name
         self.num_classes = int(num_classes)
         self.input_shape = tuple(input_shape)
@@ -160,7 +160,7 @@ class ModelTrial:
 
 
 def replay(builder: Callable[..., Any], options: Mapping[str, Any], answers: Answers,
-           builder_name: str, num_classes: int, input_shape: tuple[int, int, int],
+           builder_name: str, num_classes: int, input_shape: tuple[int, ...],
            *, meta: bool) -> Recorded:
     """Run ``builder`` once with ``answers``; ``meta`` builds on torch's meta device (no
     memory, no initialisation: for replays that only need the decisions). An exception of the

@@ -60,7 +60,7 @@ class DefineByRunSpace(SearchSpace):
     # -- replays -------------------------------------------------------------------------
     def _replay(self, answers: Answers, *, meta: bool = True,
                 num_classes: int = DISCOVERY_CLASSES,
-                input_shape: tuple[int, int, int] = DISCOVERY_SHAPE) -> Recorded:
+                input_shape: tuple[int, ...] = DISCOVERY_SHAPE) -> Recorded:
         return replay(self.builder, self.options, answers, self.builder_name, num_classes,
                       input_shape, meta=meta)
 
@@ -101,7 +101,7 @@ class DefineByRunSpace(SearchSpace):
         return self._replay(Fixed(arch.decisions, space_name=self.name)).dists
 
     def build(self, arch: Architecture, num_classes: int,
-              input_shape: tuple[int, int, int]) -> nn.Module:
+              input_shape: tuple[int, ...]) -> nn.Module:
         self.validate(arch)
         record = self._replay(Fixed(arch.decisions, space_name=self.name), meta=False,
                               num_classes=num_classes, input_shape=tuple(input_shape))

@@ -89,6 +89,14 @@ def _choices(what: str, values: Sequence[int]) -> tuple[int, ...]:
     return out
 
 
+def _extreme(dist: BaseDistribution, largest: bool) -> Any:
+    """The largest (or smallest) value of an integer or sorted categorical decision."""
+    if isinstance(dist, IntDistribution):
+        return dist.high if largest else dist.low
+    assert isinstance(dist, CategoricalDistribution)
+    return dist.choices[-1 if largest else 0]
+
+
 class GPTSpace(SearchSpace):
     """Decoder-only language models: embedding width, depth, per-layer heads and MLP ratio;
     options widths, min_depth, max_depth, heads, mlp_ratios, head_dim, context, positions,
@@ -147,8 +155,8 @@ class GPTSpace(SearchSpace):
     def active_decisions(self, arch: Architecture) -> dict[str, BaseDistribution]:
         """Width, depth and the decisions of the layers the network has."""
         out = self._top()
-        depth = arch.decisions.get(DEPTH_KEY)
-        depth = int(depth) if contains(out[DEPTH_KEY], depth) else self.max_depth
+        value = arch.decisions.get(DEPTH_KEY)
+        depth = int(value) if contains(out[DEPTH_KEY], value) else self.max_depth  # type: ignore[arg-type]
         for i in range(depth):
             out.update(zip(layer_keys(i), self._layer()))
         return out
@@ -249,13 +257,11 @@ class GPTSpace(SearchSpace):
 
     def largest(self) -> Architecture:
         """The widest, deepest network with the most heads and the largest MLPs."""
-        return self._complete({}, lambda key, dist: (
-            dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]))
+        return self._complete({}, lambda key, dist: _extreme(dist, largest=True))
 
     def smallest(self) -> Architecture:
         """The narrowest, shallowest network with the fewest heads and smallest MLPs."""
-        return self._complete({}, lambda key, dist: (
-            dist.low if isinstance(dist, IntDistribution) else dist.choices[0]))
+        return self._complete({}, lambda key, dist: _extreme(dist, largest=False))
 
     def uniform(self, width: int, depth: int, heads: int, mlp_ratio: int) -> Architecture:
         """The network whose layers are all alike (nanoGPT's shape: ``uniform(128, 4, 4, 4)``
@@ -335,6 +341,6 @@ class GPTShrinking:
             def answer(key: str, dist: BaseDistribution) -> Any:
                 if any(key == r or key.endswith(f"_{r}") for r in released):
                     return draw(dist, rng)
-                return dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]
+                return _extreme(dist, largest=True)
             return self.space._complete({}, answer)
         return sample

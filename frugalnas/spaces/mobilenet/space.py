@@ -423,7 +423,7 @@ class MobileNetSpace(SearchSpace):
         return self.from_params(values)
 
     def build(self, arch: Architecture, num_classes: int,
-              input_shape: tuple[int, int, int]) -> nn.Module:
+              input_shape: tuple[int, ...]) -> nn.Module:
         """A stand-alone network of plain torch modules with fresh weights."""
         return build_network(self, arch, num_classes, input_shape)
 

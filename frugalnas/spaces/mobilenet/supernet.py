@@ -38,7 +38,7 @@ class MobileNetSharedBuilder:
     """The networks of a :class:`MobileNetSpace` over a store of elastic blocks."""
 
     def __init__(self, space: MobileNetSpace, num_classes: int,
-                 input_shape: tuple[int, int, int], sharing: str = "operation"):
+                 input_shape: tuple[int, ...], sharing: str = "operation"):
         if sharing != "operation":
             raise ConfigError(f"invalid sharing {sharing!r} for space {space.name!r}; valid: "
                               "'operation' (one elastic block per position)")

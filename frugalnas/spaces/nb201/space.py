@@ -208,7 +208,7 @@ class NB201Space(SearchSpace):
         return dict(_DISTRIBUTIONS)  # built once: every trial asks for them
 
     def build(self, arch: Architecture, num_classes: int = 10,
-              input_shape: tuple[int, int, int] = (3, 32, 32)) -> NB201Network:
+              input_shape: tuple[int, ...] = (3, 32, 32)) -> NB201Network:
         self.validate(arch)
         return NB201Network(arch.decisions, num_classes, input_shape[0], self.N, self.C)
 

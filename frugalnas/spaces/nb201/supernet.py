@@ -36,7 +36,7 @@ Getter = Callable[[Key], nn.Module]
 class NB201SharedBuilder:
     """Builds NB201 networks from shared modules (see the module docstring for the keys)."""
 
-    def __init__(self, space: NB201Space, num_classes: int, input_shape: tuple[int, int, int],
+    def __init__(self, space: NB201Space, num_classes: int, input_shape: tuple[int, ...],
                  sharing: str = "operation"):
         check_choice("sharing", sharing, SHARING)
         self.space, self.num_classes, self.sharing = space, int(num_classes), sharing

@@ -1,0 +1,83 @@
+"""Studies over the ``gpt`` space on ``text`` data: trained from scratch, through a supernet,
+scored by proxies, from the command line; real text files, real torch training."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+import frugalnas
+from frugalnas.testing.setups import SMALL_GPT
+
+OFF = {"disable_plugins": ("mlflow", "progress")}
+WORDS = ("thou", "art", "the", "king", "and", "queen", "of", "night", "day", "love", "war",
+         "sword", "crown", "fool", "lord", "lady")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """Six small documents of seeded pseudo-verse (about 6 KB each)."""
+    import random
+
+    rng = random.Random(0)
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for d in range(6):
+        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9)))
+                 for _ in range(180)]
+        (folder / f"work{d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def _study(corpus, estimator, options, **kwargs):
+    return frugalnas.create_study(
+        space="gpt", space_options=SMALL_GPT, estimator=estimator, estimator_options=options,
+        dataset="text", dataset_options={"path": str(corpus), "context": 16},
+        direction="minimize", seed=0, **OFF, **kwargs)
+
+
+def test_a_study_trains_language_models_and_minimises_the_validation_loss(corpus):
+    study = _study(corpus, "train", {"max_steps": 30, "batch_size": 16, "optimizer": "adam",
+                                     "lr": 0.003})
+    study.optimize(n_trials=3)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) == 3
+    for trial in done:
+        # an untrained network guesses about uniformly over 256 bytes: ln 256 = 5.55 nats
+        assert 0 < trial.values[0] < math.log(256) - 0.5
+
+
+def test_a_supernet_with_the_sandwich_rule_scores_every_network_of_the_space(corpus):
+    study = _study(corpus, "supernet", {"epochs": 2, "batch_size": 16, "sandwich": 2,
+                                        "lr": 0.05})
+    study.optimize(n_trials=4)
+    values = [t.values[0] for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(values) == 4 and all(0 < v < math.log(256) for v in values)
+
+
+def test_the_decoder_parameter_proxy_scores_and_image_proxies_are_refused(corpus):
+    study = _study(corpus, "decoder_params", {"batch_size": 4})
+    study.optimize(n_trials=3)
+    assert all(t.state.name == "COMPLETE" and t.values[0] > 0 for t in study.trials)
+    refused = _study(corpus, "synflow", {"batch_size": 4})
+    refused.optimize(n_trials=1)
+    reason = refused.trials[0].user_attrs["fail_reason"]
+    assert refused.trials[0].state.name == "FAIL"
+    assert "not meant for language-modelling data" in reason and "\n" not in reason
+
+
+@pytest.mark.slow
+def test_the_command_line_searches_the_gpt_space_on_the_shipped_text():
+    env = {**os.environ, "FRUGALNAS_PROGRESS": "0", "PYTHONWARNINGS": "ignore"}
+    run = subprocess.run(
+        [sys.executable, "-m", "frugalnas.cli.main", "run", "-q", "-p", "no:mlflow",
+         "--space", "gpt", "--dataset", "text", "--estimator", "train", "--direction",
+         "minimize", "--n-trials", "2", "-o", "space.widths=[32]", "-o", "space.max_depth=2",
+         "-o", "space.context=32", "-o", "dataset.context=32",
+         "-o", "estimator.max_steps=10", "-o", "estimator.batch_size=8"],
+        capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
