@@ -37,7 +37,7 @@ class MLPSpace(frugalnas.SearchSpace):
         return dists
 
     def build(self, arch: frugalnas.Architecture, num_classes: int = 10,
-              input_shape: tuple[int, int, int] = (1, 8, 8)) -> nn.Module:
+              input_shape: tuple[int, ...] = (1, 8, 8)) -> nn.Module:
         self.validate(arch)
         layers: list[nn.Module] = [nn.Flatten()]
         fan_in = input_shape[0] * input_shape[1] * input_shape[2]
