@@ -16,14 +16,16 @@ torch modules (:class:`DenseAttention`, :class:`DenseMLP`, :class:`DenseBlock`,
 :class:`DenseGPT`, ``nn.LayerNorm``, ...) with ``export``. Both compute the same output, bitwise
 on the CPU: the elastic forward calls the same functional operations on contiguous copies of the
 same slices. A :class:`DenseGPT` goes through ``torch.export`` (:func:`export_program`), so the
-saved program loads and runs where frugalnas is not installed.
+saved program loads and runs where frugalnas is not installed. A :class:`DenseGPT` lists its
+stages (:class:`GPTEmbedding`, each :class:`DenseBlock`, :class:`GPTOutput`) as a
+:class:`~frugalnas.ports.network.BlockNetwork`, for the out-of-core backend's per-block plans.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -168,23 +170,83 @@ class DenseBlock(nn.Module):
         return out
 
 
+class GPTEmbedding(nn.Module):
+    """The embedding stage of a :class:`DenseGPT`: token embedding plus, when ``pos`` is
+    given, learned positions. It holds plain references to its parent's ``tok`` and ``pos``
+    (not submodules), so the parent's parameters and state-dict keys stay where they are."""
+
+    parts: tuple[nn.Embedding, nn.Embedding | None]
+
+    def __init__(self, tok: nn.Embedding, pos: nn.Embedding | None):
+        super().__init__()
+        self.parts = (tok, pos)          # a tuple: not registered as submodules
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        tok, pos = self.parts
+        x: torch.Tensor = tok(tokens)
+        if pos is not None:
+            x = x + pos(torch.arange(tokens.shape[1], device=tokens.device))
+        return x
+
+    def extra_repr(self) -> str:
+        return "tok + pos" if self.parts[1] is not None else "tok"
+
+
+class GPTOutput(nn.Module):
+    """The output stage of a :class:`DenseGPT`: final norm, then the language-model head
+    (references to its parent's ``norm`` and ``head``, as :class:`GPTEmbedding`)."""
+
+    parts: tuple[nn.Module, nn.Linear]
+
+    def __init__(self, norm: nn.Module, head: nn.Linear):
+        super().__init__()
+        self.parts = (norm, head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm, head = self.parts
+        logits: torch.Tensor = head(norm(x))
+        return logits
+
+    def extra_repr(self) -> str:
+        return "norm, head"
+
+
 class DenseGPT(nn.Module):
     """A plain decoder: token embedding (plus learned positions when ``pos`` is given), blocks,
-    final norm and language-model head. ``forward(tokens)`` returns logits (N, T, vocab)."""
+    final norm and language-model head. ``forward(tokens)`` returns logits (N, T, vocab).
+
+    It is a :class:`~frugalnas.ports.network.BlockNetwork`: :meth:`forward_blocks` lists the
+    embedding stage (``embedding``: ``tok`` + ``pos``), every :class:`DenseBlock` and the output
+    stage (``output``: ``norm`` + ``head``), which ``forward`` calls once each, in order; the
+    out-of-core backend plans per stage. The stages hold references to ``tok``, ``pos``,
+    ``norm`` and ``head`` (kept in step when those are reassigned), so the parameters and the
+    state-dict keys are ``tok.*``, ``pos.*``, ``blocks.<i>.*``, ``norm.*`` and ``head.*``."""
+
+    _STAGE_PARTS = ("tok", "pos", "norm", "head")
 
     def __init__(self, tok: nn.Embedding, pos: nn.Embedding | None, blocks: list[DenseBlock],
                  norm: nn.Module, head: nn.Linear):
         super().__init__()
         self.tok, self.pos, self.norm, self.head = tok, pos, norm, head
         self.blocks = nn.ModuleList(blocks)
+        self.embedding = GPTEmbedding(tok, pos)
+        self.output = GPTOutput(norm, head)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in self._STAGE_PARTS and "output" in self._modules:
+            self.embedding.parts = (self.tok, self.pos)
+            self.output.parts = (self.norm, self.head)
+
+    def forward_blocks(self) -> list[nn.Module]:
+        """The stages in forward order: embedding, each block, output (norm + head)."""
+        return [self.embedding, *self.blocks, self.output]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.tok(tokens)
-        if self.pos is not None:
-            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        x = self.embedding(tokens)
         for block in self.blocks:
             x = block(x)
-        logits: torch.Tensor = self.head(self.norm(x))
+        logits: torch.Tensor = self.output(x)
         return logits
 
 

@@ -31,7 +31,10 @@ class BlockProfile:
 @dataclass
 class Profile:
     """A model's profile at one input shape: its blocks in forward order, the time and saved
-    bytes of everything outside the blocks (``head_*``, ``fixed``), and the host link."""
+    bytes of everything outside the blocks (``head_*``; ``fixed``: saved before or between
+    the blocks, held all step; ``tail``: saved after the last block, by the head and the loss,
+    which autograd frees before the backward of any block, such as a language model's
+    (N, T, vocabulary) log-probabilities), and the host link."""
 
     blocks: list[BlockProfile]
     head_fwd: float = 0.0
@@ -40,6 +43,7 @@ class Profile:
     bandwidth: float = 1e10          # bytes/s of the host link, each direction
     overlap: bool = False            # transfers run beside compute (True on CUDA)
     incore_peak: int = 0             # measured peak of saved bytes with every block resident
+    tail: int = 0                    # saved after the last block (head, loss): freed first
     extra: dict[str, float] = field(default_factory=dict)
 
     def transfer(self, i: int) -> float:
@@ -60,18 +64,18 @@ def stash(block: BlockProfile, policy: str) -> int:
 
 def peak_bytes(profile: Profile, policies: Sequence[str]) -> int:
     """Upper bound of the saved bytes held on the device during a step under ``policies``:
-    the stash at the end of forward, and at each block's backward the stash of the blocks
-    below it, the block's own working set, and (where transfers overlap compute) the block
-    below it, prefetched."""
+    the stash and the tail at the end of forward, and at each block's backward the stash of
+    the blocks below it, the block's own working set, and (where transfers overlap compute)
+    the block below it, prefetched; ``fixed`` throughout."""
     blocks = profile.blocks
     n = len(blocks)
     below = [0] * (n + 1)            # below[i] = stash of blocks 0..i-1
     for i, (b, p) in enumerate(zip(blocks, policies)):
         below[i + 1] = below[i] + stash(b, p)
-    peak = below[n]
+    peak = below[n] + profile.tail
     early = profile.overlap          # prefetch one block ahead only where it can overlap
     if early and n and policies[n - 1] == SWAP:   # prefetched during the head's backward
-        peak = max(peak, below[n - 1] + blocks[n - 1].saved)
+        peak = max(peak, below[n - 1] + blocks[n - 1].saved + profile.tail)
     for i in range(n - 1, -1, -1):
         b, p = blocks[i], policies[i]
         work = b.saved + (b.input if p == RECOMPUTE else 0)

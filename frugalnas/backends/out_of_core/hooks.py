@@ -3,7 +3,9 @@
 Every tensor autograd saves during a step passes through a pack hook. Resident tensors stay
 on the device and are counted by a :class:`Tracker` until autograd frees them; swapped ones
 are copied to host memory (on CUDA asynchronously on a side stream into pinned memory) and
-copied back ahead of the backward of their block; recomputed blocks run under
+copied back ahead of the backward of their block, one copy per storage: the views of one
+storage a block saves several times (a transformer's normalised input, saved by its query, key
+and value projections) travel once, as the profile counts them; recomputed blocks run under
 ``torch.utils.checkpoint`` (non-reentrant), which keeps only the block's input.
 """
 
@@ -92,7 +94,10 @@ class _Held:
         self.t = t
 
 
-class _Swapped:
+class _SwappedStorage:
+    """One device storage a swapped block saved, copied to host memory (``host``, bytes); on
+    the way back ``dev`` holds the device copy. Every saved view of the storage shares it."""
+
     __slots__ = ("host", "offloaded", "device", "dev", "ready", "__weakref__")
 
     def __init__(self, host: torch.Tensor, offloaded: Any, device: torch.device):
@@ -101,20 +106,43 @@ class _Swapped:
         self.ready: Any = None
 
 
+class _Swapped:
+    """A saved tensor of a swapped block: a view (dtype, offset, size, stride) of a
+    :class:`_SwappedStorage`."""
+
+    __slots__ = ("storage", "dtype", "offset", "size", "stride", "__weakref__")
+
+    def __init__(self, storage: _SwappedStorage, t: torch.Tensor):
+        self.storage, self.dtype = storage, t.dtype
+        self.offset, self.size, self.stride = t.storage_offset(), t.size(), t.stride()
+
+
+def _bytes_of(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage of ``t`` as a flat uint8 tensor (no copy)."""
+    flat: torch.Tensor = torch.empty(0, dtype=torch.uint8, device=t.device).set_(
+        t.untyped_storage())
+    return flat
+
+
 def _unpack(obj: Any) -> torch.Tensor:
     if isinstance(obj, _Held):
         return obj.t
     if isinstance(obj, _Swapped):
-        if obj.dev is None:          # not prefetched: fetch now
-            if obj.offloaded is None:
-                return obj.host
-            torch.cuda.current_stream(obj.device).wait_event(obj.offloaded)
-            return obj.host.to(obj.device)
-        if obj.ready is not None:
-            stream = torch.cuda.current_stream()
-            stream.wait_event(obj.ready)
-            obj.dev.record_stream(stream)
-        return obj.dev
+        rec = obj.storage
+        if rec.dev is not None:
+            base = rec.dev
+            if rec.ready is not None:
+                stream = torch.cuda.current_stream()
+                stream.wait_event(rec.ready)
+                base.record_stream(stream)
+        elif rec.offloaded is None:       # CPU, not prefetched: read the host copy
+            base = rec.host
+        else:                             # CUDA, not prefetched: fetch now (once per storage)
+            torch.cuda.current_stream(rec.device).wait_event(rec.offloaded)
+            base = rec.dev = rec.host.to(rec.device)
+        view: torch.Tensor = torch.empty(0, dtype=obj.dtype, device=base.device).set_(
+            base.untyped_storage(), obj.offset, obj.size, obj.stride)
+        return view
     return obj
 
 
@@ -130,7 +158,10 @@ class StepContext:
         self.working_set = list(working_set)
         self.tracker = Tracker()
         self.swapped: list[list[weakref.ref]] = [[] for _ in policies]
-        self._swap_ids: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+        # per block: storage pointer -> (the storage, its host copy), both weakly referenced
+        self._swap_storages: list[dict[int, tuple[weakref.ref[torch.UntypedStorage],
+                                                  weakref.ref[_SwappedStorage]]]] = [
+            {} for _ in policies]
         self.cuda = device.type == "cuda"
         if self.cuda:
             self.d2h = torch.cuda.Stream(device)
@@ -139,7 +170,9 @@ class StepContext:
         self.fwd = [0.0] * len(policies)
         self.saved = [0] * len(policies)
         self.inputs = [0] * len(policies)
-        self.fixed_saved = 0
+        self.fixed_saved = 0              # outside the blocks, before or between them
+        self.tail_saved = 0               # outside the blocks, after the last one
+        self.after_blocks = False         # the last block's forward has returned
         self.grad_times: dict[int, float] = {}
         self.bwd_start = self.bwd_end = 0.0
         self._counted: list[set[int]] = [set() for _ in range(len(policies) + 1)]
@@ -150,13 +183,16 @@ class StepContext:
                 and t.untyped_storage().data_ptr() not in self.skip)
 
     def _count(self, block: int, t: torch.Tensor) -> None:
-        """Profiling: add ``t``'s storage to the saved bytes of ``block`` (-1: outside)."""
+        """Profiling: add ``t``'s storage to the saved bytes of ``block`` (-1: outside, in
+        the tail once the last block has run)."""
         ptr, nbytes = _storage_key(t)
         if ptr in self._counted[block]:
             return
         self._counted[block].add(ptr)
         if block >= 0:
             self.saved[block] += nbytes
+        elif self.after_blocks:
+            self.tail_saved += nbytes
         else:
             self.fixed_saved += nbytes
 
@@ -174,32 +210,42 @@ class StepContext:
         return pack
 
     def pack_swap(self, block: int) -> Callable[[torch.Tensor], Any]:
+        """Pack hook copying tensors to host memory, each storage once per block (a storage
+        saved again through another view shares the first copy)."""
         def pack(t: torch.Tensor) -> Any:
             if not self._is_activation(t):
                 return t
             if self.profiling:
                 self._count(block, t)
-            seen = self._swap_ids.get(id(t))
-            if seen is not None and seen[0]() is t and seen[1]() is not None:
-                return seen[1]()
-            host = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="cpu",
-                                       pin_memory=self.cuda)
-            event = None
-            if self.cuda:
-                current = torch.cuda.current_stream(t.device)
-                self.d2h.wait_stream(current)
-                with torch.cuda.stream(self.d2h):
-                    host.copy_(t, non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(self.d2h)
-                t.record_stream(self.d2h)
-            else:
-                host.copy_(t)
-            handle = _Swapped(host, event, t.device)
-            self.swapped[block].append(weakref.ref(handle))
-            self._swap_ids[id(t)] = (weakref.ref(t), weakref.ref(handle))
-            return handle
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            seen = self._swap_storages[block].get(ptr)
+            rec = seen[1]() if seen is not None and seen[0]() is storage else None
+            if rec is None:
+                rec = self._offload(t)
+                self.swapped[block].append(weakref.ref(rec))
+                # the storage's Python object lives exactly as long as the storage, so a
+                # freed one whose address is reused is never taken for this one
+                self._swap_storages[block][ptr] = (weakref.ref(storage), weakref.ref(rec))
+            return _Swapped(rec, t)
         return pack
+
+    def _offload(self, t: torch.Tensor) -> _SwappedStorage:
+        """Copy the whole storage of ``t`` to host memory (on CUDA asynchronously)."""
+        src = _bytes_of(t)
+        host = torch.empty(src.numel(), dtype=torch.uint8, device="cpu", pin_memory=self.cuda)
+        event = None
+        if self.cuda:
+            current = torch.cuda.current_stream(t.device)
+            self.d2h.wait_stream(current)
+            with torch.cuda.stream(self.d2h):
+                host.copy_(src, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record(self.d2h)
+            t.record_stream(self.d2h)
+        else:
+            host.copy_(src)
+        return _SwappedStorage(host, event, t.device)
 
     def prefetch(self, block: int) -> None:
         """Copy block ``block``'s swapped activations back to the device."""
@@ -211,14 +257,12 @@ class StepContext:
             if self.cuda:
                 with torch.cuda.stream(self.h2d):
                     self.h2d.wait_event(handle.offloaded)
-                    dev = torch.empty_strided(host.size(), host.stride(), dtype=host.dtype,
-                                              device=self.device)
+                    dev = torch.empty_like(host, device=self.device)
                     dev.copy_(host, non_blocking=True)
                     handle.ready = torch.cuda.Event()
                     handle.ready.record(self.h2d)
             else:
-                dev = torch.empty_strided(host.size(), host.stride(), dtype=host.dtype)
-                dev.copy_(host)
+                dev = host.clone()
             handle.dev = dev
             self.tracker.hold(handle, dev)
         self.swapped[block] = []
@@ -278,6 +322,8 @@ class BlockRunner:
             if ctx.cuda:
                 torch.cuda.synchronize(ctx.device)
             ctx.fwd[i] = time.perf_counter() - start
+        if i == len(ctx.policies) - 1:
+            ctx.after_blocks = True
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(lambda g, ctx=ctx, i=i: ctx.on_grad(i))
         return out

@@ -50,7 +50,8 @@ class Plan:
                 "predicted_step_seconds": self.time, "predicted_peak_bytes": self.peak,
                 "incore_step_seconds": prof.incore_time(), "incore_peak_bytes": prof.incore_peak,
                 "outside_blocks": {"forward_seconds": prof.head_fwd,
-                                   "backward_seconds": prof.head_bwd, "saved_bytes": prof.fixed},
+                                   "backward_seconds": prof.head_bwd, "saved_bytes": prof.fixed,
+                                   "after_blocks_saved_bytes": prof.tail},
                 "host_bandwidth": prof.bandwidth, "transfers_overlap": prof.overlap,
                 "counts": self.counts(), "blocks": blocks}
 
@@ -67,7 +68,10 @@ class Plan:
         budget = "none" if self.budget is None else f"{self.budget / 1024:.1f} KiB"
         rows.append("-" * len(head))
         rows.append(f"outside blocks: fwd {prof.head_fwd * 1e3:.3f} ms, bwd {prof.head_bwd * 1e3:.3f} ms, "
-                    f"saved {prof.fixed / 1024:.1f} KiB; host link {prof.bandwidth / 1e9:.2f} GB/s "
+                    f"saved {prof.fixed / 1024:.1f} KiB"
+                    + (f" + {prof.tail / 1024:.1f} KiB after the blocks (freed before their "
+                       "backward)" if prof.tail else "")
+                    + f"; host link {prof.bandwidth / 1e9:.2f} GB/s "
                     f"({'overlapped' if prof.overlap else 'not overlapped'})")
         rows.append(f"plan ({self.method}): est. step {self.time * 1e3:.3f} ms vs in-core "
                     f"{prof.incore_time() * 1e3:.3f} ms; est. peak {self.peak / 1024:.1f} KiB, "

@@ -156,9 +156,10 @@ def profile_model(model: nn.Module, runtime: ModelRuntime, device: torch.device,
                            bwd=min(p[1][i] for p in passes),
                            saved=last.saved[i], input=last.inputs[i])
               for i in range(len(runtime.names))]
-    incore = last.fixed_saved + sum(b.saved for b in blocks)
+    incore = last.fixed_saved + last.tail_saved + sum(b.saved for b in blocks)
     return Profile(blocks=blocks, head_fwd=min(p[2] for p in passes),
                    head_bwd=min(p[3] for p in passes), fixed=last.fixed_saved,
+                   tail=last.tail_saved,
                    bandwidth=bandwidth or measure_bandwidth(device),
                    overlap=device.type == "cuda",
                    incore_peak=last.tracker.peak if policy == RESIDENT else incore,
