@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 @runtime_checkable
 class BlockNetwork(Protocol):
     """A network that lists its main blocks (stem, cells, reductions) in forward order, each
-    a submodule its forward calls once. Networks built by the ``nb201`` and ``dag`` spaces
+    a submodule its forward calls once. Networks built by the ``nb201``, ``dag`` and ``gpt`` spaces
     declare it; a network without it is taken as a whole by the out-of-core backend (an
     ``nn.Sequential`` child by child) and child by child by AZ-NAS."""
 
