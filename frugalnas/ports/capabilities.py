@@ -135,13 +135,13 @@ def itself(space: SearchSpace) -> Any:
 
 #: Each capability as messages name it, with the built-in spaces that have it.
 CAPABILITIES: dict[type, tuple[str, str]] = {
-    WeightSharing: ("weight sharing", "nb201, dag, mobilenet"),
-    ProgressiveShrinking: ("progressive shrinking", "mobilenet"),
-    SandwichRule: ("the sandwich rule (an order of size)", "mobilenet"),
+    WeightSharing: ("weight sharing", "nb201, dag, mobilenet, gpt"),
+    ProgressiveShrinking: ("progressive shrinking", "mobilenet, gpt"),
+    SandwichRule: ("the sandwich rule (an order of size)", "mobilenet, gpt"),
     DartsRelaxation: ("a DARTS relaxation of its own", "dag"),
     Scaling: ("scaling in width or depth", "nb201, dag"),
-    OwnEncodings: ("encodings of its own", "nb201, mobilenet"),
-    CellGraph: ("a cell graph for drawings", "nb201, dag, mobilenet"),
+    OwnEncodings: ("encodings of its own", "nb201, mobilenet, gpt"),
+    CellGraph: ("a cell graph for drawings", "nb201, dag, mobilenet, gpt"),
 }
 
 C = TypeVar("C")

@@ -14,6 +14,7 @@ from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.network import BlockNetwork
 from frugalnas.ports.space import SearchSpace
 from frugalnas.spaces.dag.space import DagSpace
+from frugalnas.spaces.gpt.space import GPTSpace
 from frugalnas.spaces.mobilenet.space import MobileNetSpace
 from frugalnas.spaces.nb201.space import NB201Space
 
@@ -39,7 +40,8 @@ def test_a_space_declares_no_capability_by_default():
 
 
 def test_builtin_spaces_declare_what_the_messages_say_they_have():
-    spaces = {"nb201": NB201Space(), "dag": DagSpace(), "mobilenet": MobileNetSpace()}
+    spaces = {"nb201": NB201Space(), "dag": DagSpace(), "mobilenet": MobileNetSpace(),
+              "gpt": GPTSpace()}
     for kind, (_, names) in CAPABILITIES.items():
         having = {n for n, s in spaces.items() if supports(s, kind)}
         assert having == set(names.split(", ")), kind.__name__
