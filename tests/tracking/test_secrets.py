@@ -314,3 +314,45 @@ def test_an_unreachable_tracking_server_with_credentials_is_one_line_naming_its_
     assert "Name or service not known" not in result.stderr
     assert HTTP_SECRET not in result.stdout + result.stderr
     assert not (tmp_path / "optuna.db").exists()
+
+
+@pytest.mark.slow
+def test_the_ui_server_gets_the_store_password_in_its_environment_not_on_a_command_line(
+        pg_server, tmp_path):
+    """Every user of a machine can read every process's command line (``ps``): ``frugalnas
+    ui`` hands the tracking store's URI to the MLflow server in its environment."""
+    import signal
+    import time
+    import urllib.request
+
+    from ops_support.servers import free_port
+
+    tracking = pg_server.new_database("mlflow_ui")
+    assert PG_SECRET in tracking
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "frugalnas.cli.main", "ui", "--port",
+                             str(port)], env={**_env(), "MLFLOW_TRACKING_URI": tracking},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                    break
+            except OSError:
+                assert time.monotonic() < end, "the MLflow UI did not start"
+                time.sleep(0.3)
+        holding = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if PG_SECRET.encode() in cmdline:
+                holding.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+        assert holding == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert PG_SECRET not in out + err

@@ -138,7 +138,10 @@ def cmd_ui(args: argparse.Namespace) -> int:
     url = base
     if experiment is not None:
         url = runs_view_url(base, experiment.experiment_id, publish_runs_view(client, experiment))
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+    # The store's URI (which may hold a password) goes to the server in its environment, not
+    # on a command line that every user of the machine can read.
+    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": uri}
+    cmd = [sys.executable, "-m", "mlflow", "ui",
            "--host", args.bind_host, "--port", str(args.port), "--workers", str(args.workers)]
     root = artifact_root(uri)
     if root is not None:
@@ -150,7 +153,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"study {experiment.name!r}: {url}", flush=True)
     if getattr(args, "open", False):
         threading.Thread(target=_open_when_up, args=(base, url), daemon=True).start()
-    return run_forwarding_signals(cmd)
+    return run_forwarding_signals(cmd, env=env)
 
 
 #: The ``mlflow.app`` entry point of :mod:`frugalnas.tracking.mlflow.ui_app`.
@@ -183,14 +186,16 @@ def _open_when_up(base: str, url: str, wait: float = 120.0) -> None:
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def run_forwarding_signals(cmd: list[str], grace: float = 15.0) -> int:
+def run_forwarding_signals(cmd: list[str], grace: float = 15.0,
+                           env: dict[str, str] | None = None) -> int:
     """Run ``cmd`` in its own process group and stop the whole group (the MLflow CLI and the
     server processes it starts) with SIGTERM when this process receives SIGTERM, SIGINT
     (Ctrl-C) or SIGHUP: SIGTERM is the signal the server's children stop on quietly, where
     SIGINT has each of them print a traceback. Waits for the command and returns its exit
     status (128 + N for a signal N, as a shell reports it). Whatever of the group is left
-    ``grace`` seconds after the command exits, or after a signal, is killed."""
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    ``grace`` seconds after the command exits, or after a signal, is killed. ``env``: the
+    command's environment (default: this process's)."""
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     received: list[int] = []
 
     def forward(signum: int, frame: Any) -> None:
