@@ -17,7 +17,9 @@ def frugalnas_estimators() -> dict[str, Any]:
         "measured-latency": LazyFactory(
             "frugalnas.latency.estimators:MeasuredLatency",
             "Inference latency of the architecture's network measured on this machine (ONNX "
-            "Runtime or torch), cached on disk per architecture, setup and machine."),
+            "Runtime or torch) on images or, with sequence_length, the prefill of T tokens, "
+            "cached on disk per architecture, input, setup and machine; and the peak memory "
+            "of one forward pass (peak_memory_mb)."),
         "latency-predictor": LazyFactory(
             "frugalnas.latency.estimators:PredictedLatency",
             "Inference latency predicted from a calibrated lookup table of fused kernels "

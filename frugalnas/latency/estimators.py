@@ -12,11 +12,17 @@ from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache
-from frugalnas.latency.measure import LatencySetup
+from frugalnas.latency.measure import LatencySetup, peak_memory
 from frugalnas.latency.predictor import (KernelTablePredictor, LatencyMeter,
                                          LayerTablePredictor)
 
 METRICS = ("latency_ms", "latency_ms_iqr", "latency_ms_min")
+MEMORY_METRICS = ("peak_memory_mb", "weight_memory_mb", "activation_memory_mb")
+IMAGE_SHAPE = (3, 32, 32)
+#: The vocabulary a token model gets without ``num_classes``: the ``text`` dataset's bytes.
+BYTE_VOCABULARY = 256
+TOKENS_REFUSED = ("the latency predictor knows convolutional kernels only; use "
+                  "measured-latency for language models")
 
 
 def default_cache() -> Path:
@@ -25,12 +31,39 @@ def default_cache() -> Path:
     return Path(base) / "latency.sqlite"
 
 
-def _shape(input_shape: list[int] | tuple[int, ...]) -> tuple[int, int, int]:
-    if (not isinstance(input_shape, (list, tuple)) or len(input_shape) != 3
-            or not all(isinstance(s, int) and s > 0 for s in input_shape)):
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _input(input_shape: list[int] | tuple[int, ...] | None,
+           sequence_length: int | None = None) -> tuple[tuple[int, ...], bool]:
+    """The input shape without the batch axis and whether the inputs are tokens: ``[C, H,
+    W]`` images (default ``[3, 32, 32]``), or ``[T]`` tokens, also given as
+    ``sequence_length=T``."""
+    if sequence_length is not None:
+        if not _positive(sequence_length):
+            raise ConfigError(f"invalid sequence_length {sequence_length!r}; expected a "
+                              "positive integer (the tokens of one prefill)")
+        if input_shape is not None and list(input_shape) != [sequence_length]:
+            raise ConfigError(f"input_shape {list(input_shape)!r} and sequence_length "
+                              f"{sequence_length} disagree; give only sequence_length for a "
+                              "language model")
+        return (int(sequence_length),), True
+    if input_shape is None:
+        return IMAGE_SHAPE, False
+    if (not isinstance(input_shape, (list, tuple)) or len(input_shape) not in (1, 3)
+            or not all(_positive(s) for s in input_shape)):
         raise ConfigError(f"invalid input_shape {input_shape!r}; expected [channels, height, "
-                          "width] of positive integers, e.g. [1, 28, 28]")
-    return (int(input_shape[0]), int(input_shape[1]), int(input_shape[2]))
+                          "width] of positive integers, e.g. [1, 28, 28], or [tokens] for a "
+                          "language model (or sequence_length)")
+    return tuple(int(s) for s in input_shape), len(input_shape) == 1
+
+
+def _classes(num_classes: int | None, tokens: bool) -> int:
+    if num_classes is None:
+        return BYTE_VOCABULARY if tokens else 10
+    check_range("num_classes", num_classes, 1)
+    return int(num_classes)
 
 
 def _meter(setup: LatencySetup, cache: str | None) -> LatencyMeter:
@@ -42,26 +75,37 @@ def _meter(setup: LatencySetup, cache: str | None) -> LatencyMeter:
 
 class MeasuredLatency(Estimator):
     """Inference latency of the architecture's network measured on this machine (ONNX
-    Runtime or torch), cached on disk per architecture, setup and machine.
+    Runtime or torch), cached on disk per architecture, input, setup and machine, and the
+    peak memory of one forward pass.
 
-    Batch size, threads, warm-up calls, repetitions and rounds are options.
+    The input is a batch of ``input_shape`` images, or, with ``sequence_length`` (or an
+    ``input_shape`` of one number ``[T]``), the prefill of ``T`` int64 tokens of a language
+    model over a vocabulary of ``num_classes`` (default 256, byte tokens). Batch size,
+    threads, warm-up calls, repetitions and rounds are options.
 
     ``value`` and ``latency_ms`` are the median per-call milliseconds (with ``rounds`` above
     1, the fastest round's); ``latency_ms_iqr`` the spread, ``latency_ms_min`` the fastest
-    call. ``cache=""`` measures every time."""
+    call. ``cache=""`` measures every time. With ``memory`` (default), ``peak_memory_mb`` is
+    the memory of one forward pass with torch on the CPU at the same batch and input
+    (:class:`~frugalnas.latency.measure.MemoryFootprint`: weights, input and the most
+    activation bytes alive at once), with its parts ``weight_memory_mb`` and
+    ``activation_memory_mb``."""
 
     name = "measured-latency"
     needs_dataset = False
-    provides = METRICS
+    provides: tuple[str, ...] = METRICS + MEMORY_METRICS
     measures = ("seconds", "params")
 
-    def __init__(self, input_shape: list[int] = (3, 32, 32), num_classes: int = 10,  # type: ignore[assignment]
+    def __init__(self, input_shape: list[int] | None = None, num_classes: int | None = None,
                  runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
                  warmup: int = 10, repeats: int = 50, cache: str | None = None,
-                 rounds: int = 1):
-        self.input_shape = _shape(input_shape)
-        check_range("num_classes", num_classes, 1)
-        self.num_classes = int(num_classes)
+                 rounds: int = 1, sequence_length: int | None = None, memory: bool = True):
+        self.input_shape, self.tokens = _input(input_shape, sequence_length)
+        self.num_classes = _classes(num_classes, self.tokens)
+        if not isinstance(memory, bool):
+            raise ConfigError(f"invalid memory {memory!r}; expected true or false")
+        self.memory = memory
+        self.provides = METRICS + (MEMORY_METRICS if memory else ())
         self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats, rounds)
         self.meter = _meter(self.setup, cache)
 
@@ -70,10 +114,15 @@ class MeasuredLatency(Estimator):
 
         start = time.perf_counter()
         result, hit = self.meter.network(context.space, arch, self.num_classes,
-                                         self.input_shape)
-        params = count_params(context.space.build(arch, self.num_classes, self.input_shape))
-        return EstimateResult(result.median_ms, {**result.metrics(), "latency_cached": float(hit)},
-                              Cost(seconds=time.perf_counter() - start, params=params))
+                                         self.input_shape, self.tokens)
+        model = context.space.build(arch, self.num_classes, self.input_shape)
+        metrics = {**result.metrics(), "latency_cached": float(hit)}
+        if self.memory:
+            metrics.update(peak_memory(model, self.input_shape, self.setup.batch_size,
+                                       self.num_classes if self.tokens else None).metrics())
+        return EstimateResult(result.median_ms, metrics,
+                              Cost(seconds=time.perf_counter() - start,
+                                   params=count_params(model)))
 
 
 TABLES = ("kernels", "layers")
@@ -94,20 +143,30 @@ class PredictedLatency(Estimator):
     provides = ("latency_ms",)
     measures = ("seconds",)
 
-    def __init__(self, input_shape: list[int] = (3, 32, 32), num_classes: int = 10,  # type: ignore[assignment]
+    def __init__(self, input_shape: list[int] | None = None, num_classes: int | None = None,
                  runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
                  warmup: int = 10, repeats: int = 50, calibration: int = 20,
                  cache: str | None = None, seed: int = 0, table: str = "kernels",
-                 rounds: int = 5):
-        self.input_shape = _shape(input_shape)
-        check_range("num_classes", num_classes, 1)
+                 rounds: int = 5, sequence_length: int | None = None):
+        if sequence_length is not None or (isinstance(input_shape, (list, tuple))
+                                           and len(input_shape) == 1):
+            raise ConfigError(TOKENS_REFUSED)
+        self.input_shape, _ = _input(input_shape)
+        self.num_classes = _classes(num_classes, False)
         check_range("calibration", calibration, 2)
         check_choice("table", table, TABLES)
-        self.num_classes, self.calibration, self.seed = int(num_classes), int(calibration), seed
+        self.calibration, self.seed = int(calibration), seed
         self.table = table
         self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats, rounds)
         self.meter = _meter(self.setup, cache)
         self._predictors: dict[int, KernelTablePredictor | LayerTablePredictor] = {}
+
+    def check_space(self, space: SearchSpace) -> None:
+        """Language models (the ``gpt`` space) are refused before the first trial."""
+        from frugalnas.spaces.gpt.space import GPTSpace
+
+        if isinstance(space, GPTSpace):
+            raise ConfigError(TOKENS_REFUSED)
 
     def predictor(self, space: SearchSpace) -> KernelTablePredictor | LayerTablePredictor:
         found = self._predictors.get(id(space))

@@ -10,6 +10,15 @@ whose speed drifts over seconds, it is far more repeatable than one round.
 then round 2, ...), so that such drift meets them all alike instead of a few of them. ONNX Runtime runs the network exported to ONNX (torch's TorchScript
 exporter, so no onnxscript is needed), as a deployed model would run; torch runs it in eval
 mode under ``torch.inference_mode``.
+
+A network takes float images ``(N, C, H, W)`` (an ``input_shape`` of ``(C, H, W)``) or, given
+a vocabulary size, int64 tokens ``(N, T)`` drawn uniformly from the vocabulary (an
+``input_shape`` of ``(T,)``: the prefill of ``T`` tokens by a language model), exported to ONNX
+with an int64 input (:func:`example_input`).
+
+:func:`peak_memory` counts the memory of one forward pass with torch on the CPU
+(:class:`MemoryFootprint`): the weights, the input, and the most bytes of tensors the pass
+creates that are alive at once, followed operator by operator.
 """
 
 from __future__ import annotations
@@ -22,10 +31,16 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
+from typing import Any, cast
 
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 
 RUNTIMES = ("onnxruntime", "torch")
+MIB = 1 << 20
+
+#: A network to measure: ``(model, input_shape)`` for images, or ``(model, input_shape,
+#: vocab_size)``, whose input is int64 tokens when ``vocab_size`` is not ``None``.
+Network = tuple[object, Sequence[int]] | tuple[object, Sequence[int], int | None]
 
 
 @dataclass(frozen=True)
@@ -108,32 +123,54 @@ def runtime_version(runtime: str) -> str:
     return f"torch {torch.__version__}"
 
 
-def measure(model: object, input_shape: Sequence[int], setup: LatencySetup) -> Measurement:
+def example_input(input_shape: Sequence[int], batch_size: int = 1,
+                  vocab_size: int | None = None) -> Any:
+    """A batch of ``batch_size`` inputs of ``input_shape`` (without the batch axis): standard
+    normal floats, or with ``vocab_size`` int64 tokens uniform over ``0..vocab_size - 1``
+    (the same tokens every call: the generator is seeded)."""
+    import torch
+
+    shape = (int(batch_size), *map(int, input_shape))
+    if vocab_size is None:
+        return torch.randn(shape)
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(0, int(vocab_size), shape, dtype=torch.int64, generator=generator)
+
+
+def _unpack(item: Network) -> tuple[Any, tuple[int, ...], int | None]:
+    model, shape = item[0], tuple(int(s) for s in item[1])
+    vocab = item[2] if len(item) > 2 else None
+    return model, shape, (None if vocab is None else int(vocab))
+
+
+def measure(model: object, input_shape: Sequence[int], setup: LatencySetup,
+            vocab_size: int | None = None) -> Measurement:
     """The latency of ``model`` (a ``torch.nn.Module``) on a batch of ``setup.batch_size``
-    inputs of ``input_shape`` (without the batch axis); the model's mode is restored."""
-    return measure_many([(model, input_shape)], setup)[0]
+    inputs of ``input_shape`` (without the batch axis; with ``vocab_size``, int64 tokens:
+    ``input_shape`` is ``(T,)``); the model's mode is restored."""
+    return measure_many([(model, input_shape, vocab_size)], setup)[0]
 
 
-def measure_many(models: Sequence[tuple[object, Sequence[int]]],
-                 setup: LatencySetup) -> list[Measurement]:
-    """The latencies of several ``(model, input_shape)``, measured in interleaved rounds:
-    each round times every model once (``warmup`` then ``repeats`` calls), and a model's
-    median is the lowest of its rounds' medians. The models' modes are restored."""
+def measure_many(models: Sequence[Network], setup: LatencySetup) -> list[Measurement]:
+    """The latencies of several ``(model, input_shape)`` or ``(model, input_shape,
+    vocab_size)`` (:data:`Network`), measured in interleaved rounds: each round times every
+    model once (``warmup`` then ``repeats`` calls), and a model's median is the lowest of its
+    rounds' medians. The models' modes are restored."""
     import numpy as np
     import torch
 
-    for model, _ in models:
+    items = [_unpack(item) for item in models]
+    for model, _, _ in items:
         if not isinstance(model, torch.nn.Module):
             raise ConfigError(f"measure needs a torch.nn.Module, got {type(model).__name__}")
-    modes = [model.training for model, _ in models]  # type: ignore[attr-defined]
+    modes = [model.training for model, _, _ in items]
     times: list[list[float]] = [[] for _ in models]
     medians: list[list[float]] = [[] for _ in models]
     try:
         calls = []
-        for model, input_shape in models:
-            assert isinstance(model, torch.nn.Module)
+        for model, input_shape, vocab in items:
             model.eval()
-            x = torch.randn(setup.batch_size, *map(int, input_shape))
+            x = example_input(input_shape, setup.batch_size, vocab)
             calls.append(_onnx_call(model, x, setup.threads) if setup.runtime == "onnxruntime"
                          else _torch_call(model, x, setup.threads))
         for _ in range(setup.rounds):
@@ -142,8 +179,8 @@ def measure_many(models: Sequence[tuple[object, Sequence[int]]],
                 times[i] += timed
                 medians[i].append(float(np.median(timed)))
     finally:
-        for (model, _), training in zip(models, modes):
-            model.train(training)  # type: ignore[attr-defined]
+        for (model, _, _), training in zip(items, modes):
+            model.train(training)
     results = []
     for per_call, per_round in zip(times, medians):
         ms = np.asarray(per_call) * 1e3
@@ -181,10 +218,13 @@ def _torch_call(model: object, x: object, threads: int) -> Callable[[], object]:
 
 
 def onnx_bytes(model: object, x: object) -> bytes:
-    """``model`` exported to ONNX (TorchScript exporter, opset 17), in memory."""
+    """``model`` exported to ONNX (TorchScript exporter, opset 17), in memory, for the input
+    ``x`` (its dtype is the graph input's: float images or int64 tokens,
+    :func:`example_input`)."""
     import torch
 
     buffer = io.BytesIO()
+    target: Any = buffer  # torch's stubs name paths only; the exporter writes files too
     quiet = [logging.getLogger(n) for n in ("torch.onnx", "torch.jit")]
     levels = [q.level for q in quiet]
     try:
@@ -192,8 +232,8 @@ def onnx_bytes(model: object, x: object) -> bytes:
             q.setLevel(logging.ERROR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17,
-                              input_names=["input"], output_names=["output"])
+            torch.onnx.export(cast(torch.nn.Module, model), (x,), target, dynamo=False,
+                              opset_version=17, input_names=["input"], output_names=["output"])
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)
@@ -212,3 +252,96 @@ def _onnx_call(model: object, x: object, threads: int) -> Callable[[], object]:
                                    providers=["CPUExecutionProvider"])
     feed = {"input": x.numpy()}  # type: ignore[attr-defined]
     return lambda: session.run(None, feed)
+
+
+@dataclass(frozen=True)
+class MemoryFootprint:
+    """The memory one forward pass of a network holds, in bytes (:func:`peak_memory`).
+
+    ``weights``: the parameters and buffers (each storage once: tied weights count once);
+    ``input``: the batch fed in; ``activations``: the most bytes of the tensors the pass
+    creates (every operator's outputs, the output included) that are alive at the same time.
+    The peak is their sum. A view or an in-place result shares its tensor's storage and adds
+    nothing; what a kernel allocates internally and frees before it returns (a convolution's
+    unfolded input, an attention kernel's blocks) is not a tensor the pass sees and is not
+    counted, nor are the interpreter, the libraries and a runtime's own arena."""
+
+    weights: int
+    input: int
+    activations: int
+
+    @property
+    def peak(self) -> int:
+        return self.weights + self.input + self.activations
+
+    def metrics(self) -> dict[str, float]:
+        """``peak_memory_mb`` and its parts ``weight_memory_mb`` (parameters and
+        buffers) and ``activation_memory_mb`` (the input and the activations), in MiB
+        (2**20 bytes)."""
+        return {"peak_memory_mb": self.peak / MIB, "weight_memory_mb": self.weights / MIB,
+                "activation_memory_mb": (self.input + self.activations) / MIB}
+
+
+def _storage_key(t: Any) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+def peak_memory(model: object, input_shape: Sequence[int], batch_size: int = 1,
+                vocab_size: int | None = None) -> MemoryFootprint:
+    """The memory of one forward pass of ``model`` (a ``torch.nn.Module``, eval mode, under
+    ``torch.inference_mode``, on the CPU) on a batch of ``batch_size`` inputs of
+    ``input_shape`` (tokens with ``vocab_size``, as :func:`example_input`); the model's mode
+    is restored. Exact and repeatable for one network and shape: the tensors every operator
+    returns are followed (a ``TorchDispatchMode``) until their storage is freed, so the
+    figure is the largest sum of live tensors, not a resident-set growth
+    (:class:`MemoryFootprint` says what it counts)."""
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f"peak_memory needs a torch.nn.Module, got {type(model).__name__}")
+    x = example_input(input_shape, batch_size, vocab_size)
+    weights = dict(_storage_key(t) for t in (*model.parameters(), *model.buffers()))
+    known = {*weights, _storage_key(x)[0]}
+
+    class Live(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        """The bytes of the storages operators create, alive now and at most."""
+
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.live: dict[int, int] = {}
+            self.now = self.most = 0
+
+        def free(self, key: int) -> None:
+            self.now -= self.live.pop(key, 0)
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key, size = storage.data_ptr(), storage.nbytes()
+                if size == 0 or key in known or key in self.live:
+                    continue
+                self.live[key] = size
+                self.now += size
+                self.most = max(self.most, self.now)
+                weakref.finalize(storage, self.free, key)
+            return out
+
+    training = model.training
+    model.eval()
+    try:
+        live = Live()
+        with torch.inference_mode(), live:
+            out = model(x)
+        del out
+    finally:
+        model.train(training)
+    return MemoryFootprint(sum(weights.values()), int(x.untyped_storage().nbytes()), live.most)

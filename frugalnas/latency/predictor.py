@@ -27,8 +27,19 @@ from frugalnas.latency.kernels import Kernel, network_kernels, probe_leaves
 from frugalnas.latency.measure import LatencySetup, Measurement, measure_many
 
 #: A measurement to look up or take: its cache key parts, how to build the module, the input
-#: shape (without the batch axis).
+#: shape (without the batch axis). Key parts with ``"input": "tokens"`` measure on int64
+#: tokens over a vocabulary of ``parts["classes"]`` (:func:`input_vocab`).
 Item = tuple[dict[str, object], Callable[[], object], Sequence[int]]
+
+
+def input_vocab(parts: dict[str, object]) -> int | None:
+    """The vocabulary of an item's token inputs, ``None`` for float inputs: the key says
+    which, so image and token measurements never share a key."""
+    if parts.get("input") != "tokens":
+        return None
+    vocab = parts["classes"]
+    assert isinstance(vocab, int)
+    return vocab
 
 
 class LatencyMeter:
@@ -51,8 +62,8 @@ class LatencyMeter:
         keys = [cache_key({**parts, "input_shape": list(shape), **self.setup.identity()})
                 for parts, _, shape in items]
         found: dict[str, tuple[Measurement, bool]] = {}
-        missing: dict[str, tuple[Callable[[], object], Sequence[int]]] = {}
-        for key, (_, make_model, shape) in zip(keys, items):
+        missing: dict[str, tuple[Callable[[], object], Sequence[int], int | None]] = {}
+        for key, (parts, make_model, shape) in zip(keys, items):
             if key in found or key in missing:
                 continue
             hit = self._memory.get(key) or (self.cache.get(key) if self.cache else None)
@@ -60,10 +71,10 @@ class LatencyMeter:
                 self._memory[key] = hit
                 found[key] = (hit, True)
             else:
-                missing[key] = (make_model, shape)
+                missing[key] = (make_model, shape, input_vocab(parts))
         if missing:
-            measured = measure_many([(make(), shape) for make, shape in missing.values()],
-                                    self.setup)
+            measured = measure_many([(make(), shape, vocab)
+                                     for make, shape, vocab in missing.values()], self.setup)
             for key, result in zip(missing, measured):
                 self._memory[key] = result
                 if self.cache is not None:
@@ -72,22 +83,29 @@ class LatencyMeter:
         return [found[key] for key in keys]
 
     def network(self, space: SearchSpace, arch: Architecture, num_classes: int,
-                input_shape: Sequence[int]) -> tuple[Measurement, bool]:
-        """The measurement of ``arch``'s network and whether it came from the cache."""
-        return self.networks(space, [arch], num_classes, input_shape)[0]
+                input_shape: Sequence[int], tokens: bool = False) -> tuple[Measurement, bool]:
+        """The measurement of ``arch``'s network and whether it came from the cache; with
+        ``tokens``, on int64 tokens over a vocabulary of ``num_classes``, ``input_shape``
+        ``(T,)``."""
+        return self.networks(space, [arch], num_classes, input_shape, tokens)[0]
 
     def networks(self, space: SearchSpace, archs: Sequence[Architecture], num_classes: int,
-                 input_shape: Sequence[int]) -> list[tuple[Measurement, bool]]:
+                 input_shape: Sequence[int], tokens: bool = False
+                 ) -> list[tuple[Measurement, bool]]:
         """:meth:`network` for several architectures, those not cached measured together."""
-        return self.cached_many([self.network_item(space, a, num_classes, input_shape)
+        return self.cached_many([self.network_item(space, a, num_classes, input_shape, tokens)
                                  for a in archs])
 
     @staticmethod
     def network_item(space: SearchSpace, arch: Architecture, num_classes: int,
-                     input_shape: Sequence[int]) -> Item:
-        """What :meth:`cached_many` needs to measure ``arch``'s network."""
-        return ({"space": space.name, "arch": str(arch), "classes": num_classes},
-                lambda: space.build(arch, num_classes, tuple(input_shape)), input_shape)
+                     input_shape: Sequence[int], tokens: bool = False) -> Item:
+        """What :meth:`cached_many` needs to measure ``arch``'s network (on tokens: the key
+        holds ``"input": "tokens"``; an image's key is as it always was)."""
+        parts: dict[str, object] = {"space": space.name, "arch": str(arch),
+                                    "classes": num_classes}
+        if tokens:
+            parts["input"] = "tokens"
+        return (parts, lambda: space.build(arch, num_classes, tuple(input_shape)), input_shape)
 
     @staticmethod
     def kernel_item(kernel: Kernel) -> Item:

@@ -123,8 +123,8 @@ def _png_image(img) -> bytes:
 #: :class:`frugalnas.ports.cost.Cost`. The plugin option ``mlflow.units`` adds or overrides.
 UNIT_RULES: tuple[tuple[str, str], ...] = (
     ("accuracy", "%"), ("latency_ms", "ms"), ("_ms", "ms"), ("seconds", "s"),
-    ("peak_memory", "bytes"), ("memory", "bytes"), ("energy_mj", "mJ"), ("params", "count"),
-    ("flops", "FLOPs"), ("epochs", "epochs"))
+    ("memory_mb", "MiB"), ("peak_memory", "bytes"), ("memory", "bytes"), ("energy_mj", "mJ"),
+    ("params", "count"), ("flops", "FLOPs"), ("epochs", "epochs"))
 
 
 def unit_of(name: str, units: dict[str, str] | None = None) -> str | None:
