@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.ports.errors import ConfigError
-from frugalnas.export.options import FORMATS, ExportError
+from frugalnas.export.options import DEFAULT_FORMATS, FORMATS, ExportError
 
 OVERRIDE_GROUPS = ("train", "backend", "dataset")
 
@@ -28,11 +28,14 @@ def _study_flags(parser: argparse.ArgumentParser) -> None:
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     exp = subparsers.add_parser(
         "export", help="train a study's best architecture from scratch and write deployable "
-        "files (state dict, TorchScript, torch.export, ONNX, report.json)",
+        "files (state dict, TorchScript, torch.export, ONNX, report.json; a language model "
+        "also as a Hugging Face GPT-2 folder)",
         description="Train the chosen trial's architecture from scratch on training + "
-        "validation data with the study's backend, measure it on the test split, write it "
-        "as a state dict, TorchScript, torch.export and ONNX files (each checked against the "
-        "module) with report.json, and log it to MLflow when the study is tracked.")
+        "validation data with the study's backend, measure it on the test split (the "
+        "dataset task's metric: accuracy, or a language model's loss per token), write it "
+        "as a state dict, TorchScript, torch.export and ONNX files (with --format "
+        "huggingface, a language model as a transformers GPT-2 folder; each checked against "
+        "the module) with report.json, and log it to MLflow when the study is tracked.")
     _study_flags(exp)
     exp.add_argument("--out", required=True, help="folder for the files")
     exp.add_argument("--epochs", type=float, help="training epochs (default 10)")
@@ -47,7 +50,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     exp.add_argument("--register", metavar="NAME",
                      help="register the model in the MLflow model registry as NAME")
     exp.add_argument("--format", action="append", choices=FORMATS, dest="formats",
-                     help=f"files to write (repeat; default all: {', '.join(FORMATS)})")
+                     help=f"files to write (repeat; default: {', '.join(DEFAULT_FORMATS)}; "
+                     "huggingface: a language model as a transformers GPT-2 folder)")
     exp.add_argument("--dataset", help="train on this dataset instead of the study's")
     exp.add_argument("-o", "--option", action="append", default=[], metavar="GROUP.KEY=VALUE",
                      help="override a training option (train.lr=0.1, train.max_steps=100), a "
@@ -128,7 +132,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         result = export_study(
             study, args.out, trial=args.trial, top=args.top, pareto=args.pareto,
             constraint=args.constraint, epochs=args.epochs, train_options=overrides["train"],
-            backend_options=overrides["backend"] or None, formats=args.formats or FORMATS,
+            backend_options=overrides["backend"] or None, formats=args.formats or DEFAULT_FORMATS,
             seed=args.seed, dataset=args.dataset,
             dataset_options=overrides["dataset"] or None, register=args.register,
             tracking_uri=args.tracking_uri, latency=not args.no_latency,
@@ -143,11 +147,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     for r in results:
         rep = r.report
-        onnx = rep.get("onnx_test_accuracy")
         lat = (rep.get("latency") or {}).get("torch")
-        print(f"trial {r.trial} (rank {r.rank}) -> {r.out}: test accuracy "
-              f"{rep['test_accuracy']:.2f}% on {rep['test_examples']} test images"
-              + (f" (ONNX: {onnx:.2f}%)" if onnx is not None else "")
+        print(f"trial {r.trial} (rank {r.rank}) -> {r.out}: {_test_line(rep)}"
               + f"; {fmt_number(rep['params'])} params, {fmt_number(rep['flops'])} FLOPs"
               + (f"; latency {lat['median_ms']:.3g} ms (batch 1, CPU)" if lat else "")
               + f"; trained {rep['training']['steps']} steps in {rep['seconds']['train']:.1f} s")
@@ -161,6 +162,22 @@ def cmd_export(args: argparse.Namespace) -> int:
                 line += f"; registered as {ml['registered_model']!r} version {ml['registered_version']}"
             print(line)
     return 0
+
+
+def _test_line(rep: dict[str, Any]) -> str:
+    """The test metric of a report: accuracy on test images, or a language model's loss."""
+    metric = rep.get("test_metric", "test_accuracy")
+    onnx = rep.get(f"onnx_{metric}")
+    if metric == "test_accuracy":
+        return (f"test accuracy {rep['test_accuracy']:.2f}% on {rep['test_examples']} test "
+                "images" + (f" (ONNX: {onnx:.2f}%)" if onnx is not None else ""))
+    if metric == "test_loss":
+        context = rep["dataset"]["input_shape"][0]
+        return (f"test loss {rep['test_loss']:.4f} nats/token (perplexity "
+                f"{rep['test_perplexity']:.2f}) on {rep['test_examples']} test blocks of "
+                f"{context} tokens" + (f" (ONNX: {onnx:.4f})" if onnx is not None else ""))
+    return (f"{metric.replace('_', ' ')} {rep[metric]:.4g} on {rep['test_examples']} test "
+            "examples" + (f" (ONNX: {onnx:.4g})" if onnx is not None else ""))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

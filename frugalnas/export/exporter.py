@@ -2,11 +2,13 @@
 
 The architecture of the chosen trial is trained from scratch on the training + validation
 examples of the study's dataset, with the study's backend (single-device, virtual-node,
-out-of-core, or any plugin's), seed and training hyperparameters; its accuracy is measured
-once, on the test split that the search never saw. The network is written as a state dict,
-a TorchScript file, a ``torch.export`` program and an ONNX file (each loaded back and checked
-against the module), with ``report.json``; with the study's MLflow tracking on, it is logged
-as an MLflow model linked to the trial's run (and registered on request).
+out-of-core, or any plugin's), seed and training hyperparameters; its test metric (the
+dataset task's: accuracy for image classes, the loss in nats per token for a language model)
+is measured once, on the test split that the search never saw. The network is written as a
+state dict, a TorchScript file, a ``torch.export`` program and an ONNX file (and, for a
+language model on request, a Hugging Face GPT-2 folder; each loaded back and checked against
+the module), with ``report.json``; with the study's MLflow tracking on, it is logged as an
+MLflow model linked to the trial's run (and registered on request).
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from frugalnas.ports.exported import ExportedNetwork
 from frugalnas.leaderboard import fmt_number
 from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.ports.latency import measure_latency
+from frugalnas.ports.task import IMAGE_CLASSIFICATION
 from frugalnas.ports.version import __version__
 from frugalnas.ports.trial_architecture import architecture_of
 from frugalnas.engine.training import TrainConfig, seed_everything, train
 from frugalnas.ports.work_progress import progress_shown
 from frugalnas.export import formats as fmt
-from frugalnas.export.formats import FORMATS, ExportError
+from frugalnas.export.formats import ExportError
+from frugalnas.export.options import DEFAULT_FORMATS
 from frugalnas.export.select import select_trials
 
 #: Epochs of the final training when neither ``epochs`` nor a train option says otherwise.
@@ -65,7 +69,22 @@ class ExportedModel:
     files: dict[str, Path] = field(default_factory=dict)
 
     @property
+    def test_metric(self) -> str:
+        """The name of the test metric in the report: ``test_accuracy`` (%) for image
+        classes, ``test_loss`` (nats per token) for a language model."""
+        return str(self.report.get("test_metric", "test_accuracy"))
+
+    @property
+    def test_value(self) -> float:
+        """The test metric's value (:attr:`test_metric`)."""
+        return float(self.report[self.test_metric])
+
+    @property
     def test_accuracy(self) -> float:
+        if "test_accuracy" not in self.report:
+            raise ConfigError(f"trial {self.trial} was exported for "
+                              f"{self.report.get('task')} data: its test metric is "
+                              f"{self.test_metric} (ExportedModel.test_value), not an accuracy")
         return float(self.report["test_accuracy"])
 
     @property
@@ -128,7 +147,8 @@ def versions() -> dict[str, str | None]:
 
     out: dict[str, str | None] = {"python": platform.python_version(),
                                   "frugalnas": __version__, "torch": torch.__version__}
-    for dist in ("onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "numpy"):
+    for dist in ("onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "numpy",
+                 "transformers", "tokenizers", "safetensors"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -164,7 +184,7 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
                  constraint: str | None = None, epochs: float | None = None,
                  train_options: Mapping[str, Any] | None = None,
                  backend_options: Mapping[str, Any] | None = None,
-                 formats: Sequence[str] = FORMATS, seed: int | None = None,
+                 formats: Sequence[str] = DEFAULT_FORMATS, seed: int | None = None,
                  dataset: str | None = None, dataset_options: Mapping[str, Any] | None = None,
                  register: str | None = None, tracking: bool | None = None,
                  tracking_uri: str | None = None, latency: bool = True,
@@ -182,11 +202,14 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
     study's backend (``backend_options`` override its options, e.g. ``{"nproc": 2}``), the
     study's seed (or ``seed``), and the batch size, learning rate, momentum, weight decay and
     optimizer of the study's estimator options where it has them; ``train_options`` set any
-    of them (and ``max_steps``). The test split is read once, for ``test_accuracy``.
+    of them (and ``max_steps``). The test split is read once, for the task's test metric
+    (``test_accuracy`` in % for image classes, ``test_loss`` in nats per token for a language
+    model).
 
     Files in the folder: ``state_dict.pt``, the ``formats`` (``model.torchscript.pt``,
-    ``model.pt2``, ``model.onnx``; each checked against the module on ``check_batch`` test
-    images) and ``report.json``. With the study's MLflow tracking on (``tracking=None``: when
+    ``model.pt2``, ``model.onnx``; ``huggingface/``, a GPT-2 folder of a language model, on
+    request; each checked against the module on ``check_batch`` test examples) and
+    ``report.json``. With the study's MLflow tracking on (``tracking=None``: when
     its ``mlflow`` plugin is loaded; ``tracking_uri`` overrides its URI) the model is logged
     as an MLflow model linked to the trial's run, and ``register=NAME`` registers it.
 
@@ -206,6 +229,7 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
         raise ConfigError(f"dataset {data_name!r} of study {study.name!r} has no test split to "
                           "measure the exported network on; recreate it with a test split "
                           "(dataset_options test_fraction > 0; cifar: the test_batch file)")
+    _check_networks(study, picks, data, data_name, chosen_formats)
     own_backend = bool(backend_options)
     backend = study.host.create("backends", study.config.backend,
                                 **{**study.config.backend_options, **(backend_options or {})}) \
@@ -230,11 +254,22 @@ def export_study(study: Any, out: str | os.PathLike[str], *, trial: int | None =
             backend.close()
     if several:
         index = [{"rank": r.rank, "trial": r.trial, "folder": r.out.name,
-                  "architecture": str(r.architecture), "test_accuracy": r.test_accuracy,
+                  "architecture": str(r.architecture), r.test_metric: r.test_value,
                   "model_uri": r.model_uri} for r in results]
         (out / "index.json").write_text(json.dumps(index, indent=2) + "\n")
         return results
     return results[0]
+
+
+def _check_networks(study: Any, picks: Sequence[Any], data: Dataset, data_name: str,
+                    formats: tuple[str, ...]) -> None:
+    """Before any training: a one-line ConfigError for a format the chosen trials' networks
+    or the data cannot take (``huggingface``: ``transformers`` installed, language-modelling
+    data, a network GPT-2 can hold)."""
+    if "huggingface" in formats:
+        from frugalnas.export.huggingface import check_huggingface
+
+        check_huggingface(study, picks, data, data_name)
 
 
 def _tracking(study: Any, tracking: bool | None, register: str | None) -> bool:
@@ -302,28 +337,39 @@ class _Written:
     checks: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     example: Any = None
-    onnx_accuracy: float | None = None
+    onnx_score: float | None = None
 
 
 def _export_one(study: Any, frozen: Any, rank: int, out: Path, plan: _Plan) -> ExportedModel:
     started = time.perf_counter()
     arch = architecture_of(frozen, study.space)
     trained = _train(study, frozen.number, arch, plan)
-    test_x, test_y = plan.data.split("test")
-    test_accuracy = _accuracy(trained.model, test_x, test_y)
-    written = _write_files(trained, frozen.number, test_x, test_y, out, plan)
-    latency = _latency(trained.model, plan, written.files) if plan.latency else None
+    score, test_examples, test_items = _test_score(trained.model, plan.data)
+    written = _write_files(trained, frozen.number, out, plan,
+                           {"study": study.name, "trial": frozen.number, "architecture": str(arch)})
+    latency = _latency(trained.model, plan, written) if plan.latency else None
     report = _report(study, frozen, rank, arch, plan, trained, written, latency,
-                     test_accuracy, len(test_x))
+                     score, test_examples, test_items)
     if plan.tracking:
         _log_model(study, frozen.number, arch, out, plan, trained, written, report)
     report["seconds"]["total"] = time.perf_counter() - started
     files = written.files
-    report["files"] = {k: {"file": str(p.relative_to(out)), "bytes": p.stat().st_size,
-                           "sha256": _sha256(p)} for k, p in files.items()}
+    report["files"] = {k: _file_record(p, out) for k, p in files.items()}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     files["report"] = out / "report.json"
     return ExportedModel(frozen.number, rank, arch, out, trained.model, report, files)
+
+
+def _file_record(path: Path, out: Path) -> dict[str, Any]:
+    """Size and SHA-256 of a written file; of a folder (the Hugging Face one), its total size
+    and each file's."""
+    if not path.is_dir():
+        return {"file": str(path.relative_to(out)), "bytes": path.stat().st_size,
+                "sha256": _sha256(path)}
+    inner = {str(p.relative_to(path)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(path.rglob("*")) if p.is_file()}
+    return {"file": str(path.relative_to(out)) + "/",
+            "bytes": sum(v["bytes"] for v in inner.values()), "sha256": None, "files": inner}
 
 
 def _train(study: Any, number: int, arch: Architecture, plan: _Plan) -> _Trained:
@@ -368,10 +414,50 @@ def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((logits.argmax(1) == y).float().mean() * 100.0)
 
 
-def _write_files(trained: _Trained, number: int, test_x: torch.Tensor, test_y: torch.Tensor,
-                 out: Path, plan: _Plan) -> _Written:
+def is_image_classification(data: Any) -> bool:
+    return bool(data.task.name == IMAGE_CLASSIFICATION.name)
+
+
+def metric_name(data: Any) -> str:
+    """The report's name of the task's test metric: the validation metric's, for the test
+    split (``test_accuracy``, ``test_loss``)."""
+    metric = str(data.task.metric)
+    return "test_" + metric[len("valid_"):] if metric.startswith("valid_") else f"test_{metric}"
+
+
+def _test_score(predict: Any, data: Any) -> tuple[float, int, int]:
+    """The task's metric of ``predict`` (a module, or a function of a batch) on the test
+    split, the number of test examples and of the items the metric averages (examples for
+    image classes, tokens for a language model). Image classes: the whole split at once (in
+    batches of 512), as the accuracy has always been computed; any other task: its sums over
+    the split's evaluation batches (bounded memory)."""
+    if is_image_classification(data):
+        x, y = data.split("test")
+        if isinstance(predict, nn.Module):
+            return _accuracy(predict, x, y), len(x), len(x)
+        logits = predict(x)
+        return float((logits.argmax(1) == y).float().mean() * 100.0), len(x), len(x)
+    total, count, examples = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in data.eval_batches("test"):
+            batch_total, batch_count = data.task.totals(predict(x), y)
+            total, count, examples = total + batch_total, count + batch_count, examples + len(x)
+    if count == 0:
+        raise ConfigError(f"dataset {data.name!r} has no test examples to score")
+    return float(data.task.combine(total, count)), examples, count
+
+
+def _max_sequence(model: nn.Module) -> int | None:
+    """The longest sequence a language model reads: its learned positions (None: any)."""
+    pos = getattr(model, "pos", None)
+    return int(pos.num_embeddings) if isinstance(pos, nn.Embedding) else None
+
+
+def _write_files(trained: _Trained, number: int, out: Path, plan: _Plan,
+                 about: dict[str, Any]) -> _Written:
     """The state dict, the backend's artifacts and each deployable format, checked against
-    the module on a batch of test images."""
+    the module on a batch of test examples (``check_batch`` of them: images, or blocks of
+    tokens for a language model)."""
     written = _Written()
     torch.save(trained.state, out / "state_dict.pt")
     written.files["state_dict"] = out / "state_dict.pt"
@@ -379,21 +465,31 @@ def _write_files(trained: _Trained, number: int, test_x: torch.Tensor, test_y: t
         path = out / f"backend_{Path(name).name}"
         path.write_bytes(content.encode() if isinstance(content, str) else content)
         written.files[f"backend:{name}"] = path
-    model = trained.model
-    written.example = fmt.example_batch(test_x)
-    batch = test_x[:max(1, int(plan.check_batch))].contiguous()
+    model, data = trained.model, plan.data
+    tokens = not is_image_classification(data) and not data.head("test", 1)[0].is_floating_point()
+    max_sequence = _max_sequence(model) if tokens else None
+    written.example = fmt.example_batch(data.head("test", 2)[0])
+    batch = data.head("test", max(1, int(plan.check_batch)))[0].contiguous()
     with torch.no_grad():
         reference = model(batch)
-    program, program_seconds = _program(model, written.example, plan.formats, number)
+    program, program_seconds = _program(model, written.example, plan.formats, number, tokens,
+                                        max_sequence)
     for name in plan.formats:
         if name == "torchscript":
             res = fmt.write_torchscript(model, written.example, batch, reference, out)
         elif name == "export":
             res = fmt.write_export(program, batch, reference, out, program_seconds)
-        else:
-            res = fmt.write_onnx(model, program, written.example, batch, reference, out)
-            logits = fmt.onnx_predict(fmt.onnx_session(res.path), test_x)
-            written.onnx_accuracy = float((logits.argmax(1) == test_y).float().mean() * 100.0)
+        elif name == "onnx":
+            res = fmt.write_onnx(model, program, written.example, batch, reference, out,
+                                 tokens, max_sequence)
+            session = fmt.onnx_session(res.path)
+            written.onnx_score = _test_score(lambda x: fmt.onnx_predict(session, x), data)[0]
+        elif name == "huggingface":
+            from frugalnas.export.huggingface import write_huggingface
+
+            res = write_huggingface(model, data, batch, reference, out, about)
+        else:  # pragma: no cover - check_formats admits only the formats above
+            raise ConfigError(f"unknown export format {name!r}")
         written.files[name] = res.path
         written.checks[name] = {"file": res.path.name, "max_abs_diff": res.max_abs_diff,
                                 "batch": len(batch), **res.details}
@@ -401,15 +497,15 @@ def _write_files(trained: _Trained, number: int, test_x: torch.Tensor, test_y: t
     return written
 
 
-def _program(model: nn.Module, example: Any, formats: tuple[str, ...],
-             number: int) -> tuple[Any, float]:
+def _program(model: nn.Module, example: Any, formats: tuple[str, ...], number: int,
+             tokens: bool = False, max_sequence: int | None = None) -> tuple[Any, float]:
     """The ``torch.export`` program the ``export`` and ``onnx`` formats start from (``None``
     when only ONNX is asked for and capture fails: ONNX then exports on its own)."""
     if "export" not in formats and "onnx" not in formats:
         return None, 0.0
     t0 = time.perf_counter()
     try:
-        program = fmt.export_program(model, example)
+        program = fmt.export_program(model, example, tokens, max_sequence)
     except Exception as exc:
         if "export" in formats:
             raise ExportError(f"torch.export could not capture the network of trial "
@@ -418,31 +514,43 @@ def _program(model: nn.Module, example: Any, formats: tuple[str, ...],
     return program, time.perf_counter() - t0
 
 
-def _latency(model: nn.Module, plan: _Plan, files: dict[str, Path]) -> dict[str, Any]:
-    """Batch-1 latency on this machine with torch, and with ONNX Runtime for an ONNX file.
-    One thread: batch-1 latency of a small network is per-call overhead, and on a busy
-    machine several threads mostly measure the wait for each other."""
+def _latency(model: nn.Module, plan: _Plan, written: _Written) -> dict[str, Any]:
+    """Batch-1 latency on this machine with torch, and with ONNX Runtime for an ONNX file
+    (random images, or for any other task copies of a test example: a language model reads
+    one block of ``context`` test tokens). One thread: batch-1 latency of a small network is
+    per-call overhead, and on a busy machine several threads mostly measure the wait for
+    each other."""
+    example = None if is_image_classification(plan.data) else written.example[0]
     stats = measure_latency(model, plan.data.input_shape, 1, "cpu", min_run_time=0.2,
-                            num_threads=LATENCY_THREADS)
+                            num_threads=LATENCY_THREADS, example=example)
     found: dict[str, Any] = {"torch": stats.to_dict()}
-    if "onnx" in files:
+    if "onnx" in written.files:
         found["onnxruntime"] = fmt.onnx_file_latency(
-            files["onnx"], tuple(plan.data.input_shape), threads=LATENCY_THREADS)
+            written.files["onnx"], tuple(plan.data.input_shape), threads=LATENCY_THREADS,
+            example=example)
     return found
 
 
 def _report(study: Any, frozen: Any, rank: int, arch: Architecture, plan: _Plan,
             trained: _Trained, written: _Written, latency: dict[str, Any] | None,
-            test_accuracy: float, test_examples: int) -> dict[str, Any]:
+            score: float, test_examples: int, test_items: int) -> dict[str, Any]:
     config = study.config
+    metric = metric_name(plan.data)
+    if is_image_classification(plan.data):
+        test = {"test_accuracy": score, "test_examples": test_examples,
+                "onnx_test_accuracy": written.onnx_score}
+    else:
+        test = {metric: score, "test_examples": test_examples, f"onnx_{metric}": written.onnx_score}
+        if metric == "test_loss":
+            test["test_perplexity"] = math.exp(min(score, 700.0))
+            test["test_tokens"] = test_items
     return {
         "frugalnas_export": REPORT_VERSION,
         "study": study.name, "trial": frozen.number, "rank": rank, "selection": plan.selection,
         "architecture": {"text": str(arch), "space": study.space.name,
                          "space_options": dict(config.space_options),
                          "decisions": dict(arch.decisions)},
-        "test_accuracy": test_accuracy, "test_examples": test_examples,
-        "onnx_test_accuracy": written.onnx_accuracy,
+        "task": plan.data.task.name, "test_metric": metric, **test,
         "params": trained.params, "flops": trained.flops,
         "latency": latency,
         "search": {"objectives": dict(zip(config.objectives, map(float, frozen.values))),
@@ -464,13 +572,26 @@ def _report(study: Any, frozen: Any, rank: int, arch: Architecture, plan: _Plan,
 
 def _dataset_report(plan: _Plan, seed: int, test_examples: int) -> dict[str, Any]:
     data = plan.data
+    if is_image_classification(data):
+        preprocessing: dict[str, Any] = {
+            "standardise": "(x - mean) / std per channel, before any resize",
+            "mean": data.mean, "std": data.std}
+    else:
+        tokenizer = getattr(data, "tokenizer", None)
+        file = getattr(data, "tokenizer_file", None)
+        preprocessing = {"tokens": {"bytes": "UTF-8 bytes (ids 0-255)",
+                                    "bpe": "byte-level BPE ids (tokenizer.json)"}.get(
+                                        str(tokenizer), "the dataset's token ids"),
+                         "tokenizer": tokenizer, "vocab_size": data.num_classes,
+                         "tokenizer_file": str(file) if file is not None else None,
+                         "context": int(data.input_shape[0])}
     return {"name": plan.data_name, "options": plan.data_options, "seed": seed,
+            "task": data.task.name,
             "input_shape": list(data.input_shape), "num_classes": data.num_classes,
             "train_examples": data.num_examples("train"),
             "valid_examples": data.num_examples("valid"),
             "test_examples": test_examples, "trained_on": "train+valid",
-            "preprocessing": {"standardise": "(x - mean) / std per channel, before any resize",
-                              "mean": data.mean, "std": data.std}}
+            "preprocessing": preprocessing}
 
 
 def _training_report(plan: _Plan, trained: _Trained, backend_name: str) -> dict[str, Any]:
@@ -493,7 +614,7 @@ def _log_model(study: Any, number: int, arch: Architecture, out: Path, plan: _Pl
     pre = out / "report.json"
     pre.write_text(json.dumps(report, indent=2, default=str) + "\n")
     extra = [pre] + ([written.files["onnx"]] if "onnx" in written.files else [])
-    metrics = {"test_accuracy": report["test_accuracy"],
+    metrics = {report["test_metric"]: report[report["test_metric"]],
                "export_params": float(trained.params), "export_flops": float(trained.flops)}
     if report["latency"]:
         metrics["export_latency_ms"] = report["latency"]["torch"]["median_ms"]

@@ -5,9 +5,16 @@
   ``torch.export.load(path).module()``);
 - ``onnx``: an ONNX file (``model.onnx``, input ``input``, output ``logits``, dynamic batch
   axis), written by torch's ``torch.export``-based exporter (the TorchScript-based one if
-  that fails), checked with ``onnx.checker`` and run with onnxruntime.
+  that fails), checked with ``onnx.checker`` and run with onnxruntime;
+- ``huggingface``: a language model as a ``transformers`` GPT-2 folder
+  (:mod:`frugalnas.export.huggingface`).
 
-Each file is loaded back and run on a batch of test images; its outputs must agree with the
+The inputs follow the dataset's task: float images ``(N, C, H, W)`` -> logits ``(N, classes)``
+for image classification, int64 tokens ``(N, T)`` -> logits ``(N, T, vocabulary)`` for a
+language model (``tokens=True`` below: the sequence axis is dynamic too, up to the model's
+learned positions).
+
+Each file is loaded back and run on a batch of test examples; its outputs must agree with the
 module's within ``atol + rtol * max|logits|``, else :class:`ExportError`.
 """
 
@@ -30,8 +37,11 @@ from torch import nn
 from frugalnas.ports.errors import ConfigError
 from frugalnas.export.options import FORMATS, ExportError
 
-FILES = {"torchscript": "model.torchscript.pt", "export": "model.pt2", "onnx": "model.onnx"}
+FILES = {"torchscript": "model.torchscript.pt", "export": "model.pt2", "onnx": "model.onnx",
+         "huggingface": "huggingface"}
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
+#: The names of the dynamic axes (ONNX ``dim_param``): batch, then a language model's sequence.
+BATCH_AXIS, SEQUENCE_AXIS = "batch", "sequence"
 ATOL = RTOL = 1e-4
 
 
@@ -82,7 +92,9 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
 
 
-def _verify(name: str, got: torch.Tensor, want: torch.Tensor) -> float:
+def verify(name: str, got: torch.Tensor, want: torch.Tensor) -> float:
+    """The largest difference of ``got`` from ``want``; an :class:`ExportError` when the
+    shapes differ or it exceeds ``ATOL + RTOL * max|want|``."""
     if tuple(got.shape) != tuple(want.shape):
         raise ExportError(f"the {name} file gives outputs of shape {tuple(got.shape)}; the "
                           f"module gives {tuple(want.shape)}")
@@ -90,8 +102,20 @@ def _verify(name: str, got: torch.Tensor, want: torch.Tensor) -> float:
     bound = ATOL + RTOL * float(want.abs().max()) if want.numel() else ATOL
     if not diff <= bound:
         raise ExportError(f"the {name} file does not reproduce the trained module: max |diff| "
-                          f"{diff:.3g} > {bound:.3g} on a batch of {len(want)} test images")
+                          f"{diff:.3g} > {bound:.3g} on a batch of {len(want)} test examples")
     return diff
+
+
+_verify = verify
+
+
+def dynamic_shapes(tokens: bool = False, max_sequence: int | None = None) -> tuple[dict[int, Any]]:
+    """``torch.export`` dynamic shapes of the one input: the batch axis, and for ``tokens``
+    (a language model's ``(N, T)`` ids) the sequence axis, up to ``max_sequence``."""
+    axes: dict[int, Any] = {0: torch.export.Dim(BATCH_AXIS, min=1, max=1 << 20)}
+    if tokens:
+        axes[1] = torch.export.Dim(SEQUENCE_AXIS, min=1, max=max_sequence or 1 << 20)
+    return (axes,)
 
 
 def write_torchscript(model: nn.Module, example: torch.Tensor, batch: torch.Tensor,
@@ -103,15 +127,17 @@ def write_torchscript(model: nn.Module, example: torch.Tensor, batch: torch.Tens
         torch.jit.save(traced, str(path))
         loaded = torch.jit.load(str(path), map_location="cpu")
         got = loaded(batch)
-    return FormatResult("torchscript", path, _verify("TorchScript", got, reference),
+    return FormatResult("torchscript", path, verify("TorchScript", got, reference),
                         time.perf_counter() - start)
 
 
-def export_program(model: nn.Module, example: torch.Tensor) -> Any:
-    """A ``torch.export`` program of ``model`` with a dynamic batch axis."""
-    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+def export_program(model: nn.Module, example: torch.Tensor, tokens: bool = False,
+                   max_sequence: int | None = None) -> Any:
+    """A ``torch.export`` program of ``model`` with a dynamic batch axis (and sequence axis,
+    for ``tokens``)."""
     with quiet():
-        return torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
+        return torch.export.export(model, (example,),
+                                   dynamic_shapes=dynamic_shapes(tokens, max_sequence))
 
 
 def write_export(program: Any, batch: torch.Tensor, reference: torch.Tensor, out: Path,
@@ -121,7 +147,7 @@ def write_export(program: Any, batch: torch.Tensor, reference: torch.Tensor, out
     with quiet(), torch.no_grad():
         torch.export.save(program, str(path))
         got = torch.export.load(str(path)).module()(batch)
-    return FormatResult("export", path, _verify("torch.export", got, reference),
+    return FormatResult("export", path, verify("torch.export", got, reference),
                         build_seconds + time.perf_counter() - start)
 
 
@@ -137,47 +163,79 @@ def onnx_session(path: Path, threads: int | None = None) -> Any:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def onnx_input(x: torch.Tensor) -> np.ndarray:
+    """What the ONNX file takes: float32 for floating inputs, int64 for token ids."""
+    return x.numpy().astype(np.float32 if x.is_floating_point() else np.int64)
+
+
 def onnx_predict(session: Any, x: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
     name = session.get_inputs()[0].name
-    outs = [session.run(None, {name: x[i:i + batch_size].numpy().astype(np.float32)})[0]
+    outs = [session.run(None, {name: onnx_input(x[i:i + batch_size])})[0]
             for i in range(0, len(x), batch_size)]
     return torch.from_numpy(np.concatenate(outs)) if outs else torch.empty(0)
 
 
 def write_onnx(model: nn.Module, program: Any | None, example: torch.Tensor, batch: torch.Tensor,
-               reference: torch.Tensor, out: Path) -> FormatResult:
+               reference: torch.Tensor, out: Path, tokens: bool = False,
+               max_sequence: int | None = None) -> FormatResult:
+    """``model.onnx`` from the ``torch.export`` ``program`` (from ``model`` when there is
+    none; the TorchScript-based exporter when that fails), with the dynamic axes of
+    :func:`dynamic_shapes` named ``batch`` (and ``sequence``)."""
     import onnx
 
     start = time.perf_counter()
     path = out / FILES["onnx"]
     exporter, first_error = "torch.export (dynamo)", None
+    axes = [BATCH_AXIS, SEQUENCE_AXIS] if tokens else [BATCH_AXIS]
     try:
         with quiet():
             onnx_program = torch.onnx.export(program if program is not None else model,
                                              (example,), dynamo=True, input_names=[INPUT_NAME],
                                              output_names=[OUTPUT_NAME], verbose=False,
                                              dynamic_shapes=None if program is not None else
-                                             ({0: torch.export.Dim("batch", min=1, max=1 << 20)},))
+                                             dynamic_shapes(tokens, max_sequence))
             onnx_program.save(str(path))
+        if program is not None:
+            _name_axes(path, axes)
     except Exception as exc:  # onnxscript missing, an operator it cannot translate, ...
         first_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         exporter = "TorchScript-based"
         try:
             with quiet():
+                named = dict(enumerate(axes))
                 torch.onnx.export(model, (example,), str(path), dynamo=False,
                                   input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                                  dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+                                  dynamic_axes={INPUT_NAME: named, OUTPUT_NAME: named})
         except Exception as exc2:
             raise ExportError(f"could not write the ONNX file: {first_error}; the TorchScript-"
                               f"based exporter: {type(exc2).__name__}: {exc2}") from exc2
     onnx.checker.check_model(str(path))
     session = onnx_session(path)
     got = onnx_predict(session, batch)
-    result = FormatResult("onnx", path, _verify("ONNX", got, reference), time.perf_counter() - start,
+    result = FormatResult("onnx", path, verify("ONNX", got, reference), time.perf_counter() - start,
                           {"exporter": exporter, "opset": _opset(path)})
     if first_error:
         result.details["dynamo_error"] = first_error
     return result
+
+
+def _name_axes(path: Path, names: list[str]) -> None:
+    """Rename the symbolic sizes of the input's first axes (``s52``, ...: what the exporter
+    calls the dynamic dimensions of a ``torch.export`` program) to ``names`` throughout the
+    graph's inputs, outputs and value infos."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+    dims = graph.input[0].type.tensor_type.shape.dim
+    rename = {d.dim_param: name for d, name in zip(dims, names) if d.dim_param}
+    if not rename:
+        return
+    for value in (*graph.input, *graph.output, *graph.value_info):
+        for d in value.type.tensor_type.shape.dim:
+            if d.dim_param in rename:
+                d.dim_param = rename[d.dim_param]
+    onnx.save(model, str(path))
 
 
 def _opset(path: Path) -> int | None:
@@ -191,11 +249,17 @@ def _opset(path: Path) -> int | None:
 
 
 def onnx_latency(session: Any, input_shape: tuple[int, ...], batch_size: int = 1,
-                 min_run_time: float = 0.2, warmup: int = 3) -> dict[str, float]:
-    """Per-call latency (ms) of an onnxruntime session on a random batch: median and
-    interquartile range over at least 5 timed blocks of calls."""
+                 min_run_time: float = 0.2, warmup: int = 3,
+                 example: torch.Tensor | None = None) -> dict[str, float]:
+    """Per-call latency (ms) of an onnxruntime session on a random batch (copies of
+    ``example``, one input with its dtype, when given: a language model's tokens): median
+    and interquartile range over at least 5 timed blocks of calls."""
     name = session.get_inputs()[0].name
-    x = np.random.default_rng(0).standard_normal((batch_size, *input_shape)).astype(np.float32)
+    if example is None:
+        x = np.random.default_rng(0).standard_normal((batch_size, *input_shape)).astype(np.float32)
+    else:
+        one = onnx_input(example.reshape(1, *input_shape))
+        x = np.ascontiguousarray(np.repeat(one, batch_size, axis=0))
     for _ in range(warmup):
         session.run(None, {name: x})
     calls, start = 0, time.perf_counter()

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from frugalnas.ports.errors import FrugalnasError
 
-FORMATS = ("torchscript", "export", "onnx")
+#: Every format ``export`` can write.
+FORMATS = ("torchscript", "export", "onnx", "huggingface")
+#: The formats written when none are asked for (``huggingface``, a GPT-2 folder of a language
+#: model that needs the ``transformers`` package, only on request).
+DEFAULT_FORMATS = ("torchscript", "export", "onnx")
 
 
 class ExportError(FrugalnasError):

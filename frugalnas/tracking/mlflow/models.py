@@ -119,7 +119,8 @@ def log_model(study: Any, exported: ExportedNetwork) -> dict[str, Any]:
     model, example = exported.model.eval(), exported.example
     with torch.no_grad():
         output = model(example).numpy()
-    x = example.numpy().astype(np.float32)
+    # float32 images; a language model's int64 token ids kept as they are
+    x = example.numpy().astype(np.float32 if example.is_floating_point() else np.int64)
     signature = infer_signature(x, output)
     logged = client.create_logged_model(
         experiment_id=experiment_id, name=f"trial-{number}", source_run_id=run_id,
