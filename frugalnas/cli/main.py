@@ -223,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     holder: dict[str, Any] = {}
     storage: Any = run.get("storage")
     if heartbeat is not None:
-        from frugalnas.distribution.worker import make_storage
+        from frugalnas.distribution.quota_storage import make_storage
 
         def on_stale(ostudy: Any, frozen: Any) -> None:
             # A trial of a dead run, failed when a later run starts: the plugins are told.

@@ -447,12 +447,6 @@ def _test_score(predict: Any, data: Any) -> tuple[float, int, int]:
     return float(data.task.combine(total, count)), examples, count
 
 
-def _max_sequence(model: nn.Module) -> int | None:
-    """The longest sequence a language model reads: its learned positions (None: any)."""
-    pos = getattr(model, "pos", None)
-    return int(pos.num_embeddings) if isinstance(pos, nn.Embedding) else None
-
-
 def _write_files(trained: _Trained, number: int, out: Path, plan: _Plan,
                  about: dict[str, Any]) -> _Written:
     """The state dict, the backend's artifacts and each deployable format, checked against
@@ -467,7 +461,9 @@ def _write_files(trained: _Trained, number: int, out: Path, plan: _Plan,
         written.files[f"backend:{name}"] = path
     model, data = trained.model, plan.data
     tokens = not is_image_classification(data) and not data.head("test", 1)[0].is_floating_point()
-    max_sequence = _max_sequence(model) if tokens else None
+    # the exported programs take sequences up to the data's context (the model's positions
+    # cover at least that much: the space checked it when it built the network)
+    max_sequence = int(data.input_shape[0]) if tokens else None
     written.example = fmt.example_batch(data.head("test", 2)[0])
     batch = data.head("test", max(1, int(plan.check_batch)))[0].contiguous()
     with torch.no_grad():

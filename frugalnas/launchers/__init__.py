@@ -104,7 +104,8 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
     from dataclasses import asdict
 
     from frugalnas.engine.study import create_study
-    from frugalnas.distribution.worker import check_worker_settings, make_storage
+    from frugalnas.distribution.quota_storage import make_storage
+    from frugalnas.distribution.worker import check_worker_settings
 
     heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat
     check_worker_settings(heartbeat, grace, retries)

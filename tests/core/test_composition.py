@@ -265,7 +265,7 @@ def test_private_optuna_calls_live_in_the_compatibility_module():
 
 def test_the_optuna_compatibility_calls_work_with_the_installed_optuna(tmp_path):
     from frugalnas.ports import optuna_compat as compat
-    from frugalnas.distribution.worker import make_storage
+    from frugalnas.distribution.quota_storage import make_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(storage=make_storage(url, heartbeat=5))

@@ -329,7 +329,7 @@ def test_the_quota_storage_forwards_every_storage_method(tmp_path):
     from optuna.storages import BaseStorage
 
     from frugalnas.ports.optuna_compat import BaseHeartbeat
-    from frugalnas.distribution.worker import QuotaStorage, make_storage
+    from frugalnas.distribution.quota_storage import QuotaStorage, make_storage
 
     public = {n for base in (BaseStorage, BaseHeartbeat) for n, v in vars(base).items()
               if callable(v) and not n.startswith("__")}
@@ -362,7 +362,7 @@ def test_the_quota_reads_other_workers_trials_incrementally_and_exactly(tmp_path
     other worker creates, finishes, fails and queues trials; after the first proposal they
     read only the trials created since and those unfinished then, never every trial."""
     from frugalnas.ports.keys import ARCHITECTURE_ATTR
-    from frugalnas.distribution.worker import COUNTED_STATES, QuotaStorage, make_storage
+    from frugalnas.distribution.quota_storage import COUNTED_STATES, QuotaStorage, make_storage
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
     quotas = [QuotaStorage(make_storage(url), url, n_trials=10_000, repeats=True)
@@ -409,7 +409,7 @@ def test_the_quota_reads_other_workers_trials_incrementally_and_exactly(tmp_path
 
 
 def _fail_each(url: str, trial_ids: list[int], barrier, results) -> None:
-    from frugalnas.distribution.worker import QuotaStorage, make_storage
+    from frugalnas.distribution.quota_storage import QuotaStorage, make_storage
 
     quota = QuotaStorage(make_storage(url), url, n_trials=10_000)
     succeeded = 0
@@ -428,7 +428,7 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     sqlite a bare RDB storage lets both writes succeed)."""
     import multiprocessing
 
-    from frugalnas.distribution.worker import make_storage
+    from frugalnas.distribution.quota_storage import make_storage
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
     storage = make_storage(url)

@@ -6,7 +6,7 @@ import optuna
 from optuna.storages import InMemoryStorage, RDBStorage
 
 from frugalnas.ports import optuna_compat
-from frugalnas.distribution.worker import QuotaStorage
+from frugalnas.distribution.quota_storage import QuotaStorage
 
 
 def _quota_study(inner, url):

@@ -6,7 +6,7 @@ temporary folder (nothing of optuna's is kept in this repository), takes its
 ``tests/test_callbacks.py``, and runs them with pytest in a subprocess, once per storage:
 
 * ``rdb``: optuna's plain ``RDBStorage`` (optuna's own fixtures), the baseline;
-* ``make_storage``: ``frugalnas.distribution.worker.make_storage(url, ...)``;
+* ``make_storage``: ``frugalnas.distribution.quota_storage.make_storage(url, ...)``;
 * ``quota``: ``QuotaStorage(make_storage(url, ...), url, n_trials)``, what a worker stores through.
 
 A conftest generated in that folder replaces what optuna's ``StorageSupplier`` gives for its
@@ -57,7 +57,7 @@ BY_NAME = {
 }
 #: Deliberate differences, for both wrappers: make_storage hides optuna's ExperimentalWarning
 #: for the heartbeats (frugalnas turns them on itself, ``frugalnas run`` by default, so the
-#: user has nothing to act on; ``quiet_experimental`` in frugalnas/distribution/worker.py).
+#: user has nothing to act on; ``quiet_experimental`` in frugalnas/distribution/quota_storage.py).
 DELIBERATE = {
     "test_heartbeat_experimental_warnings": "expects optuna's ExperimentalWarning naming "
                                             "heartbeat_interval, which make_storage hides",
@@ -105,7 +105,7 @@ def __enter__(self):
         storage = optuna.storages.RDBStorage(url, **args)
         self.storage = optuna.storages._CachedStorage(storage) if "cached" in mode else storage
         return self.storage
-    from frugalnas.distribution.worker import QuotaStorage, make_storage
+    from frugalnas.distribution.quota_storage import QuotaStorage, make_storage
 
     on_stale = args.pop("heartbeat_stale_trial_callback", None) or \\
         args.pop("failed_trial_callback", None)

@@ -16,7 +16,7 @@ MUTABLE_STATE = {
         "host-device copy bandwidth is a property of the machine, measured once per process",
     ("backends/virtual_node/world.py", "_ACTIVE"):
         "torch.distributed has one default process group per process; this mirrors it",
-    ("distribution/worker.py", "_LOCKS"):
+    ("distribution/locks.py", "_LOCKS"):
         "fcntl locks belong to the process: threads of one process share one lock per file",
     ("proxies/runner.py", "_STATE"):
         "the state of a proxy pool's worker process, set by the pool's initializer",
@@ -39,7 +39,7 @@ KNOWN_PROBES = {
     ("engine/study.py", "report"): "a trial that takes intermediate values",
     ("engine/study.py", "prune_vector"): "a pruner for objective vectors",
     ("engine/planning.py", "prune_vector"): "a pruner for objective vectors",
-    ("distribution/worker.py", "optuna_study"): "a frugalnas Study or an optuna study",
+    ("distribution/locks.py", "optuna_study"): "a frugalnas Study or an optuna study",
     ("leaderboard.py", "dataset"): "the study's configuration",
     ("engine/planning.py", "check_options"): "a dataset factory's optional check of its options",
     ("engine/runner.py", "set_constraint"): "optuna < 5 trials have no set_constraint",

@@ -13,7 +13,8 @@ import sqlalchemy
 
 import frugalnas
 from frugalnas.ports.errors import ConfigError
-from frugalnas.distribution.worker import StorageLock, run_worker
+from frugalnas.distribution.locks import StorageLock
+from frugalnas.distribution.worker import run_worker
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
 from ops_support.checks import assert_exactly_n_distinct, assert_mlflow_follows_storage
 

@@ -17,7 +17,7 @@ import pytest
 from optuna.storages import RDBStorage, RetryFailedTrialCallback
 from optuna.trial import TrialState
 
-from frugalnas.distribution.worker import QuotaStorage, make_storage
+from frugalnas.distribution.quota_storage import QuotaStorage, make_storage
 from frugalnas.ports.errors import ConfigError
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -7,7 +7,7 @@ import pytest
 
 import frugalnas
 from frugalnas.ports import optuna_compat
-from frugalnas.distribution.worker import QuotaStorage, make_storage
+from frugalnas.distribution.quota_storage import QuotaStorage, make_storage
 from frugalnas.spaces.nb201.space import NB201Space
 from frugalnas.spaces.nb201.table import nb201_table
 from frugalnas.strategies.history import History, SeenKeys, read_history

@@ -64,7 +64,7 @@ def test_the_end_of_a_study_writes_every_queued_trial_before_it_reconciles(tmp_p
     """The writer cannot reach MLflow until the last trial has finished (another process
     holds the study's MLflow lock), so every trial is queued when the study ends: the end
     writes them all, in batches, and its reconciliation then has nothing left to create."""
-    from frugalnas.distribution.worker import study_lock
+    from frugalnas.distribution.locks import study_lock
     from frugalnas.testing import fresh_mlflow_uri
 
     uri = fresh_mlflow_uri(tmp_path / "mlflow.db")

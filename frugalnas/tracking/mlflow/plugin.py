@@ -23,7 +23,7 @@ Block it with ``-p no:mlflow`` (``--no-tracking``,
 The optuna storage is the record of truth and MLflow follows it: when a study (or a worker)
 starts and when it ends, :mod:`frugalnas.tracking.mlflow.reconcile` writes the runs that a
 killed process never wrote and closes the ones it left open. The writes of all processes on
-one storage take turns under one lock (``frugalnas.distribution.worker.study_lock``), so there is one
+one storage take turns under one lock (``frugalnas.distribution.locks.study_lock``), so there is one
 parent run per study and one run per trial. The tracking URI is checked before the first
 trial (:mod:`frugalnas.tracking.mlflow.checks`).
 

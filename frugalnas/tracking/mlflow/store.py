@@ -62,7 +62,7 @@ def prepare_tracking_store(uri: str) -> None:
         return
     from mlflow import MlflowClient
 
-    from frugalnas.distribution.worker import file_lock
+    from frugalnas.distribution.locks import file_lock
 
     path = Path(uri[len("sqlite:///"):]).resolve()
     with file_lock(path.with_name(path.name + ".frugalnas.lock")):

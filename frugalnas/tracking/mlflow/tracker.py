@@ -54,7 +54,7 @@ class StudyTracker:
     run for one trial, and a reconciliation never sees a run another worker is writing."""
 
     def __init__(self, study: Any):
-        from frugalnas.distribution.worker import study_lock
+        from frugalnas.distribution.locks import study_lock
 
         self.study = study
         self.uri = tracking_uri_of(study.config)
