@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.ports.trial_architecture import architecture_of
+from frugalnas.ports.task import IMAGE_CLASSIFICATION, Task
 from frugalnas.ports.trial_constraints import recorded_feasible
 from frugalnas.multiobjective.pareto import pareto_fronts
 
@@ -38,6 +39,7 @@ class _SizeCounter:
 
     def __init__(self, study: Any, input_shape: Sequence[int] | None, num_classes: int | None):
         self.study = study
+        self.task: Task = IMAGE_CLASSIFICATION
         if input_shape is None or num_classes is None:
             shape, classes = self._data_shape()
             input_shape = input_shape if input_shape is not None else shape
@@ -49,6 +51,7 @@ class _SizeCounter:
         if getattr(self.study.config, "dataset", None) is None:
             return FALLBACK_INPUT
         data = self.study.load_dataset()
+        self.task = data.task
         return tuple(data.input_shape), int(data.num_classes)
 
     def __call__(self, arch: Any) -> tuple[int | None, int | None]:
@@ -65,8 +68,8 @@ class _SizeCounter:
             try:
                 with torch.random.fork_rng(devices=[]), torch.device(device):
                     model = space.build(arch, self.num_classes, self.input_shape)
-                x = torch.zeros((1, *self.input_shape), device=device)
-                return count_params(model), count_flops(model, x)
+                x = self.task.example_batch(1, self.input_shape, self.num_classes)[0]
+                return count_params(model), count_flops(model, x.to(device))
             except Exception:
                 continue
         return None, None

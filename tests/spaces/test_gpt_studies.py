@@ -63,6 +63,11 @@ def test_the_decoder_parameter_proxy_scores_and_image_proxies_are_refused(corpus
     study = _study(corpus, "decoder_params", {"batch_size": 4})
     study.optimize(n_trials=3)
     assert all(t.state.name == "COMPLETE" and t.values[0] > 0 for t in study.trials)
+    # the leaderboard counts each language model's size on tokens, as the study saw it
+    from frugalnas.leaderboard import leaderboard_rows
+
+    rows = leaderboard_rows(study)
+    assert all(row["params"] > row["values"]["value"] > 0 and row["flops"] > 0 for row in rows)
     refused = _study(corpus, "synflow", {"batch_size": 4})
     refused.optimize(n_trials=1)
     reason = refused.trials[0].user_attrs["fail_reason"]
