@@ -162,10 +162,9 @@ class PredictedLatency(Estimator):
         self._predictors: dict[int, KernelTablePredictor | LayerTablePredictor] = {}
 
     def check_space(self, space: SearchSpace) -> None:
-        """Language models (the ``gpt`` space) are refused before the first trial."""
-        from frugalnas.spaces.gpt.space import GPTSpace
-
-        if isinstance(space, GPTSpace):
+        """Spaces of networks for other tasks than image classes (language models, such as
+        the ``gpt`` space's) are refused before the first trial."""
+        if "image-classification" not in type(space).tasks:
             raise ConfigError(TOKENS_REFUSED)
 
     def predictor(self, space: SearchSpace) -> KernelTablePredictor | LayerTablePredictor:

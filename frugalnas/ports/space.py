@@ -31,6 +31,9 @@ class SearchSpace(ABC):
     #: protocol of :mod:`frugalnas.ports.capabilities` mapped to its adapter's factory
     #: ``(space) -> adapter``, or to ``"package.module:attribute"`` naming it.
     capabilities: ClassVar[Mapping[type, Any]] = {}
+    #: The tasks (:mod:`frugalnas.ports.task` names) the space's networks are built for:
+    #: estimators that know only other tasks refuse the space before the first trial.
+    tasks: ClassVar[tuple[str, ...]] = ("image-classification",)
 
     @abstractmethod
     def distributions(self) -> dict[str, BaseDistribution]:

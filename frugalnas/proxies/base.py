@@ -20,6 +20,7 @@ from frugalnas.ports.cost import Cost, count_flops, count_params
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
+from frugalnas.ports.space import SearchSpace
 from frugalnas.ports.task import IMAGE_CLASSIFICATION, Task
 from frugalnas.engine.training import seed_everything
 from frugalnas.proxies.shared import SharedPasses
@@ -231,6 +232,12 @@ class ProxyEstimator(Estimator):
 
     measures = ("seconds", "flops", "params")
 
+    def check_space(self, space: SearchSpace) -> None:
+        """A proxy meant for none of the tasks the space's networks are built for is refused
+        before the first trial (the data's task is checked again at each evaluation)."""
+        if not set(type(space).tasks) & set(self.proxy.tasks):
+            raise ConfigError(not_meant_for(self.proxy, type(space).tasks[0]))
+
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         values, cost = score_network([self.proxy], arch, context, self.batch,
                                      need_dataset=self.needs_dataset, latency=self.latency)
@@ -238,17 +245,19 @@ class ProxyEstimator(Estimator):
         return EstimateResult(value=value, metrics=values, cost=cost)
 
 
+def not_meant_for(proxy: Proxy, task: str) -> str:
+    """Why ``proxy`` is refused for data of ``task``, in one line."""
+    hint = ("; for language models use a proxy that lists the task (frugalnas plugins "
+            "proxies), such as 'decoder_params'" if task == "language-modelling" else "")
+    return (f"proxy {proxy.name!r} is not meant for {task} data: it was designed and "
+            f"validated for {', '.join(proxy.tasks)} only{hint}")
+
+
 def check_tasks(proxies: Sequence[Proxy], task: Task) -> None:
     """A ConfigError naming the first proxy not meant for ``task`` and the reason."""
     for proxy in proxies:
         if task.name not in proxy.tasks:
-            raise ConfigError(
-                f"proxy {proxy.name!r} is not meant for {task.name} data: it was designed and "
-                f"validated for {', '.join(proxy.tasks)} only; for {task.name} use a proxy "
-                f"that lists it (frugalnas plugins proxies), such as 'decoder_params'"
-                if task.name == "language-modelling" else
-                f"proxy {proxy.name!r} is not meant for {task.name} data: it applies to "
-                f"{', '.join(proxy.tasks)}")
+            raise ConfigError(not_meant_for(proxy, task.name))
 
 
 def score_with(proxy: Proxy, model: nn.Module, inputs: torch.Tensor,

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import frugalnas
+from frugalnas.ports.errors import ConfigError
 from frugalnas.testing.setups import SMALL_GPT
 
 OFF = {"disable_plugins": ("mlflow", "progress")}
@@ -68,11 +69,10 @@ def test_the_decoder_parameter_proxy_scores_and_image_proxies_are_refused(corpus
 
     rows = leaderboard_rows(study)
     assert all(row["params"] > row["values"]["value"] > 0 and row["flops"] > 0 for row in rows)
-    refused = _study(corpus, "synflow", {"batch_size": 4})
-    refused.optimize(n_trials=1)
-    reason = refused.trials[0].user_attrs["fail_reason"]
-    assert refused.trials[0].state.name == "FAIL"
-    assert "not meant for language-modelling data" in reason and "\n" not in reason
+    # refused before the first trial, in one line
+    with pytest.raises(ConfigError, match="not meant for language-modelling data") as info:
+        _study(corpus, "synflow", {"batch_size": 4})
+    assert "\n" not in str(info.value) and "decoder_params" in str(info.value)
 
 
 @pytest.mark.slow

@@ -111,6 +111,7 @@ class GPTSpace(SearchSpace):
 
     name = "gpt"
     genotype = GPTGenotype
+    tasks = ("language-modelling",)
     capabilities = {
         WeightSharing: "frugalnas.spaces.gpt.supernet:GPTSharing",
         OwnEncodings: "frugalnas.spaces.gpt.encodings:GPTEncodings",
