@@ -130,12 +130,14 @@ def backend_step(backend: Backend, model: Callable[[int], tuple[nn.Module, torch
 
 
 def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainConfig, *,
-          seed: int = 0, on_epoch: Callable[[int, float], None] | None = None) -> TrainReport:
+          seed: int = 0, on_epoch: Callable[[int, float], None] | None = None,
+          every: tuple[int, Callable[[int, float], None]] | None = None) -> TrainReport:
     """Train ``model`` (already prepared by ``backend``) with a cosine schedule, on the
     loss of the dataset's task.
 
     Fractional ``epochs`` train on that fraction of an epoch's batches. ``on_epoch(epoch,
-    mean_loss)`` is called after each full epoch (used for pruning). A non-finite loss raises
+    mean_loss)`` is called after each full epoch (used for pruning); ``every=(k, call)`` calls
+    ``call(steps_done, mean_loss)`` after every ``k`` steps. A non-finite loss raises
     :class:`TrialFailure`."""
     n_train = dataset.num_examples("train")
     if n_train == 0:  # no batch would ever come: the loop would never end
@@ -152,11 +154,27 @@ def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainCon
         if on_epoch is not None:
             on_epoch(epoch + 1, sum(losses) / len(losses))
 
+    step = backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step(),
+                        loss_fn=dataset.task)
     return run_steps(
         lambda epoch: dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch),
-        backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step(),
-                     loss_fn=dataset.task),
+        step if every is None else _calling_every(step, *every),
         total_steps=total_steps, steps_per_epoch=batches_per_epoch, on_epoch=each_epoch)
+
+
+def _calling_every(step: StepFn, k: int, call: Callable[[int, float], None]) -> StepFn:
+    """``step``, then ``call(steps_done, mean loss of those steps)`` after every ``k``."""
+    window: list[float] = []
+
+    def stepped(index: int, x: torch.Tensor, y: torch.Tensor) -> float:
+        loss = step(index, x, y)
+        window.append(loss)
+        if (index + 1) % k == 0 and math.isfinite(loss):
+            call(index + 1, sum(window) / len(window))
+            window.clear()
+        return loss
+
+    return stepped
 
 
 def split_metric(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",

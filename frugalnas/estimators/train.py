@@ -13,6 +13,7 @@ from frugalnas.ports.data import Dataset
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
 from frugalnas.engine.training import TrainConfig, seed_everything, split_metric, train
+from frugalnas.ports.errors import check_range
 
 
 class TrainEstimator(Estimator):
@@ -28,7 +29,12 @@ class TrainEstimator(Estimator):
     ``latency=True`` also measures the network's inference latency on the backend's
     device (before training: it does not depend on the weights) (:func:`frugalnas.ports.latency.measure_latency`, batches of ``latency_batch_size``
     at the dataset's input shape, timed for about ``latency_min_run_time`` seconds) and adds
-    the metrics ``latency_ms`` (median) and ``latency_ms_iqr`` (spread)."""
+    the metrics ``latency_ms`` (median) and ``latency_ms_iqr`` (spread).
+
+    ``report_every_steps=k`` reports every ``k`` training steps instead of every epoch (the
+    pruner's step is then the number of steps: a language model's epoch may be thousands of
+    steps); ``valid_examples=n`` scores the first ``n`` validation examples only (blocks of
+    tokens for a language model; default: the whole split)."""
 
     name = "train"
     provides: tuple[str, ...] = ("valid_accuracy", "train_loss")
@@ -38,10 +44,16 @@ class TrainEstimator(Estimator):
                  momentum: float = 0.9, weight_decay: float = 5e-4, optimizer: str = "sgd",
                  max_steps: int | None = None, report_every_epoch: bool = True,
                  latency: bool = False, latency_batch_size: int = 1,
-                 latency_min_run_time: float = 0.2):
+                 latency_min_run_time: float = 0.2, report_every_steps: int | None = None,
+                 valid_examples: int | None = None):
         self.config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                                   weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps)
         self.report_every_epoch = report_every_epoch
+        if report_every_steps is not None:
+            check_range("report_every_steps", report_every_steps, 1)
+        if valid_examples is not None:
+            check_range("valid_examples", valid_examples, 1)
+        self.report_every_steps, self.valid_examples = report_every_steps, valid_examples
         self.latency = LatencyProbe.of(latency, latency_batch_size, latency_min_run_time)
         if self.latency:
             self.provides = (*self.provides, *LATENCY_METRICS)
@@ -77,27 +89,40 @@ class TrainEstimator(Estimator):
         total_steps = max(1, math.ceil(self.config.epochs * batches_per_epoch))
         if self.config.max_steps is not None:
             total_steps = min(total_steps, self.config.max_steps)
-        eval_flops = flops_per_sample * data.num_examples("valid")
+        n_valid = data.num_examples("valid")
+        n_valid = min(n_valid, self.valid_examples) if self.valid_examples else n_valid
+        eval_flops = flops_per_sample * n_valid
+        reports = [0]
+
+        def report_at(step: int, steps_done: int, loss: float) -> None:
+            """What each objective would be if training stopped now (cost fields so far);
+            ``step`` is the pruner's step (an epoch, or a number of training steps)."""
+            score = split_metric(model, backend, data, limit=self.valid_examples)
+            reports[0] += 1
+            samples = steps_done * self.config.batch_size
+            context.report(step, {
+                "value": score, data.task.metric: score, "train_loss": loss, **metrics,
+                "params": float(params), "epochs": steps_done / batches_per_epoch,
+                "flops": 3.0 * flops_per_sample * samples + eval_flops * reports[0],
+                "seconds": time.perf_counter() - start}, last=steps_done >= total_steps)
 
         def on_epoch(epoch: int, loss: float) -> None:
-            if not self.report_every_epoch or context.trial_number is None:
-                return
-            score = split_metric(model, backend, data)
-            samples = epoch * batches_per_epoch * self.config.batch_size
-            # What each objective would be if training stopped now (cost fields so far).
-            context.report(epoch, {
-                "value": score, data.task.metric: score, "train_loss": loss, **metrics,
-                "params": float(params), "epochs": float(epoch),
-                "flops": 3.0 * flops_per_sample * samples + eval_flops * epoch,
-                "seconds": time.perf_counter() - start},
-                last=epoch * batches_per_epoch >= total_steps)
+            if self.report_every_epoch and not self.report_every_steps and \
+                    context.trial_number is not None:
+                report_at(epoch, epoch * batches_per_epoch, loss)
 
-        report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch)
-        score = split_metric(model, backend, data)
+        def on_steps(steps_done: int, loss: float) -> None:
+            if context.trial_number is not None:
+                report_at(steps_done, steps_done, loss)
+
+        report = train(model, data, backend, self.config, seed=context.seed, on_epoch=on_epoch,
+                       every=(self.report_every_steps, on_steps)
+                       if self.report_every_steps else None)
+        score = split_metric(model, backend, data, limit=self.valid_examples)
         metrics.update({data.task.metric: score,
                         "train_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))})
         samples = report.steps * self.config.batch_size
-        flops = 3.0 * flops_per_sample * samples + flops_per_sample * data.num_examples("valid")
+        flops = 3.0 * flops_per_sample * samples + eval_flops
         cost = Cost(seconds=time.perf_counter() - start, flops=flops, params=params,
                     epochs=report.epochs, peak_memory=backend.peak_memory())
         return EstimateResult(value=score, metrics=metrics, cost=cost, artifacts=artifacts)

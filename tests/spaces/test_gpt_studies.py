@@ -86,3 +86,16 @@ def test_the_command_line_searches_the_gpt_space_on_the_shipped_text():
          "-o", "estimator.max_steps=10", "-o", "estimator.batch_size=8"],
         capture_output=True, text=True, timeout=600, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_reports_every_k_steps_reach_the_pruner_and_scoring_reads_a_prefix(corpus):
+    """An epoch of a language model can be thousands of steps: the pruner hears every k."""
+    study = _study(corpus, "train", {"max_steps": 30, "batch_size": 8, "optimizer": "adam",
+                                     "lr": 0.003, "report_every_steps": 10,
+                                     "valid_examples": 32}, pruner="median")
+    study.optimize(n_trials=2)
+    for trial in study.trials:
+        assert sorted(trial.intermediate_values) == [10, 20, 30]
+        assert trial.intermediate_values[30] == pytest.approx(trial.values[0])
+    with pytest.raises(ConfigError, match="report_every_steps"):
+        _study(corpus, "train", {"report_every_steps": 0})
