@@ -2,7 +2,7 @@
 ``benchmarks/gpt_reference.py`` (run it first): Kendall tau of the inherited validation loss
 against the reference's mean over seeds, overall and within bins of equal decoder
 (non-embedding) parameter count, where the parameter-count proxy knows nothing; the
-``decoder_params`` proxy's taus beside it.
+``decoder_params`` proxy's taus beside it, and the embedding width alone (ties kept).
 
 The supernet is one elastic transformer over the benchmark space, trained with the sandwich
 rule and in-place distillation (each step: the largest network on the next tokens, the
@@ -49,13 +49,14 @@ def train_and_score(args: argparse.Namespace, archs: list[str]) -> dict[str, Any
     supernet = Supernet(space, data.num_classes, data.input_shape, seed=args.seed,
                         sandwich=args.sandwich, progressive=args.progressive)
     blocks = data.num_examples("train")
-    fraction = min(1.0, args.steps * args.batch / (blocks * args.epochs))
-    train_data = data.subset(fraction, seed=args.seed)
+    # as many epochs as --steps needs (at least --epochs), each over the same seeded subset
+    epochs = max(args.epochs, math.ceil(args.steps * args.batch / blocks))
+    train_data = data.subset(args.steps * args.batch / (blocks * epochs), seed=args.seed)
     backend = SingleDeviceBackend("cpu")
     start = time.perf_counter()
     supernet.train(train_data, backend, TrainConfig(batch_size=args.batch, lr=args.lr,
                                                     optimizer="adam", weight_decay=0.0),
-                   epochs=args.epochs)
+                   epochs=epochs)
     seconds = time.perf_counter() - start
     limit = args.eval_tokens // reference.CONTEXT
     losses = {}
@@ -65,7 +66,8 @@ def train_and_score(args: argparse.Namespace, archs: list[str]) -> dict[str, Any
                                         "valid", limit=limit)
     return {"losses": losses, "train_seconds": seconds,
             "score_seconds": time.perf_counter() - start - seconds,
-            "steps": args.epochs * math.ceil(train_data.num_examples("train") / args.batch)}
+            "steps": epochs * math.ceil(train_data.num_examples("train") / args.batch),
+            "epochs": epochs}
 
 
 def taus(reference_loss: dict[str, float], score: dict[str, float],
@@ -133,6 +135,7 @@ def main() -> None:
 
     supernet = taus(ref, result["losses"], params, args.bins)
     proxy = taus(ref, {a: -params[a] for a in archs}, params, args.bins)
+    width = taus(ref, {a: -int(a.split("/")[0][len("gpt:w"):]) for a in archs}, params, args.bins)
     print(f"gpt supernet ranking ({key}): trained in {result['train_seconds'] / 60:.1f} min, "
           f"{len(archs)} networks scored in {result['score_seconds']:.0f} s")
     print(f"  {'ranking':<26}{'Kendall tau':>12}{'within ' + str(args.bins) + ' size bins':>22}")
@@ -140,6 +143,7 @@ def main() -> None:
           f"{ceiling['within_bins']:>22.3f}")
     print(f"  {'supernet':<26}{supernet['overall']:>12.3f}{supernet['within_bins']:>22.3f}")
     print(f"  {'decoder_params proxy':<26}{proxy['overall']:>12.3f}{proxy['within_bins']:>22.3f}")
+    print(f"  {'embedding width alone':<26}{width['overall']:>12.3f}{width['within_bins']:>22.3f}")
 
 
 if __name__ == "__main__":
