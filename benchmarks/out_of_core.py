@@ -7,6 +7,12 @@ Reported per mode: median step time, peak saved bytes held on the device (and, o
 
     python benchmarks/out_of_core.py                    # fast CPU default
     python benchmarks/out_of_core.py --device cuda --N 5 --C 16 --batch 256 --size 32
+    python benchmarks/out_of_core.py --space gpt --budget-fraction 0.4   # nanoGPT's shape, tokens
+
+``--space gpt`` trains a decoder-only language model of the ``gpt`` space instead (``--arch``,
+default nanoGPT's small CPU shape: 4 layers, 4 heads, width 128) on random byte tokens
+(``--batch`` sequences of ``--context`` tokens), with the next-token loss; its blocks are the
+embedding, each transformer block and the output.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_steps(backend, model: nn.Module, x, y, steps: int, warmup: int) -> tuple[float, int]:
+def time_steps(backend, model: nn.Module, x, y, steps: int, warmup: int,
+               loss) -> tuple[float, int]:
     """Median seconds of ``steps`` forward-backward calls after ``warmup`` ones; CUDA peak."""
-    loss = nn.CrossEntropyLoss()
     device = backend.device
     for _ in range(warmup):
         model.zero_grad(set_to_none=True)
@@ -55,6 +61,26 @@ def time_steps(backend, model: nn.Module, x, y, steps: int, warmup: int) -> tupl
     return statistics.median(times), peak
 
 
+def network(args: argparse.Namespace, device: torch.device):
+    """The network, a batch, the loss and a one-line description."""
+    torch.manual_seed(0)
+    if args.space == "gpt":
+        from frugalnas.ports.task import LANGUAGE_MODELLING
+        from frugalnas.spaces.gpt.space import GPTSpace
+
+        space = GPTSpace(context=args.context)
+        base = space.build(space.parse(args.arch), 256, (args.context,))
+        x, y = LANGUAGE_MODELLING.example_batch(args.batch, (args.context,), 256)
+        return (base, x.to(device), y.to(device), LANGUAGE_MODELLING,
+                f"{args.arch}, batch {args.batch}x{args.context} byte tokens")
+    space = NB201Space(N=args.N, C=args.C)
+    base = space.build(space.parse(CELL), 10, (3, args.size, args.size))
+    x = torch.randn(args.batch, 3, args.size, args.size, device=device)
+    y = torch.randint(0, 10, (args.batch,), device=device)
+    return (base, x, y, nn.CrossEntropyLoss(),
+            f"NB201 N={args.N} C={args.C}, batch {args.batch}x3x{args.size}x{args.size}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
@@ -69,37 +95,38 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--host-bandwidth", type=float, default=None, help="bytes/s (default: measured)")
     ap.add_argument("--planner", default="auto")
+    ap.add_argument("--space", choices=("nb201", "gpt"), default="nb201")
+    ap.add_argument("--arch", default="gpt:w128/h4r4,h4r4,h4r4,h4r4",
+                    help="the gpt network (with --space gpt)")
+    ap.add_argument("--context", type=int, default=64, help="tokens per sequence (gpt)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
     device = torch.device(args.device)
 
-    space = NB201Space(N=args.N, C=args.C)
-    torch.manual_seed(0)
-    base = space.build(space.parse(CELL), 10, (3, args.size, args.size))
-    x = torch.randn(args.batch, 3, args.size, args.size, device=device)
-    y = torch.randint(0, 10, (args.batch,), device=device)
+    base, x, y, loss, what = network(args, device)
 
     probe = OutOfCoreBackend(device=args.device, policy="resident", profile_repeats=0)
     pm = probe.prepare(copy.deepcopy(base))
-    probe.forward_backward(pm, nn.CrossEntropyLoss(), x, y)
+    probe.forward_backward(pm, loss, x, y)
     incore_bytes = probe.last_plan.profile.incore_peak
     budget = int(args.budget_fraction * incore_bytes)
-    print(f"NB201 N={args.N} C={args.C}, batch {args.batch}x3x{args.size}x{args.size}, device {device}, "
+    print(f"{what}, device {device}, "
           f"{args.threads} thread(s); {len(probe.last_plan.policies)} blocks; in-core saved "
           f"activations {incore_bytes / 2**20:.2f} MiB; budget {args.budget_fraction:.0%} = "
           f"{budget / 2**20:.2f} MiB")
 
     rows = []
     model = SingleDeviceBackend(args.device).prepare(copy.deepcopy(base))
-    t, cuda_peak = time_steps(SingleDeviceBackend(args.device), model, x, y, args.steps, args.warmup)
+    t, cuda_peak = time_steps(SingleDeviceBackend(args.device), model, x, y, args.steps,
+                              args.warmup, loss)
     rows.append(("in-core", t, incore_bytes, cuda_peak, incore_bytes <= budget, "all resident"))
     plans = {}
     for mode in ("plan", "swap", "recompute"):
         backend = OutOfCoreBackend(device=args.device, budget=budget, policy=mode,
                                    host_bandwidth=args.host_bandwidth, planner=args.planner)
         model = backend.prepare(copy.deepcopy(base))
-        t, cuda_peak = time_steps(backend, model, x, y, args.steps, args.warmup)
+        t, cuda_peak = time_steps(backend, model, x, y, args.steps, args.warmup, loss)
         plan = backend.last_plan
         plans[mode] = plan
         mix = ", ".join(f"{k} {v}" for k, v in plan.counts().items() if v)
