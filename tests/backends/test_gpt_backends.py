@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import io
 import math
-import random
 import warnings
 
 import pytest
@@ -23,6 +22,7 @@ from frugalnas.ports.network import BlockNetwork
 from frugalnas.ports.task import LANGUAGE_MODELLING
 from frugalnas.spaces.gpt.space import GPTSpace
 from frugalnas.testing.setups import SMALL_GPT
+from ops_support.text_corpus import pseudo_verse
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,8 +30,6 @@ ARCH = "gpt:w32/h2r4,h1r2"          # the largest width, two layers: embedding, 
 STAGES = ["embedding", "blocks.0", "blocks.1", "output"]
 VOCAB, CONTEXT = 64, 16
 OFF = {"disable_plugins": ("mlflow", "progress")}
-WORDS = ("thou", "art", "the", "king", "and", "queen", "of", "night", "day", "love", "war",
-         "sword", "crown", "fool", "lord", "lady")
 
 
 def gpt(arch: str = ARCH) -> DenseGPT:
@@ -197,14 +195,7 @@ def test_virtual_nodes_train_a_gpt_bitwise_on_one_and_two_processes():
 @pytest.fixture
 def corpus(tmp_path):
     """Four small documents of seeded pseudo-verse."""
-    rng = random.Random(0)
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for d in range(4):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9)))
-                 for _ in range(120)]
-        (folder / f"work{d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
+    return pseudo_verse(tmp_path / "corpus", works=4, lines=120)
 
 
 def _study(corpus, backend: str, options: dict, max_steps: int = 20):

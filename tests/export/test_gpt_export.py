@@ -10,7 +10,6 @@ import importlib.util
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import textwrap
@@ -24,27 +23,15 @@ import torch.nn.functional as F
 import frugalnas
 from frugalnas import ConfigError
 from frugalnas.testing.setups import SMALL_GPT
+from ops_support.text_corpus import pseudo_verse
 
 pytest.importorskip("transformers")
 
 OFF = ("mlflow", "progress")
-WORDS = ("thou", "art", "the", "king", "and", "queen", "of", "night", "day", "love", "war",
-         "sword", "crown", "fool", "lord", "lady")
 FAST = {"epochs": 1, "max_steps": 4, "batch_size": 16}
 FORMATS = ("torchscript", "export", "onnx", "huggingface")
 #: GPT-2 can hold the first (every layer alike, 2 heads x 8 = width 16); not the others
 ARCHS = ("gpt:w16/h2r2,h2r2", "gpt:w16/h2r2,h1r2", "gpt:w32/h2r4")
-
-
-def write_corpus(folder: Path) -> Path:
-    """Six small documents of seeded pseudo-verse (about 6 KB each)."""
-    rng = random.Random(0)
-    folder.mkdir(parents=True, exist_ok=True)
-    for d in range(6):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9)))
-                 for _ in range(180)]
-        (folder / f"work{d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
 
 
 def gpt_study(corpus: Path, storage: str | None = None, **dataset_options):
@@ -65,7 +52,7 @@ def gpt_study(corpus: Path, storage: str | None = None, **dataset_options):
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("gpt-export") / "corpus")
+    return pseudo_verse(tmp_path_factory.mktemp("gpt-export") / "corpus")
 
 
 @pytest.fixture(scope="module")
@@ -285,7 +272,7 @@ def test_networks_that_are_no_gpt2_are_refused(options, fragment):
 def test_a_bpe_model_carries_its_tokenizer_and_the_command_line_exports_it(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    corpus = write_corpus(tmp_path / "corpus")
+    corpus = pseudo_verse(tmp_path / "corpus")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = gpt_study(corpus, storage, tokenizer="bpe", vocab_size=300,
                       tokenizer_dir=str(tmp_path / "tokenizer"))

@@ -12,7 +12,7 @@ from torch import nn
 import frugalnas
 from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.latency import predictor as predictor_module
-from frugalnas.latency.cache import LatencyCache, cache_key
+from frugalnas.latency.cache import cache_key
 from frugalnas.latency.estimators import MeasuredLatency, PredictedLatency
 from frugalnas.latency.measure import (LatencySetup, MemoryFootprint, example_input, measure,
                                        onnx_bytes, peak_memory)
@@ -21,6 +21,7 @@ from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.estimator import TrialContext
 from frugalnas.spaces.gpt.space import GPTSpace
 from frugalnas.testing.setups import SMALL_GPT
+from ops_support.text_corpus import pseudo_verse
 
 OFF = {"disable_plugins": ("mlflow", "progress")}
 FAST = {"warmup": 2, "repeats": 5}
@@ -174,22 +175,10 @@ def test_the_latency_predictor_refuses_language_models_in_one_line(tmp_path):
         assert "\n" not in str(refused.value)
 
 
-WORDS = ("thou", "art", "the", "king", "and", "queen", "of", "night", "day", "love")
-
-
 @pytest.fixture
 def corpus(tmp_path):
     """Four small documents of seeded pseudo-verse."""
-    import random
-
-    rng = random.Random(0)
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for d in range(4):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9)))
-                 for _ in range(120)]
-        (folder / f"work{d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
+    return pseudo_verse(tmp_path / "corpus", works=4, lines=120, vocabulary=10)
 
 
 def test_a_gpt_study_minimises_loss_and_measured_latency_under_a_memory_budget(corpus,

@@ -13,25 +13,13 @@ import pytest
 import frugalnas
 from frugalnas.ports.errors import ConfigError
 from frugalnas.testing.setups import SMALL_GPT
+from ops_support.text_corpus import pseudo_verse
 
 OFF = {"disable_plugins": ("mlflow", "progress")}
-WORDS = ("thou", "art", "the", "king", "and", "queen", "of", "night", "day", "love", "war",
-         "sword", "crown", "fool", "lord", "lady")
-
-
 @pytest.fixture
 def corpus(tmp_path):
     """Six small documents of seeded pseudo-verse (about 6 KB each)."""
-    import random
-
-    rng = random.Random(0)
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    for d in range(6):
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 9)))
-                 for _ in range(180)]
-        (folder / f"work{d}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return folder
+    return pseudo_verse(tmp_path / "corpus")
 
 
 def _study(corpus, estimator, options, **kwargs):

@@ -19,14 +19,14 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from frugalnas.ports.architecture import Architecture, Value
 from frugalnas.ports.capabilities import (CellGraph, OwnEncodings, ProgressiveShrinking,
                                           SandwichRule, WeightSharing, itself)
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_choice, check_range
-from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
+from frugalnas.ports.space import contains, describe_distribution, draw
+from frugalnas.spaces.conditional import ConditionalSpace, Fill, extreme
 
 if TYPE_CHECKING:
     from torch import nn
@@ -40,9 +40,6 @@ NORMS = ("layernorm", "rmsnorm")
 
 _BODY = re.compile(r"^w(\d+)/(.*)$", re.DOTALL)
 _LAYER = re.compile(r"^h(\d+)r(\d+)$")
-
-Fill = Callable[[str, BaseDistribution], Any]
-
 
 def layer_keys(i: int) -> tuple[str, str]:
     """The heads and MLP-ratio decisions of layer ``i`` (from 0)."""
@@ -89,15 +86,7 @@ def _choices(what: str, values: Sequence[int]) -> tuple[int, ...]:
     return out
 
 
-def _extreme(dist: BaseDistribution, largest: bool) -> Any:
-    """The largest (or smallest) value of an integer or sorted categorical decision."""
-    if isinstance(dist, IntDistribution):
-        return dist.high if largest else dist.low
-    assert isinstance(dist, CategoricalDistribution)
-    return dist.choices[-1 if largest else 0]
-
-
-class GPTSpace(SearchSpace):
+class GPTSpace(ConditionalSpace):
     """Decoder-only language models: embedding width, depth, per-layer heads and MLP ratio;
     options widths, min_depth, max_depth, heads, mlp_ratios, head_dim, context, positions,
     norm. Weight sharing through elastic transformer blocks.
@@ -162,7 +151,7 @@ class GPTSpace(SearchSpace):
             out.update(zip(layer_keys(i), self._layer()))
         return out
 
-    def _complete(self, values: Mapping[str, Any], fill: Fill) -> Architecture:
+    def complete(self, values: Mapping[str, Any], fill: Fill) -> Architecture:
         """The architecture of ``values``; a decision it lacks or holds an invalid value for
         is asked of ``fill(key, dist)``. The depth is settled before the layers, so only the
         layers the network has are asked."""
@@ -175,19 +164,6 @@ class GPTSpace(SearchSpace):
                     else fill(key, dist)
         return self.genotype.create(self.name, decisions)
 
-    def from_params(self, params: Mapping[str, Any]) -> Architecture:
-        """The architecture of ``params`` (values of layers beyond the depth are ignored); a
-        missing or invalid decision of a layer the network has is refused."""
-        def refuse(key: str, dist: BaseDistribution) -> Any:
-            if key in params:
-                raise ArchitectureParseError(
-                    f"invalid value {params[key]!r} for decision {key!r} of space "
-                    f"{self.name!r}; valid: {describe_distribution(dist)}")
-            raise ArchitectureParseError(f"parameters for space {self.name!r} miss decision "
-                                         f"{key!r} ({describe_distribution(dist)})")
-
-        return self._complete(params, refuse)
-
     def validate(self, arch: Architecture) -> None:
         """The depth first (which layers an architecture holds follows from it), then
         :meth:`SearchSpace.validate` over the active decisions."""
@@ -197,42 +173,6 @@ class GPTSpace(SearchSpace):
                 f"invalid value {depth!r} for decision {DEPTH_KEY!r} of space {self.name!r}; "
                 f"valid: {describe_distribution(dist)}")
         super().validate(arch)
-
-    def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
-        """Ask ``trial`` for the width and depth, then for the layers that depth keeps."""
-        def ask(key: str, dist: BaseDistribution) -> Any:
-            if isinstance(dist, IntDistribution):
-                return trial.suggest_int(key, dist.low, dist.high)
-            assert isinstance(dist, CategoricalDistribution)
-            return trial.suggest_categorical(key, dist.choices)
-
-        return self._complete({}, ask)
-
-    # -- variation -----------------------------------------------------------------------
-    def sample(self, rng: random.Random) -> Architecture:
-        return self._complete({}, lambda key, dist: draw(dist, rng))
-
-    def mutate(self, arch: Architecture, rng: random.Random) -> Architecture:
-        """Change one decision the network has; layers a deeper network gains are drawn."""
-        active = self.active_decisions(arch)
-        keys = [k for k, d in active.items() if not d.single()]
-        if not keys:
-            return arch
-        key = rng.choice(keys)
-        value = arch[key]
-        while value == arch[key]:
-            value = draw(active[key], rng)
-        return self._complete({**arch.decisions, key: value}, lambda k, d: draw(d, rng))
-
-    def crossover(self, a: Architecture, b: Architecture, rng: random.Random) -> Architecture:
-        """Each decision from either parent (from the one that has it when only one does)."""
-        da, db = a.decisions, b.decisions
-
-        def either(key: str, dist: BaseDistribution) -> Any:
-            options = [d[key] for d in (da, db) if key in d and contains(dist, d[key])]
-            return rng.choice(options) if options else draw(dist, rng)
-
-        return self._complete({}, either)
 
     def neighbours(self, arch: Architecture) -> list[Architecture]:
         """One width, heads or ratio changed, or one layer more (a copy of the last) or
@@ -255,14 +195,6 @@ class GPTSpace(SearchSpace):
         per_layer = float(len(self.heads) * len(self.mlp_ratios))
         return len(self.widths) * sum(per_layer ** d
                                       for d in range(self.min_depth, self.max_depth + 1))
-
-    def largest(self) -> Architecture:
-        """The widest, deepest network with the most heads and the largest MLPs."""
-        return self._complete({}, lambda key, dist: _extreme(dist, largest=True))
-
-    def smallest(self) -> Architecture:
-        """The narrowest, shallowest network with the fewest heads and smallest MLPs."""
-        return self._complete({}, lambda key, dist: _extreme(dist, largest=False))
 
     def uniform(self, width: int, depth: int, heads: int, mlp_ratio: int) -> Architecture:
         """The network whose layers are all alike (nanoGPT's shape: ``uniform(128, 4, 4, 4)``
@@ -342,6 +274,6 @@ class GPTShrinking:
             def answer(key: str, dist: BaseDistribution) -> Any:
                 if any(key == r or key.endswith(f"_{r}") for r in released):
                     return draw(dist, rng)
-                return _extreme(dist, largest=True)
-            return self.space._complete({}, answer)
+                return extreme(dist, largest=True)
+            return self.space.complete({}, answer)
         return sample

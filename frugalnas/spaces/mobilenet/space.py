@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import optuna
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -34,7 +33,8 @@ from frugalnas.ports.architecture import Architecture, Value
 from frugalnas.ports.capabilities import (CellGraph, OwnEncodings, ProgressiveShrinking,
                                           SandwichRule, WeightSharing, itself)
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError, check_range
-from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
+from frugalnas.ports.space import contains, describe_distribution, draw
+from frugalnas.spaces.conditional import ConditionalSpace, Fill
 from frugalnas.spaces.mobilenet.network import build_network
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def _parse_stages(stages: Any) -> tuple[Stage, ...]:
     return tuple(out)
 
 
-class MobileNetSpace(SearchSpace):
+class MobileNetSpace(ConditionalSpace):
     """MobileNetV2/V3-like macro space: per stage depth, per block kernel 3/5/7, expansion
     3/4/6 and squeeze-excite; options width_mult, resolution or searched resolutions, stages,
     kernels, expand_ratios, se, min_depth. Weight sharing through elastic blocks.
@@ -269,7 +269,7 @@ class MobileNetSpace(SearchSpace):
                 out.update(zip(block_keys(s, b), block))
         return out
 
-    def _complete(self, values: Mapping[str, Any], fill: Any) -> Architecture:
+    def complete(self, values: Mapping[str, Any], fill: Fill) -> Architecture:
         """The architecture whose decisions come from ``values``; a decision ``values`` lacks
         (or holds an invalid value for) is asked of ``fill(key, dist)``. Each stage's depth is
         settled before its blocks are, so only the blocks the network has are asked."""
@@ -287,19 +287,6 @@ class MobileNetSpace(SearchSpace):
                     decisions[k] = values[k] if contains(dist, values.get(k)) else fill(k, dist)
         return self.genotype.create(self.name, decisions)
 
-    def from_params(self, params: Mapping[str, Any]) -> Architecture:
-        """The architecture of ``params`` (values of blocks beyond a stage's depth are
-        ignored); a missing or invalid decision of a block the network has is refused."""
-        def refuse(key: str, dist: BaseDistribution) -> Any:
-            if key in params:
-                raise ArchitectureParseError(
-                    f"invalid value {params[key]!r} for decision {key!r} of space "
-                    f"{self.name!r}; valid: {describe_distribution(dist)}")
-            raise ArchitectureParseError(f"parameters for space {self.name!r} miss decision "
-                                         f"{key!r} ({describe_distribution(dist)})")
-
-        return self._complete(params, refuse)
-
     def validate(self, arch: Architecture) -> None:
         """The depths first (which blocks an architecture holds follows from them), then
         :meth:`SearchSpace.validate` over the active decisions."""
@@ -311,42 +298,6 @@ class MobileNetSpace(SearchSpace):
                     f"invalid value {decisions[key]!r} for decision {key!r} of space "
                     f"{self.name!r}; valid: {describe_distribution(dist)}")
         super().validate(arch)
-
-    def suggest(self, trial: optuna.trial.BaseTrial) -> Architecture:
-        """Ask ``trial`` for the resolution (when searched) and each stage's depth, then for
-        the blocks that depth keeps."""
-        def ask(key: str, dist: BaseDistribution) -> Any:
-            if isinstance(dist, IntDistribution):
-                return trial.suggest_int(key, dist.low, dist.high)
-            assert isinstance(dist, CategoricalDistribution)
-            return trial.suggest_categorical(key, dist.choices)
-
-        return self._complete({}, ask)
-
-    def sample(self, rng: random.Random) -> Architecture:
-        return self._complete({}, lambda key, dist: draw(dist, rng))
-
-    def mutate(self, arch: Architecture, rng: random.Random) -> Architecture:
-        """Change one decision the network has; blocks a deeper stage gains are drawn."""
-        active = self.active_decisions(arch)
-        keys = [k for k, d in active.items() if not d.single()]
-        if not keys:
-            return arch
-        key = rng.choice(keys)
-        value = arch[key]
-        while value == arch[key]:
-            value = draw(active[key], rng)
-        return self._complete({**arch.decisions, key: value}, lambda k, d: draw(d, rng))
-
-    def crossover(self, a: Architecture, b: Architecture, rng: random.Random) -> Architecture:
-        """Each decision from either parent (from the one that has it when only one does)."""
-        da, db = a.decisions, b.decisions
-
-        def either(key: str, dist: BaseDistribution) -> Any:
-            options = [d[key] for d in (da, db) if key in d and contains(dist, d[key])]
-            return rng.choice(options) if options else draw(dist, rng)
-
-        return self._complete({}, either)
 
     def neighbours(self, arch: Architecture) -> list[Architecture]:
         """One resolution, kernel, ratio or SE changed, or one stage one block deeper (the new block
@@ -393,18 +344,6 @@ class MobileNetSpace(SearchSpace):
                               bool(d[block_keys(s, b)[2]]))
                  for b in range(int(d[depth_key(s)]))]
                 for s in range(1, len(self.stages) + 1)]
-
-    def largest(self) -> Architecture:
-        """The deepest architecture with the largest kernels and ratios (SE where allowed), at
-        the largest searched resolution."""
-        return self._complete({}, lambda key, dist: (
-            dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]))
-
-    def smallest(self) -> Architecture:
-        """The shallowest architecture with the smallest kernels and ratios, no SE, at the
-        smallest searched resolution."""
-        return self._complete({}, lambda key, dist: (
-            dist.low if isinstance(dist, IntDistribution) else dist.choices[0]))
 
     def mobilenet_v2(self, resolution: int | None = None) -> Architecture:
         """MobileNetV2's own point of the space (every stage at full depth, kernel 3, ratio 6,
@@ -463,7 +402,7 @@ class MobileNetShrinking:
                     if kind in drawn or key == RESOLUTION_KEY:
                         return draw(dist, rng)
                     return dist.high if isinstance(dist, IntDistribution) else dist.choices[-1]
-                return self.space._complete({}, answer)
+                return self.space.complete({}, answer)
             return sampler
 
         return [("largest", fixed(set())), ("elastic kernel", fixed({"kernel", "se"})),
