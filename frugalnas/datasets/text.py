@@ -642,10 +642,13 @@ def check_text(path: Any = None, context: Any = 256, tokenizer: Any = "bytes",
 def text(path: str | None = None, seed: int = 0, context: int = 256, tokenizer: str = "bytes",
          vocab_size: int = 1024, valid_fraction: float = 0.1, test_fraction: float = 0.1,
          tokenizer_dir: str | None = None) -> TextSource:
-    """UTF-8 text files (``path``: a file, a folder's ``*.txt`` files or a glob; default: the
-    shipped Shakespeare sample) split by document and cut into blocks of ``context`` tokens
-    for language modelling; ``tokenizer`` ``"bytes"`` or ``"bpe"`` (trained on the training
-    split, ``vocab_size`` tokens, saved to ``tokenizer_dir``)."""
+    """UTF-8 text files (a file, a folder's *.txt files or a glob; default: a Shakespeare
+    sample) split by document into blocks of ``context`` byte or BPE tokens, for language
+    modelling.
+
+    ``path``: a file, a folder's ``*.txt`` files or a glob (default: the shipped sample);
+    ``tokenizer`` ``"bytes"`` or ``"bpe"`` (trained on the training split, ``vocab_size``
+    tokens, saved to ``tokenizer_dir``)."""
     return TextSource.open(path, seed, context, tokenizer, vocab_size, valid_fraction,
                            test_fraction, tokenizer_dir)
 

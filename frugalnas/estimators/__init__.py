@@ -21,8 +21,9 @@ def frugalnas_estimators() -> dict[str, Any]:
     return {
         "train": LazyFactory(
             "frugalnas.estimators.train:TrainEstimator",
-            "Trains the candidate from scratch for a budget of epochs; scores validation "
-            "accuracy (%)."),
+            "Trains the candidate from scratch for a budget of epochs; scores the validation "
+            "metric of the dataset's task: accuracy (%) for image classes (``valid_accuracy``), "
+            "the loss in nats per token for a language model (``valid_loss``; minimise it)."),
         "low-fidelity": LazyFactory(
             "frugalnas.estimators.low_fidelity:LowFidelityEstimator",
             "Short training on reduced data, resolution or width; scores validation "

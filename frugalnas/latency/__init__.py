@@ -1,5 +1,6 @@
 """Latency on the machine at hand (plugin "latency"): the ``measured-latency`` estimator
-(ONNX Runtime or torch, cached on disk per architecture, setup and machine) and the
+(ONNX Runtime or torch, on images or the tokens of a language model, cached on disk per
+architecture, input, setup and machine; with the peak memory of one forward pass) and the
 ``latency-predictor`` estimator (a calibrated lookup table of fused kernels). Both work on
 every model space; docs/latency.md shows how to use them as an objective or a constraint."""
 

@@ -75,8 +75,9 @@ def _meter(setup: LatencySetup, cache: str | None) -> LatencyMeter:
 
 class MeasuredLatency(Estimator):
     """Inference latency of the architecture's network measured on this machine (ONNX
-    Runtime or torch), cached on disk per architecture, input, setup and machine, and the
-    peak memory of one forward pass.
+    Runtime or torch) on images or, with sequence_length, the prefill of T tokens, cached on
+    disk per architecture, input, setup and machine; and the peak memory of one forward pass
+    (peak_memory_mb).
 
     The input is a batch of ``input_shape`` images, or, with ``sequence_length`` (or an
     ``input_shape`` of one number ``[T]``), the prefill of ``T`` int64 tokens of a language
