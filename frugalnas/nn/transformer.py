@@ -23,7 +23,7 @@ stages (:class:`GPTEmbedding`, each :class:`DenseBlock`, :class:`GPTOutput`) as 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
@@ -41,16 +41,6 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 POSITIONS = ("learned", "rotary")
 NORMS = ("layernorm", "rmsnorm")
-
-
-def _check_range(what: str, value: int, high: int) -> None:
-    if not 1 <= value <= high:
-        raise ConfigError(f"{what} {value!r} outside 1..{high}")
-
-
-def _check_choice(what: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{what} {value!r} is not one of {list(choices)}")
 
 
 # -- sub-network configurations ----------------------------------------------------------------
@@ -278,12 +268,12 @@ class ElasticEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor, width: int | None = None) -> torch.Tensor:
         width = self.max_width if width is None else width
-        _check_range("width", width, self.max_width)
+        check_range("width", width, 1, self.max_width)
         return F.embedding(tokens, self.weight[:, :width].contiguous())
 
     def export(self, width: int) -> nn.Embedding:
         """A plain ``nn.Embedding`` of the first ``width`` features."""
-        _check_range("width", width, self.max_width)
+        check_range("width", width, 1, self.max_width)
         dense = nn.Embedding(self.vocab_size, width)
         with torch.no_grad():
             dense.weight.copy_(self.weight[:, :width])
@@ -302,7 +292,7 @@ class ElasticLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = x.shape[-1]
-        _check_range("width", w, self.max_width)
+        check_range("width", w, 1, self.max_width)
         bias = None if self.bias is None else self.bias[:w].contiguous()
         return F.layer_norm(x, (w,), self.weight[:w].contiguous(), bias, self.eps)
 
@@ -311,7 +301,7 @@ class ElasticLayerNorm(nn.Module):
 
     def export(self, width: int) -> nn.LayerNorm:
         """A plain ``nn.LayerNorm`` of ``width`` features."""
-        _check_range("width", width, self.max_width)
+        check_range("width", width, 1, self.max_width)
         dense = nn.LayerNorm(width, eps=self.eps, bias=self.bias is not None)
         with torch.no_grad():
             dense.weight.copy_(self.weight[:width])
@@ -331,7 +321,7 @@ class ElasticRMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = x.shape[-1]
-        _check_range("width", w, self.max_width)
+        check_range("width", w, 1, self.max_width)
         return F.rms_norm(x, (w,), self.weight[:w].contiguous(), self.eps)
 
     def param_count(self, width: int) -> int:
@@ -339,7 +329,7 @@ class ElasticRMSNorm(nn.Module):
 
     def export(self, width: int) -> nn.RMSNorm:
         """A plain ``nn.RMSNorm`` of ``width`` features."""
-        _check_range("width", width, self.max_width)
+        check_range("width", width, 1, self.max_width)
         dense = nn.RMSNorm(width, eps=self.eps)
         with torch.no_grad():
             dense.weight.copy_(self.weight[:width])
@@ -373,8 +363,8 @@ class ElasticAttention(nn.Module):
         self.out = nn.Linear(inner, max_width, bias=bias)
 
     def check(self, width: int, heads: int) -> None:
-        _check_range("width", width, self.max_width)
-        _check_range("heads", heads, self.max_heads)
+        check_range("width", width, 1, self.max_width)
+        check_range("heads", heads, 1, self.max_heads)
         if heads % self.group:
             valid = list(range(self.group, self.max_heads + 1, self.group))
             raise ConfigError(f"heads {heads} is not a multiple of the grouped-query group size "
@@ -414,14 +404,14 @@ class ElasticMLP(nn.Module):
     def __init__(self, max_width: int, max_hidden: int, activation: str = "gelu",
                  bias: bool = True):
         super().__init__()
-        _check_choice("activation", activation, list(ACTIVATIONS))
+        check_choice("activation", activation, list(ACTIVATIONS))
         self.max_width, self.max_hidden, self.activation = max_width, max_hidden, activation
         self.fc = nn.Linear(max_width, max_hidden, bias=bias)
         self.proj = nn.Linear(max_hidden, max_width, bias=bias)
 
     def check(self, width: int, hidden: int) -> None:
-        _check_range("width", width, self.max_width)
-        _check_range("mlp_hidden", hidden, self.max_hidden)
+        check_range("width", width, 1, self.max_width)
+        check_range("mlp_hidden", hidden, 1, self.max_hidden)
 
     def forward(self, x: torch.Tensor, hidden: int | None = None) -> torch.Tensor:
         hidden = self.max_hidden if hidden is None else hidden
@@ -446,7 +436,7 @@ ElasticNorm = ElasticLayerNorm | ElasticRMSNorm
 
 def make_norm(norm: str, max_width: int) -> ElasticNorm:
     """An elastic ``"layernorm"`` or ``"rmsnorm"``."""
-    _check_choice("norm", norm, NORMS)
+    check_choice("norm", norm, NORMS)
     return ElasticLayerNorm(max_width) if norm == "layernorm" else ElasticRMSNorm(max_width)
 
 
@@ -502,7 +492,7 @@ class ElasticGPT(nn.Module):
                  norm: str = "layernorm", causal: bool = True, tie_weights: bool = False,
                  kv_heads: int | None = None, activation: str = "gelu", bias: bool = True):
         super().__init__()
-        _check_choice("positions", positions, POSITIONS)
+        check_choice("positions", positions, POSITIONS)
         self.max_width, self.max_depth, self.context = max_width, max_depth, context
         self.tok = ElasticEmbedding(vocab_size, max_width)
         self.pos = ElasticEmbedding(context, max_width) if positions == "learned" else None
@@ -528,8 +518,8 @@ class ElasticGPT(nn.Module):
         if length is not None and length > self.context:
             raise ConfigError(f"context length {length} is larger than the model's "
                               f"{self.context} positions")
-        _check_range("width", config.width, self.max_width)
-        _check_range("depth", config.depth, self.max_depth)
+        check_range("width", config.width, 1, self.max_width)
+        check_range("depth", config.depth, 1, self.max_depth)
         for block, choice in zip(self._blocks(config.depth), config.blocks):
             block.check(config.width, choice)
 

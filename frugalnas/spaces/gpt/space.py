@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
+from frugalnas.nn.transformer import NORMS, POSITIONS, BlockChoice, SubnetConfig
 from frugalnas.ports.architecture import Architecture, Value
 from frugalnas.ports.capabilities import (CellGraph, OwnEncodings, ProgressiveShrinking,
                                           SandwichRule, WeightSharing, itself)
@@ -31,12 +32,8 @@ from frugalnas.spaces.conditional import ConditionalSpace, Fill, extreme
 if TYPE_CHECKING:
     from torch import nn
 
-    from frugalnas.nn.transformer import SubnetConfig
-
 WIDTH_KEY = "embed_width"
 DEPTH_KEY = "depth"
-POSITIONS = ("learned", "rotary")
-NORMS = ("layernorm", "rmsnorm")
 
 _BODY = re.compile(r"^w(\d+)/(.*)$", re.DOTALL)
 _LAYER = re.compile(r"^h(\d+)r(\d+)$")
@@ -207,8 +204,6 @@ class GPTSpace(ConditionalSpace):
     # -- networks ------------------------------------------------------------------------
     def subnet_config(self, arch: Architecture) -> SubnetConfig:
         """The shape of ``arch`` for the elastic transformer modules."""
-        from frugalnas.nn.transformer import BlockChoice, SubnetConfig
-
         self.validate(arch)
         d = arch.decisions
         width = int(d[WIDTH_KEY])
