@@ -34,9 +34,9 @@ def gpt_init(model: nn.Module) -> nn.Module:
     return model
 
 
-def sequence_length(space: GPTSpace, input_shape: Sequence[int]) -> int:
-    """The data's context length, checked against the space: token data ``(context,)`` no
-    longer than the networks' positions."""
+def check_token_shape(space: GPTSpace, input_shape: Sequence[int]) -> None:
+    """ConfigError unless the data are tokens ``(context,)`` no longer than the networks'
+    positions."""
     if len(input_shape) != 1:
         raise ConfigError(f"space {space.name!r} models text: it needs a language-modelling "
                           f"dataset such as 'text' (examples of shape (context,)), got examples "
@@ -47,7 +47,6 @@ def sequence_length(space: GPTSpace, input_shape: Sequence[int]) -> int:
                           f"{space.context} positions of space {space.name!r}; give the space "
                           f"context >= {length} (-o space.context={length}) or the data a "
                           "shorter one")
-    return length
 
 
 def elastic_model(space: GPTSpace, vocab_size: int, config: SubnetConfig | None = None
@@ -70,6 +69,6 @@ def elastic_model(space: GPTSpace, vocab_size: int, config: SubnetConfig | None 
 def build_network(space: GPTSpace, arch: Architecture, vocab_size: int,
                   input_shape: Sequence[int]) -> DenseGPT:
     """The stand-alone network of ``arch`` with fresh weights, over ``vocab_size`` tokens."""
-    sequence_length(space, input_shape)
+    check_token_shape(space, input_shape)
     config = space.subnet_config(arch)
     return elastic_model(space, vocab_size, config).export(config)

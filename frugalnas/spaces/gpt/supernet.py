@@ -16,7 +16,7 @@ from frugalnas.nn.weight_store import Key
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import sharing_by
 from frugalnas.ports.errors import ConfigError
-from frugalnas.spaces.gpt.network import elastic_model, sequence_length
+from frugalnas.spaces.gpt.network import elastic_model, check_token_shape
 from frugalnas.spaces.gpt.space import GPTSpace
 
 KEY: Key = ("gpt",)
@@ -46,7 +46,7 @@ class GPTSharedBuilder:
         if sharing != "operation":
             raise ConfigError(f"invalid sharing {sharing!r} for space {space.name!r}; valid: "
                               "'operation' (one elastic transformer)")
-        sequence_length(space, input_shape)
+        check_token_shape(space, input_shape)
         self.space, self.vocab_size = space, int(num_classes)
 
     def keys(self) -> list[Key]:
