@@ -40,7 +40,8 @@ import numpy as np
 import torch
 
 from frugalnas.ports.data import (DataSource, check_fractions, epoch_order, fixed_indices,
-                                  no_test_split, split_name, subset_indices)
+                                  no_test_split, split_counts, split_indices, split_name,
+                                  subset_indices)
 from frugalnas.ports.errors import ConfigError, one_line
 from frugalnas.ports.task import LANGUAGE_MODELLING, Task
 
@@ -463,18 +464,11 @@ def _char_boundary(file: Path, position: int, size: int) -> int:
     return position + step
 
 
-def _split_counts(n: int, valid_fraction: float, test_fraction: float) -> tuple[int, int]:
-    """Validation and test documents of ``n`` (the rule of ``ports.data.split_indices``)."""
-    n_valid = max(1, int(round(n * valid_fraction)))
-    n_test = max(1, int(round(n * test_fraction))) if test_fraction else 0
-    return n_valid, n_test
-
-
 def _check_documents(files: Sequence[Path], shown: str, valid_fraction: float,
                      test_fraction: float) -> None:
     if len(files) == 1:
         return
-    n_valid, n_test = _split_counts(len(files), valid_fraction, test_fraction)
+    n_valid, n_test = split_counts(len(files), valid_fraction, test_fraction)
     if len(files) - n_valid - n_test < 1:
         test = f", {n_test} for test" if n_test else ""
         raise ConfigError(
@@ -501,12 +495,10 @@ def split_documents(files: Sequence[Path], shown: str, valid_fraction: float,
             ranges["test"] = [(file, b, size)]
         return ranges
     _check_documents(files, shown, valid_fraction, test_fraction)
-    n = len(files)
-    n_valid, n_test = _split_counts(n, valid_fraction, test_fraction)
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
-    chosen = {"train": order[n_valid:n - n_test], "valid": order[:n_valid]}
-    if n_test:
-        chosen["test"] = order[n - n_test:]
+    train, valid, test = split_indices(NAME, len(files), valid_fraction, seed, test_fraction)
+    chosen = {"train": train, "valid": valid}
+    if len(test):
+        chosen["test"] = test
     return {which: [(files[i], 0, files[i].stat().st_size) for i in sorted(int(j) for j in idx)]
             for which, idx in chosen.items()}
 

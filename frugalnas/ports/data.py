@@ -254,6 +254,14 @@ def check_fractions(valid_fraction: object, test_fraction: object = 0.0, what: s
                           f"{suffix} leave no training examples; their sum must be below 1")
 
 
+def split_counts(n: int, valid_fraction: float, test_fraction: float) -> tuple[int, int]:
+    """How many of ``n`` examples validate and test: at least one each of the splits asked
+    for (no test split for ``test_fraction == 0``)."""
+    n_valid = max(1, int(round(n * valid_fraction)))
+    n_test = max(1, int(round(n * test_fraction))) if test_fraction else 0
+    return n_valid, n_test
+
+
 def split_arrays(name: str, x: torch.Tensor, y: torch.Tensor, num_classes: int,
                  valid_fraction: float, seed: int, test_fraction: float = 0.0,
                  test: tuple[torch.Tensor, torch.Tensor] | None = None) -> Dataset:
@@ -271,8 +279,7 @@ def split_arrays(name: str, x: torch.Tensor, y: torch.Tensor, num_classes: int,
                           "fixed test split, not both")
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(x), generator=g)
-    n_valid = max(1, int(round(len(x) * valid_fraction)))
-    n_test = max(1, int(round(len(x) * test_fraction))) if test_fraction else 0
+    n_valid, n_test = split_counts(len(x), valid_fraction, test_fraction)
     if len(x) - n_valid - n_test < 1:
         raise ConfigError(f"dataset {name!r} has {len(x)} examples: {n_valid} for validation "
                           f"and {n_test} for test leave none for training; lower "
@@ -304,8 +311,7 @@ def split_indices(name: str, n: int, valid_fraction: float, seed: int,
     (a seeded permutation's first examples validate, its last ones test)."""
     check_fractions(valid_fraction, test_fraction)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).numpy()
-    n_valid = max(1, int(round(n * valid_fraction)))
-    n_test = max(1, int(round(n * test_fraction))) if test_fraction else 0
+    n_valid, n_test = split_counts(n, valid_fraction, test_fraction)
     if n - n_valid - n_test < 1:
         raise ConfigError(f"dataset {name!r} has {n} examples: {n_valid} for validation "
                           f"and {n_test} for test leave none for training; lower "
