@@ -17,6 +17,7 @@ from torch import nn
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.cost import Cost, count_flops, count_params
+from frugalnas.ports.data import DataSource
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe, measure_latency
@@ -159,14 +160,20 @@ class ProxyBatch:
         other_task = any(IMAGE_CLASSIFICATION.name not in p.tasks for p in proxies)
         return other_task or (self.data == "dataset" and any(p.needs_data for p in proxies))
 
+    @staticmethod
+    def study_dataset(context: TrialContext | None) -> DataSource | None:
+        """The study's dataset; ``None`` when the study has none."""
+        if context is None or context.dataset_loader is None:
+            return None
+        try:
+            return context.dataset
+        except (ValueError, KeyError):  # a loader that says the study has no dataset
+            return None
+
     def task(self, context: TrialContext | None) -> Task:
         """The task of the study's dataset; image classes when the study has none."""
-        if context is None or context.dataset_loader is None:
-            return IMAGE_CLASSIFICATION
-        try:
-            return context.dataset.task
-        except (ValueError, KeyError):  # a study without a dataset
-            return IMAGE_CLASSIFICATION
+        ds = self.study_dataset(context)
+        return IMAGE_CLASSIFICATION if ds is None else ds.task
 
     def draw(self, context: TrialContext | None, *, need_dataset: bool = True,
              seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -179,14 +186,8 @@ class ProxyBatch:
         if self.data == "dataset" and need_dataset and not has_data:
             raise ConfigError(f"{self.what} option data='dataset' needs a study dataset; set "
                               "dataset= or use data='gaussian'")
-        ds = None
-        if has_data and need_dataset:
-            ds = context.dataset
-        elif has_data:  # only the shape is needed: use the dataset's if the study has one
-            try:
-                ds = context.dataset
-            except (ValueError, KeyError):
-                ds = None
+        # only the shape needed: the dataset's if the study has one
+        ds = context.dataset if has_data and need_dataset else self.study_dataset(context)
         input_shape, num_classes = self.input_shape, self.num_classes
         task: Task = IMAGE_CLASSIFICATION
         if ds is not None:
