@@ -16,6 +16,8 @@ from optuna.exceptions import ExperimentalWarning
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from frugalnas.distribution.liveness import (BEATING_PROCESS_ATTR, ProcessId, is_running,
+                                             this_process)
 from frugalnas.distribution.locks import SUPPORTED_URLS, storage_lock
 from frugalnas.engine.dask_url import is_dask_url
 from frugalnas.engine.storage_url import storage_error
@@ -302,14 +304,44 @@ QuotaStorage.__abstractmethods__ = frozenset()
 
 
 class _HeartbeatStorage(optuna.storages.RDBStorage):
-    """An RDB storage whose heartbeat writes never raise (optuna records them in a thread of
-    its own, where an exception would print a traceback): a heartbeat that cannot be written
-    (a full disk, a dropped connection) is a missed one, which the grace allows; the trial's
-    own writes meet the same failure and report it in one line."""
+    """An RDB storage whose heartbeats name their process and never raise, and whose stale
+    check spares the trials of live processes on this machine.
+
+    * A heartbeat that cannot be written (a full disk, a dropped connection) is a missed one,
+      which the grace allows (optuna records them in a thread of its own, where an exception
+      would print a traceback); the trial's own writes meet the same failure and report it.
+    * The first heartbeat a process writes for a trial records the process
+      (:mod:`~frugalnas.distribution.liveness`). A trial past the grace is stale unless that
+      process is another one that still runs on this machine: a worker whose heartbeat thread
+      starved on a loaded machine keeps its trial, and a quota is not counted twice. The
+      checking process's own trials, and those of processes it cannot see (another machine),
+      follow the heartbeat alone, by the storage's clock."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._claimed: set[tuple[int, int]] = set()  # (pid, trial id) recorded as beating
 
     def record_heartbeat(self, trial_id: int) -> None:
         with contextlib.suppress(Exception):
+            self._claim(trial_id)
             super().record_heartbeat(trial_id)
+
+    def _claim(self, trial_id: int) -> None:
+        me = this_process()
+        if me is None or (me.pid, trial_id) in self._claimed:
+            return
+        self.set_trial_system_attr(trial_id, BEATING_PROCESS_ATTR, me.text())
+        self._claimed.add((me.pid, trial_id))
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        me = this_process()
+
+        def spared(trial_id: int) -> bool:
+            owner = ProcessId.parse(
+                self.get_trial_system_attrs(trial_id).get(BEATING_PROCESS_ATTR))
+            return owner is not None and owner != me and is_running(owner) is True
+
+        return [t for t in super()._get_stale_trial_ids(study_id) if not spared(t)]
 
 
 def check_heartbeat_arguments(heartbeat: Any, grace: Any) -> None:
