@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,8 +125,14 @@ def run_rounds(label: str, rounds: int, new_storage, args: argparse.Namespace) -
     for r in range(rounds):
         with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
             begin = time.perf_counter()
-            wrong = run_round(new_storage(Path(tmp)), Path(tmp), args, seed=1000 * r + 7)
+            storage = new_storage(Path(tmp))
+            wrong = run_round(storage, Path(tmp), args, seed=1000 * r + 7)
             exact += wrong is None
+            if wrong is not None and args.keep:
+                kept = Path(args.keep) / f"{label}-round{r + 1}"
+                shutil.copytree(tmp, kept, dirs_exist_ok=True)
+                (kept / "storage.txt").write_text(storage + "\n")
+                wrong += f" (outputs kept in {kept})"
             print(f"{label} round {r + 1:2d}/{rounds}: "
                   f"{'exact' if wrong is None else 'NOT exact: ' + wrong} "
                   f"({time.perf_counter() - begin:.0f} s)", flush=True)
@@ -141,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=0.5, help="length of a trial")
     parser.add_argument("--hog", type=int, default=2, help="CPU-spinning processes")
+    parser.add_argument("--keep", default=None,
+                        help="a folder where the outputs of a round that is not exact are kept")
     args = parser.parse_args(argv)
     print(f"chaos: {args.workers} workers, {args.trials} trials, heartbeat 1 s, grace 4 s, "
           f"retries 1, one SIGKILL per round, {args.hog} CPU hog(s)", flush=True)

@@ -310,8 +310,9 @@ class _HeartbeatStorage(optuna.storages.RDBStorage):
     * A heartbeat that cannot be written (a full disk, a dropped connection) is a missed one,
       which the grace allows (optuna records them in a thread of its own, where an exception
       would print a traceback); the trial's own writes meet the same failure and report it.
-    * The first heartbeat a process writes for a trial records the process
-      (:mod:`~frugalnas.distribution.liveness`). A trial past the grace is stale unless that
+    * The first heartbeat a process writes for a RUNNING trial records the process
+      (:mod:`~frugalnas.distribution.liveness`); a heartbeat for a WAITING trial (written
+      before a worker tries to take it, a race it may lose) records nothing. A trial past the grace is stale unless that
       process is another one that still runs on this machine: a worker whose heartbeat thread
       starved on a loaded machine keeps its trial, and a quota is not counted twice. The
       checking process's own trials, and those of processes it cannot see (another machine),
@@ -329,6 +330,10 @@ class _HeartbeatStorage(optuna.storages.RDBStorage):
     def _claim(self, trial_id: int) -> None:
         me = this_process()
         if me is None or (me.pid, trial_id) in self._claimed:
+            return
+        # A worker writes a heartbeat for a WAITING trial before it tries to set it RUNNING,
+        # and may lose that race; only a RUNNING trial's heartbeat comes from its owner.
+        if self.get_trial(trial_id).state != TrialState.RUNNING:
             return
         self.set_trial_system_attr(trial_id, BEATING_PROCESS_ATTR, me.text())
         self._claimed.add((me.pid, trial_id))

@@ -178,7 +178,8 @@ def _work(study: Any, quota: QuotaStorage, timeout: float | None, heartbeat: int
             quota.end_proposal()
             print(f"frugalnas: warning: worker {os.getpid()}: a trial of this worker was "
                   "failed as stale by another worker before it finished (heartbeat missed; "
-                  "raise --grace on a loaded machine); going on", file=sys.stderr, flush=True)
+                  f"raise --grace on a loaded machine): {str(exc).splitlines()[0]}; going on",
+                  file=sys.stderr, flush=True)
             continue
         except BaseException as exc:  # the strategy raised while proposing
             quota.end_proposal(error=exc)

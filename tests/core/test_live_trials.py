@@ -122,3 +122,31 @@ def test_a_worker_stopped_longer_than_the_grace_completes_its_trial_and_the_quot
         states
     assert not any("a trial of this worker was failed as stale" in
                    (tmp_path / f"{n}.out").read_text() for n in ("stopped", "other"))
+
+
+_BEAT = textwrap.dedent("""
+    import sys
+    from frugalnas.distribution.quota_storage import make_storage
+    make_storage(sys.argv[1], heartbeat=1).record_heartbeat(int(sys.argv[2]))
+""")
+
+
+def test_only_a_heartbeat_for_a_running_trial_names_its_process(tmp_path):
+    """A worker writes a heartbeat for a WAITING trial before it tries to take it, and may
+    lose that race to another worker: such a heartbeat must not name it as the trial's
+    process (the winner's trial would then live or die with the loser)."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    storage = make_storage(url, heartbeat=1)
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.enqueue_trial({"x": 1.0})
+    waiting = study.trials[0]._trial_id
+
+    def beat_from_another_process() -> dict:
+        subprocess.run([sys.executable, "-c", _BEAT, url, str(waiting)], check=True,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        return storage.get_trial_system_attrs(waiting)
+
+    assert BEATING_PROCESS_ATTR not in beat_from_another_process()
+    storage.set_trial_state_values(waiting, TrialState.RUNNING)
+    beating = ProcessId.parse(beat_from_another_process()[BEATING_PROCESS_ATTR])
+    assert beating is not None and beating.pid != os.getpid()
