@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from frugalnas.ports.backend import Backend, LossFn
+from frugalnas.ports.backend import Backend, LossFn, StepLoss
 from frugalnas.ports.data import DataSource
 from frugalnas.ports.errors import ConfigError, TrialFailure, check_choice, check_range
 
@@ -66,44 +66,102 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 Batches = Callable[[int], Iterable[tuple[torch.Tensor, torch.Tensor]]]
 """An epoch's training batches: ``epoch -> iterable of (x, y)``."""
 
-StepFn = Callable[[int, torch.Tensor, torch.Tensor], float]
+StepFn = Callable[[int, torch.Tensor, torch.Tensor], StepLoss]
 """One optimisation step: ``(global step, x, y) -> loss``."""
+
+#: Steps between two reads of the losses on the host (one synchronisation per read).
+READ_EVERY = 32
+
+
+class _Losses:
+    """The losses of the steps run so far. A step's loss stays where the step left it (on
+    the device) until :meth:`read` turns the pending ones into floats together: one host
+    synchronisation per read instead of one per step. The non-finite rule is checked at each
+    read and names the first step that broke it."""
+
+    def __init__(self, what: str, first_step: int):
+        self.what, self.first_step = what, first_step
+        self.values: list[float] = []
+        self._pending: list[StepLoss] = []
+
+    def __len__(self) -> int:
+        return len(self.values) + len(self._pending)
+
+    def add(self, loss: StepLoss) -> None:
+        self._pending.append(loss)
+
+    def read(self) -> list[float]:
+        """Every loss as a float (the pending ones read now)."""
+        if not self._pending:
+            return self.values
+        read = iter(_read_together([t for t in self._pending if isinstance(t, torch.Tensor)]))
+        values = [next(read) if isinstance(loss, torch.Tensor) else float(loss)
+                  for loss in self._pending]
+        self._pending.clear()
+        for i, value in enumerate(values):
+            if not math.isfinite(value):
+                raise TrialFailure(f"non-finite {self.what} loss {value} at step "
+                                   f"{self.first_step + len(self.values) + i}")
+        self.values.extend(values)
+        return self.values
+
+
+@torch.no_grad()
+def _read_together(tensors: list[torch.Tensor]) -> list[float]:
+    """The values of 0-d tensors, read in one transfer where they share a dtype and device."""
+    if not tensors:
+        return []
+    try:
+        return [float(v) for v in torch.stack(tensors).tolist()]
+    except RuntimeError:  # mixed dtypes or devices, or not 0-d: one at a time
+        return [float(t.reshape(())) for t in tensors]
 
 
 def run_steps(batches: Batches, step: StepFn, *, total_steps: int, steps_per_epoch: int,
               first_step: int = 0, first_epoch: int = 0,
               on_epoch: Callable[[int, list[float]], None] | None = None,
-              what: str = "training") -> TrainReport:
+              every: tuple[int, Callable[[int, float], None]] | None = None,
+              what: str = "training", read_every: int = READ_EVERY) -> TrainReport:
     """The training loop of every trainer in frugalnas (the ``train`` and low-fidelity
     estimators, the supernet, DARTS, si-evolution, export): run ``step`` on the batches of
     epochs ``first_epoch, first_epoch + 1, ...`` until ``total_steps`` steps have run, counting
     global steps from ``first_step``.
 
     One rule for every trainer: a non-finite loss raises :class:`TrialFailure` naming ``what``
-    and the step. ``on_epoch(epoch, losses)`` follows every epoch that ran all of its
-    ``steps_per_epoch`` batches. The report's ``epochs`` counts steps in epochs."""
+    and the step. Losses a step returns as tensors are read on the host every ``read_every``
+    steps, at the end of each epoch and when a callback needs them, so the rule may stop the
+    loop up to ``read_every - 1`` steps after the step it names. ``on_epoch(epoch, losses)``
+    follows every epoch that ran all of its ``steps_per_epoch`` batches; ``every=(k, call)``
+    calls ``call(steps_done, mean loss of the last k steps)`` after every ``k`` steps. The
+    report's ``epochs`` counts steps in epochs."""
     check_range("total_steps", total_steps, 0)
     check_range("steps_per_epoch", steps_per_epoch, 1)
-    report = TrainReport()
+    check_range("read_every", read_every, 1)
+    if every is not None:
+        check_range("every", every[0], 1)
+    report, losses = TrainReport(), _Losses(what, first_step)
     start = time.perf_counter()
     epoch = first_epoch
-    while report.steps < total_steps:
-        epoch_losses: list[float] = []
+    while len(losses) < total_steps:
+        epoch_start = len(losses)
         for x, y in batches(epoch):
-            loss = step(first_step + report.steps, x, y)
-            if not math.isfinite(loss):
-                raise TrialFailure(f"non-finite {what} loss {loss} at step "
-                                   f"{first_step + report.steps}")
-            epoch_losses.append(loss)
-            report.steps += 1
-            if report.steps >= total_steps:
+            losses.add(step(first_step + len(losses), x, y))
+            done = len(losses)
+            if every is not None and done % every[0] == 0:
+                window = losses.read()[-every[0]:]
+                every[1](first_step + done, sum(window) / len(window))
+            elif done % read_every == 0:
+                losses.read()
+            if done >= total_steps:
                 break
+        epoch_losses = losses.read()[epoch_start:]
         if not epoch_losses:  # an epoch without batches would repeat for ever
             raise ConfigError(f"{what}: epoch {epoch} has no training batch")
-        report.losses.extend(epoch_losses)
         if on_epoch is not None and len(epoch_losses) == steps_per_epoch:
             on_epoch(epoch, epoch_losses)
         epoch += 1
+    report.losses = losses.read()
+    report.steps = len(report.losses)
     report.epochs = report.steps / steps_per_epoch
     report.seconds = time.perf_counter() - start
     return report
@@ -115,12 +173,17 @@ def backend_step(backend: Backend, model: Callable[[int], tuple[nn.Module, torch
     """The usual step: ``model(step)`` gives the network and optimiser to train (the same
     every step, or a sub-network drawn per step), trained in train mode through
     ``backend.train_step`` with ``loss_fn`` (default: cross-entropy); ``after(step)`` then
-    runs (a schedule)."""
+    runs (a schedule). The loss is returned as the backend left it (a tensor is not read)."""
     loss_fn = loss_fn or nn.CrossEntropyLoss()
+    in_train_mode: list[nn.Module] = []  # the network last put in train mode
 
-    def step(index: int, x: torch.Tensor, y: torch.Tensor) -> float:
+    def step(index: int, x: torch.Tensor, y: torch.Tensor) -> StepLoss:
         net, optimizer = model(index)
-        net.train()
+        # Setting the mode walks every module: once per network, not once per step (an
+        # evaluation in between restores the mode it found).
+        if not net.training or not in_train_mode or in_train_mode[0] is not net:
+            net.train()
+            in_train_mode[:] = [net]
         loss = backend.train_step(net, optimizer, loss_fn, x, y, index)
         if after is not None:
             after(index)
@@ -138,7 +201,8 @@ def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainCon
     Fractional ``epochs`` train on that fraction of an epoch's batches. ``on_epoch(epoch,
     mean_loss)`` is called after each full epoch (used for pruning); ``every=(k, call)`` calls
     ``call(steps_done, mean_loss)`` after every ``k`` steps. A non-finite loss raises
-    :class:`TrialFailure`."""
+    :class:`TrialFailure`. The backend moves each next batch to its device while the current
+    step runs (:meth:`~frugalnas.ports.backend.Backend.device_batches`)."""
     n_train = dataset.num_examples("train")
     if n_train == 0:  # no batch would ever come: the loop would never end
         raise ConfigError(f"cannot train on dataset {dataset.name!r}: its training split is "
@@ -157,24 +221,10 @@ def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainCon
     step = backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step(),
                         loss_fn=dataset.task)
     return run_steps(
-        lambda epoch: dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch),
-        step if every is None else _calling_every(step, *every),
-        total_steps=total_steps, steps_per_epoch=batches_per_epoch, on_epoch=each_epoch)
-
-
-def _calling_every(step: StepFn, k: int, call: Callable[[int, float], None]) -> StepFn:
-    """``step``, then ``call(steps_done, mean loss of those steps)`` after every ``k``."""
-    window: list[float] = []
-
-    def stepped(index: int, x: torch.Tensor, y: torch.Tensor) -> float:
-        loss = step(index, x, y)
-        window.append(loss)
-        if (index + 1) % k == 0 and math.isfinite(loss):
-            call(index + 1, sum(window) / len(window))
-            window.clear()
-        return loss
-
-    return stepped
+        lambda epoch: backend.device_batches(
+            dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch)),
+        step, total_steps=total_steps, steps_per_epoch=batches_per_epoch, on_epoch=each_epoch,
+        every=every)
 
 
 def split_metric(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",

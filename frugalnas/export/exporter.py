@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.backend import StepLoss
 from frugalnas.ports.cost import count_flops, count_params
 from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError
@@ -99,11 +100,11 @@ class _Progress:
     def __init__(self, inner: Any, bar: Any):
         self._inner, self._bar = inner, bar
 
-    def train_step(self, *args: Any, **kwargs: Any) -> float:
+    def train_step(self, *args: Any, **kwargs: Any) -> StepLoss:
         loss = self._inner.train_step(*args, **kwargs)
         self._bar.update(1)
-        if self._bar.n % 10 == 0 or self._bar.n == self._bar.total:
-            self._bar.set_postfix_str(f"loss={loss:.3g}", refresh=False)
+        if self._bar.n % 10 == 0 or self._bar.n == self._bar.total:  # (reading waits)
+            self._bar.set_postfix_str(f"loss={float(loss):.3g}", refresh=False)
         return loss
 
     def __getattr__(self, name: str) -> Any:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+StepLoss = torch.Tensor | float
+"""A step's mean loss: a detached 0-d tensor where the step left it (on the device, read by
+the training loop when it needs the value), or a float."""
+
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 
 class Backend(ABC):
@@ -28,26 +34,46 @@ class Backend(ABC):
         return model.to(self.device)
 
     def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
-                         targets: torch.Tensor, loss_scale: float = 1.0) -> float:
+                         targets: torch.Tensor, loss_scale: float = 1.0) -> StepLoss:
         """Forward and backward of one micro-batch, accumulating ``loss_scale * loss`` gradients
-        into ``.grad``. Returns the unscaled mean loss. Backends that change how activations are
-        kept (out-of-core) override this; backends that split batches (virtual nodes) call an
+        into ``.grad``. Returns the unscaled mean loss, unread (a detached tensor: reading it
+        would wait for the device). Backends that change how activations are kept
+        (out-of-core) override this; backends that split batches (virtual nodes) call an
         inner backend's ``forward_backward`` per micro-batch."""
         loss = loss_fn(model(inputs.to(self.device, non_blocking=True)),
                        targets.to(self.device, non_blocking=True))
         scaled = loss * loss_scale if loss_scale != 1.0 else loss
         scaled.backward()  # type: ignore[no-untyped-call]
-        return float(loss.detach())
+        return loss.detach()
 
     def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
-                   inputs: torch.Tensor, targets: torch.Tensor, step: int) -> float:
+                   inputs: torch.Tensor, targets: torch.Tensor, step: int) -> StepLoss:
         """One optimisation step on the global batch ``(inputs, targets)``: zero gradients,
-        forward, backward, ``optimizer.step()``. Returns the mean loss over the batch. ``step``
-        is the global step index (backends derive per-step random seeds from it)."""
+        forward, backward, ``optimizer.step()``. Returns the mean loss over the batch (a float,
+        or a detached 0-d tensor the caller reads when it needs it). ``step`` is the global
+        step index (backends derive per-step random seeds from it)."""
         optimizer.zero_grad(set_to_none=True)
         loss = self.forward_backward(model, loss_fn, inputs, targets)
         optimizer.step()
         return loss
+
+    def device_batches(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """``batches`` as the training steps take them. On a CUDA device each batch is copied
+        from pinned memory without blocking, one batch ahead, so the copy of the next batch
+        overlaps the current step; elsewhere the batches pass unchanged. A backend that routes
+        batches itself (virtual nodes) overrides this to pass them unchanged."""
+        if self.device.type != "cuda":
+            yield from batches
+            return
+        ahead: Batch | None = None
+        for x, y in batches:
+            moved = (x.pin_memory().to(self.device, non_blocking=True),
+                     y.pin_memory().to(self.device, non_blocking=True))
+            if ahead is not None:
+                yield ahead
+            ahead = moved
+        if ahead is not None:
+            yield ahead
 
     @torch.no_grad()
     def predict(self, model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:

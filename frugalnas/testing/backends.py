@@ -60,9 +60,10 @@ class BackendChecks(Suite):
         for step in range(steps or self.steps):
             loss = self.backend.train_step(model, optimizer, nn.functional.cross_entropy, x, y,
                                            step)
-            if not is_number(loss) or not math.isfinite(loss):
+            value = step_loss_value(loss)
+            if value is None or not math.isfinite(value):
                 self.fail(f"train_step() returned {loss!r} at step {step}; expected the finite "
-                          "mean loss as a float")
+                          "mean loss as a float or a 0-d tensor")
             losses.append(float(loss))
         return losses
 
@@ -91,8 +92,9 @@ class BackendChecks(Suite):
         model, x, y = _tiny_problem(self.seed)
         model = self.backend.prepare(model)
         model.zero_grad(set_to_none=True)
-        loss = self.backend.forward_backward(model, nn.functional.cross_entropy, x, y)
-        if not is_number(loss) or not math.isfinite(loss):
+        loss = step_loss_value(self.backend.forward_backward(model, nn.functional.cross_entropy,
+                                                             x, y))
+        if loss is None or not math.isfinite(loss):
             self.fail(f"forward_backward() returned {loss!r}; expected the finite mean loss")
         grads = [p.grad for p in model.parameters()]
         if any(g is None for g in grads) or not any(bool(g.abs().sum() > 0) for g in grads):
@@ -169,3 +171,13 @@ def check_backend(backend: Any, *, seed: int = 0, steps: int = 6, close: bool = 
     returns the names of the checks run, raises :class:`~frugalnas.testing.ConformanceError`
     at the first broken rule. ``close()`` is called at the end unless ``close=False``."""
     return BackendChecks(backend, seed=seed, steps=steps, close=close).run(checks)
+
+
+def step_loss_value(loss: Any) -> float | None:
+    """A step's loss as the port allows it (a float, or a 0-d tensor), as a float; ``None``
+    for anything else."""
+    import torch
+
+    if isinstance(loss, torch.Tensor):
+        return float(loss) if loss.dim() == 0 and loss.is_floating_point() else None
+    return float(loss) if is_number(loss) else None

@@ -105,3 +105,101 @@ def test_supernet_epochs_are_reported_once_and_not_trained_again():
     supernet.train(data, backend, cfg, epochs=2, on_epoch=lambda e, loss: seen.append(e))
     assert seen == [1, 2] and supernet.history.one_shot_epochs == 2
     assert all(torch.equal(a, b) for a, b in zip(before, supernet.stores[0].parameters()))
+
+
+# -- the loop without a host read per step --------------------------------------------------
+def test_losses_returned_as_tensors_are_read_in_groups_and_a_bad_one_is_still_named():
+    """Tensor losses are read every ``read_every`` steps: a NaN at step 5 stops the loop at
+    the first read after it (step 7 with groups of 4), naming step 5."""
+    seen = []
+
+    def step(i, x, y):
+        seen.append(i)
+        return torch.tensor(float("nan") if i == 5 else 1.0 + i)
+
+    with pytest.raises(TrialFailure, match=r"non-finite training loss nan at step 5$"):
+        run_steps(_batches([20]), step, total_steps=20, steps_per_epoch=20, read_every=4)
+    assert seen == list(range(8))
+
+
+def test_tensor_and_float_losses_give_the_same_report_and_callbacks():
+    def run(as_tensor: bool):
+        calls, epochs = [], []
+        report = run_steps(
+            _batches([6, 6]),
+            lambda i, x, y: torch.tensor(0.5 * i) if as_tensor else 0.5 * i,
+            total_steps=12, steps_per_epoch=6, read_every=5,
+            every=(4, lambda done, mean: calls.append((done, mean))),
+            on_epoch=lambda e, losses: epochs.append((e, list(losses))))
+        return report.losses, calls, epochs
+
+    assert run(True) == run(False)
+    losses, calls, epochs = run(True)
+    assert losses == [0.5 * i for i in range(12)]
+    assert calls == [(4, 0.75), (8, 2.75), (12, 4.75)]
+    assert [e for e, _ in epochs] == [0, 1]
+
+
+def test_the_shared_loop_trains_exactly_as_a_hand_written_loop():
+    """train() on the single-device backend: the same losses, bitwise, as the plain PyTorch
+    loop (same order, optimiser and schedule) that reads its losses only at the end."""
+    from frugalnas.engine.training import make_optimizer
+    from frugalnas.ports.data import epoch_order
+
+    data, cfg = _data(n=48), TrainConfig(epochs=3, batch_size=8)
+
+    def net():
+        torch.manual_seed(1)
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16),
+                                   torch.nn.ReLU(), torch.nn.Linear(16, 3))
+
+    shared = train(net(), data, SingleDeviceBackend("cpu"), cfg).losses
+    model, losses = net(), []
+    optimizer = make_optimizer(model, cfg)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=18)
+    for epoch in range(3):
+        order = epoch_order(48, True, 0, epoch)
+        for start in range(0, 48, 8):
+            idx = order[start:start + 8]
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx])
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss.detach())
+    assert shared == torch.stack(losses).tolist()
+
+
+def test_a_network_is_put_in_train_mode_once_and_again_after_an_evaluation():
+    from frugalnas.engine.training import backend_step
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Dropout(0.1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = []
+    original = torch.nn.Module.train
+
+    def counting(self, mode=True):
+        if mode:
+            calls.append(type(self).__name__)
+        return original(self, mode)
+
+    step = backend_step(SingleDeviceBackend("cpu"), lambda i: (model, optimizer))
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    torch.nn.Module.train = counting
+    try:
+        model.eval()
+        for i in range(3):
+            step(i, x, y)
+        assert model.training and calls.count("Sequential") == 1
+        model.eval()  # an evaluation between steps
+        step(3, x, y)
+        assert model.training and all(m.training for m in model)
+        assert calls.count("Sequential") == 2
+    finally:
+        torch.nn.Module.train = original
+
+
+def test_batches_pass_unchanged_to_a_cpu_backend():
+    batches = [(torch.full((2, 3), float(i)), torch.tensor([i, i])) for i in range(3)]
+    moved = list(SingleDeviceBackend("cpu").device_batches(iter(batches)))
+    assert all(a is c and b is d for (a, b), (c, d) in zip(moved, batches))

@@ -11,13 +11,13 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from frugalnas.ports.backend import Backend, LossFn
+from frugalnas.ports.backend import Backend, Batch, LossFn
 from frugalnas.ports.errors import (ConfigError, TrialFailure, check_choice, check_range,
                                    one_line)
 from frugalnas.host.plugins import PluginHost
@@ -233,11 +233,17 @@ class VirtualNodeBackend(Backend):
         total, batch, start = 0.0, len(inputs), 0
         for n in split_sizes(batch, self.virtual_nodes):
             if n:
-                loss = self.inner.forward_backward(model, loss_fn, inputs[start:start + n],
-                                                   targets[start:start + n], loss_scale * n / batch)
+                loss = float(self.inner.forward_backward(
+                    model, loss_fn, inputs[start:start + n], targets[start:start + n],
+                    loss_scale * n / batch))
                 total += loss * n / batch
             start += n
         return total
+
+    def device_batches(self, batches: Iterable[Batch]) -> Iterator[Batch]:
+        """The batches unchanged: each step splits its batch over the virtual nodes (and the
+        processes of the world) itself."""
+        return iter(batches)
 
     def predict(self, model: nn.Module, inputs: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
         return self.inner.predict(model, inputs, batch_size)

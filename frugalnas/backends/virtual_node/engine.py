@@ -161,9 +161,9 @@ class VirtualNodeEngine:
                         model.zero_grad(set_to_none=True)
                         recorder.reset()
                         with self._seeded(vn_seed(self.seed, step, v), device):
-                            loss = self.inner.forward_backward(
+                            loss = float(self.inner.forward_backward(
                                 model, loss_fn, inputs[starts[v]:starts[v] + n],
-                                targets[starts[v]:starts[v] + n], loss_scale=n / batch)
+                                targets[starts[v]:starts[v] + n], loss_scale=n / batch))
                         self._fill_row(row, params, recorder, widths, loss * n / batch, n)
                     sink(i, row)
             model.zero_grad(set_to_none=True)
