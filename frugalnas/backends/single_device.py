@@ -25,6 +25,7 @@ class SingleDeviceBackend(Backend):
     """Trains on one device: the whole batch in one forward/backward pass."""
 
     name = "single-device"
+    accelerations = frozenset({"bf16", "channels_last", "compile"})
 
     def __init__(self, device: str = "auto"):
         self._device = resolve_device(device)

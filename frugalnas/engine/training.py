@@ -6,6 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
@@ -15,6 +16,8 @@ from frugalnas.ports.data import DataSource
 from frugalnas.ports.errors import ConfigError, TrialFailure, check_choice, check_range
 
 OPTIMIZERS = ("sgd", "adam")
+#: Training precisions: float32, or bfloat16 autocast of the forward pass.
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -26,6 +29,9 @@ class TrainConfig:
     weight_decay: float = 5e-4
     optimizer: str = "sgd"
     max_steps: int | None = None      # stop after this many steps (low-fidelity budgets)
+    precision: str = "fp32"           # "bf16": the forward pass under bfloat16 autocast
+    channels_last: bool = False       # 4-D inputs and the network in channels-last layout
+    compile: bool = False             # the forward pass compiled with torch.compile
 
     def __post_init__(self) -> None:
         check_range("epochs", self.epochs, 0)
@@ -36,6 +42,17 @@ class TrainConfig:
         if self.max_steps is not None:
             check_range("max_steps", self.max_steps, 1)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("precision", self.precision, PRECISIONS)
+        for flag in ("channels_last", "compile"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"invalid {flag} {getattr(self, flag)!r}; valid: true, false")
+
+    def accelerations(self) -> frozenset[str]:
+        """The accelerations asked for, by the names backends declare
+        (:attr:`~frugalnas.ports.backend.Backend.accelerations`)."""
+        asked = {"bf16": self.precision == "bf16", "channels_last": self.channels_last,
+                 "compile": self.compile}
+        return frozenset(name for name, on in asked.items() if on)
 
 
 @dataclass
@@ -218,13 +235,56 @@ def train(model: nn.Module, dataset: DataSource, backend: Backend, cfg: TrainCon
         if on_epoch is not None:
             on_epoch(epoch + 1, sum(losses) / len(losses))
 
-    step = backend_step(backend, lambda _: (model, optimizer), after=lambda _: scheduler.step(),
-                        loss_fn=dataset.task)
-    return run_steps(
-        lambda epoch: backend.device_batches(
-            dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch)),
-        step, total_steps=total_steps, steps_per_epoch=batches_per_epoch, on_epoch=each_epoch,
-        every=every)
+    stepped = accelerated(model, backend, cfg)
+    step = backend_step(backend, lambda _: (stepped, optimizer),
+                        after=lambda _: scheduler.step(), loss_fn=dataset.task)
+
+    def batches(epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        epoch_batches = dataset.batches("train", cfg.batch_size, seed=seed, epoch=epoch)
+        if cfg.channels_last:
+            epoch_batches = ((_channels_last(x), y) for x, y in epoch_batches)
+        return backend.device_batches(epoch_batches)
+
+    return run_steps(batches, step, total_steps=total_steps, steps_per_epoch=batches_per_epoch,
+                     on_epoch=each_epoch, every=every)
+
+
+class _Autocast(nn.Module):
+    """``net``'s forward pass under bfloat16 autocast, its outputs in float32 (the loss and
+    the backward pass run outside autocast, as PyTorch advises)."""
+
+    def __init__(self, net: nn.Module, device_type: str):
+        super().__init__()
+        self.net, self.device_type = net, device_type
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            out = self.net(x)
+        return out.float()
+
+
+def _channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+
+
+def accelerated(model: nn.Module, backend: Backend, cfg: TrainConfig) -> nn.Module:
+    """The module the training steps call: ``model`` itself, or ``model`` in channels-last
+    layout, under bfloat16 autocast, compiled, as ``cfg`` asks. Each acceleration must be
+    one the backend declares; all of them change the numbers a little (the losses are no
+    longer bitwise those of float32 eager training), so all are off by default."""
+    asked = cfg.accelerations()
+    missing = asked - backend.accelerations
+    if missing:
+        raise ConfigError(f"backend {backend.name!r} cannot train with {', '.join(sorted(missing))}; "
+                          f"valid with it: {', '.join(sorted(backend.accelerations)) or 'none'}")
+    stepped = model
+    if cfg.channels_last:
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    if cfg.precision == "bf16":
+        stepped = _Autocast(stepped, backend.device.type)
+    if cfg.compile:
+        stepped = cast(nn.Module, torch.compile(stepped))
+    return stepped
 
 
 def split_metric(model: nn.Module, backend: Backend, data: DataSource, which: str = "valid",

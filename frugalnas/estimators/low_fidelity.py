@@ -16,7 +16,8 @@ class LowFidelityEstimator(TrainEstimator):
     """Short training on reduced data, resolution or width; scores validation accuracy (%).
 
     ``report_every_epoch=True`` reports after each full epoch as ``train`` does (for a
-    pruner; off by default, since low-fidelity budgets are often a fraction of an epoch)."""
+    pruner; off by default, since low-fidelity budgets are often a fraction of an epoch).
+    ``precision``, ``channels_last`` and ``compile`` are those of ``train``."""
 
     provides = (*TrainEstimator.provides, "fidelity_subset", "fidelity_epochs")
 
@@ -26,13 +27,15 @@ class LowFidelityEstimator(TrainEstimator):
                  width: int | None = None, depth: int | None = None, batch_size: int = 64,
                  lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
                  optimizer: str = "sgd", max_steps: int | None = None,
-                 report_every_epoch: bool = False):
+                 report_every_epoch: bool = False, precision: str = "fp32",
+                 channels_last: bool = False, compile: bool = False):
         if not isinstance(report_every_epoch, bool):
             raise ConfigError(f"invalid low-fidelity report_every_epoch {report_every_epoch!r}; "
                               "expected true or false")
         super().__init__(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
                          weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps,
-                         report_every_epoch=report_every_epoch)
+                         report_every_epoch=report_every_epoch, precision=precision,
+                         channels_last=channels_last, compile=compile)
         if not 0 < subset <= 1:
             raise ConfigError(f"invalid low-fidelity subset {subset!r}; valid range: (0, 1]")
         for what, v in (("resize", resize), ("width", width), ("depth", depth)):

@@ -34,7 +34,13 @@ class TrainEstimator(Estimator):
     ``report_every_steps=k`` reports every ``k`` training steps instead of every epoch (the
     pruner's step is then the number of steps: a language model's epoch may be thousands of
     steps); ``valid_examples=n`` scores the first ``n`` validation examples only (blocks of
-    tokens for a language model; default: the whole split)."""
+    tokens for a language model; default: the whole split).
+
+    ``precision="bf16"`` runs the forward pass under bfloat16 autocast, ``channels_last=True``
+    trains in channels-last layout, ``compile=True`` compiles the forward pass with
+    ``torch.compile`` (each on a backend that declares it, such as ``single-device``). All
+    three are off by default: each changes the losses a little (bf16 the most), and
+    ``compile`` pays a compilation per candidate, worth it only for long trainings."""
 
     name = "train"
     provides: tuple[str, ...] = ("valid_accuracy", "train_loss")
@@ -45,9 +51,12 @@ class TrainEstimator(Estimator):
                  max_steps: int | None = None, report_every_epoch: bool = True,
                  latency: bool = False, latency_batch_size: int = 1,
                  latency_min_run_time: float = 0.2, report_every_steps: int | None = None,
-                 valid_examples: int | None = None):
+                 valid_examples: int | None = None, precision: str = "fp32",
+                 channels_last: bool = False, compile: bool = False):
         self.config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
-                                  weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps)
+                                  weight_decay=weight_decay, optimizer=optimizer, max_steps=max_steps,
+                                  precision=precision, channels_last=channels_last,
+                                  compile=compile)
         self.report_every_epoch = report_every_epoch
         if report_every_steps is not None:
             check_range("report_every_steps", report_every_steps, 1)

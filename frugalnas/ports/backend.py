@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -23,6 +24,11 @@ class Backend(ABC):
     accumulation and memory strategy, so estimators never depend on the hardware."""
 
     name: str = "backend"
+    #: What :func:`~frugalnas.engine.training.train` may do to the network this backend
+    #: trains: ``"bf16"`` (forward under bfloat16 autocast), ``"channels_last"``,
+    #: ``"compile"`` (``torch.compile``). A backend that walks or ships the network itself
+    #: (out-of-core hooks, virtual-node workers) declares none.
+    accelerations: ClassVar[frozenset[str]] = frozenset()
 
     @property
     @abstractmethod

@@ -203,3 +203,47 @@ def test_batches_pass_unchanged_to_a_cpu_backend():
     batches = [(torch.full((2, 3), float(i)), torch.tensor([i, i])) for i in range(3)]
     moved = list(SingleDeviceBackend("cpu").device_batches(iter(batches)))
     assert all(a is c and b is d for (a, b), (c, d) in zip(moved, batches))
+
+
+# -- accelerations ---------------------------------------------------------------------------
+def _conv_net():
+    torch.manual_seed(2)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(256, 3))
+
+
+def test_bf16_and_channels_last_train_close_to_float32_and_bf16_is_not_bitwise():
+    data, cfg = _data(n=32), dict(epochs=2, batch_size=8)
+    backend = SingleDeviceBackend("cpu")
+    fp32 = train(_conv_net(), data, backend, TrainConfig(**cfg)).losses
+    bf16 = train(_conv_net(), data, backend, TrainConfig(precision="bf16", **cfg)).losses
+    last = train(_conv_net(), data, backend, TrainConfig(channels_last=True, **cfg)).losses
+    assert bf16 != fp32 and all(math.isfinite(v) for v in bf16)
+    assert max(abs(a - b) for a, b in zip(fp32, bf16)) < 0.1
+    assert max(abs(a - b) for a, b in zip(fp32, last)) < 1e-4
+
+
+def test_an_acceleration_the_backend_does_not_declare_is_refused_in_one_line():
+    from frugalnas.backends.out_of_core.backend import OutOfCoreBackend
+
+    with pytest.raises(ConfigError, match=r"backend 'out-of-core' cannot train with bf16, "
+                                          r"compile; valid with it: none"):
+        train(_conv_net(), _data(), OutOfCoreBackend(device="cpu"),
+              TrainConfig(precision="bf16", compile=True))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("precision", "fp16", r"invalid precision 'fp16'; valid: .*fp32.*bf16"),
+    ("compile", "yes", r"invalid compile 'yes'; valid: true, false")])
+def test_bad_acceleration_options_name_the_value_and_the_choices(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**{field: value})
+
+
+@pytest.mark.slow
+def test_a_compiled_forward_trains_like_the_eager_one():
+    data, cfg = _data(n=32), dict(epochs=1, batch_size=8)
+    backend = SingleDeviceBackend("cpu")
+    eager = train(_conv_net(), data, backend, TrainConfig(**cfg)).losses
+    compiled = train(_conv_net(), data, backend, TrainConfig(compile=True, **cfg)).losses
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-4
