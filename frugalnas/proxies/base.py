@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.module_tracker import ModuleTracker
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.cost import Cost, count_flops, count_params
@@ -272,13 +274,16 @@ def score_with(proxy: Proxy, model: nn.Module, inputs: torch.Tensor,
 
 def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialContext,
                   batch: ProxyBatch, *, need_dataset: bool,
-                  latency: LatencyProbe | None = None) -> tuple[dict[str, float], Cost]:
+                  latency: LatencyProbe | None = None,
+                  share: bool = True) -> tuple[dict[str, float], Cost]:
     """Build ``arch``'s network once, score it with each proxy on ``batch`` (the proxies
-    share their common passes through one :class:`SharedPasses`), and return
-    ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies' passes).
-    With a ``latency`` probe the network's inference latency on the backend's device is
-    measured too (:func:`~frugalnas.ports.latency.measure_latency`, the batch's input shape)
-    and added as ``latency_ms`` and ``latency_ms_iqr``."""
+    share their common passes and take their fast paths through one :class:`SharedPasses`),
+    and return ``{"proxy_NAME": value}`` with the cost of all of it (FLOPs from the proxies'
+    passes). With a ``latency`` probe the network's inference latency on the backend's device
+    is measured too (:func:`~frugalnas.ports.latency.measure_latency`, the batch's input
+    shape) and added as ``latency_ms`` and ``latency_ms_iqr``. ``share=False`` scores each
+    proxy alone and counts FLOPs with :func:`~frugalnas.ports.cost.count_flops`: the
+    reference path, the same values and cost, slower (to measure what sharing saves)."""
     start = time.perf_counter()
     seed = context.seed if batch.seed is None else batch.seed
     check_tasks(proxies, batch.task(context))
@@ -286,14 +291,44 @@ def score_network(proxies: Sequence[Proxy], arch: Architecture, context: TrialCo
     seed_everything(seed)
     model = context.backend.prepare(context.space.build(arch, n_classes, tuple(x.shape[1:])))
     x, y = x.to(context.backend.device), y.to(context.backend.device)
-    shared = SharedPasses(model, x, y) if len(proxies) > 1 else None
+    shared = SharedPasses(model, x, y) if share else None
     values = {f"proxy_{p.name}": score_with(p, model, x, y, shared) for p in proxies}
     if latency is not None:
         values.update(measure_latency(model, tuple(x.shape[1:]), latency.batch_size,
                                       context.backend.device, example=x[:1],
                                       min_run_time=latency.min_run_time).metrics())
     seconds = time.perf_counter() - start
-    per_sample = count_flops(model, x[:1])
+    per_sample = forward_flops(model, x[:1]) if share else count_flops(model, x[:1])
     flops = sum(p.flops(per_sample, len(x)) for p in proxies)
     return values, Cost(seconds=seconds, flops=flops, params=count_params(model))
 
+
+class _GlobalOnly:
+    """A stand-in for :class:`FlopCounterMode`'s module tracker that tracks no module: every
+    count goes to the total only."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> "_GlobalOnly":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def forward_flops(model: nn.Module, example: torch.Tensor) -> int:
+    """:func:`~frugalnas.ports.cost.count_flops` of one forward pass, the same number
+    without the per-module breakdown (torch's counter tracks every module through hooks,
+    a third of its time on small cells): the same counter and formulas, totals only."""
+    counter = FlopCounterMode(display=False)
+    if not isinstance(getattr(counter, "mod_tracker", None), ModuleTracker):
+        return count_flops(model, example)  # a torch whose counter is built otherwise
+    counter.mod_tracker = _GlobalOnly()
+    was_training = model.training
+    model.eval()
+    try:
+        with counter, torch.no_grad():
+            model(example)
+    finally:
+        model.train(was_training)
+    return int(counter.get_total_flops())

@@ -19,6 +19,7 @@ N(0, 1) (batch-norm weights 1, biases 0) before scoring, as ``init="gaussian"`` 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -33,6 +34,9 @@ INITS = ("gaussian", "none")
 #: thousands, over all 15,625 cells (frugalnas/data table); the defaults of ``swap_reg``.
 NB201_MAX_KPARAMS = 1531.546
 NB201_MEAN_KPARAMS = 398.554
+#: up to this many samples :func:`sample_wise_pattern_count` counts with a table of
+#: 2^samples flags (1 MiB) instead of sorting
+TABLE_SAMPLES = 20
 
 
 def pack_bits(bits: torch.Tensor) -> torch.Tensor:
@@ -63,18 +67,13 @@ def gaussian_init(model: nn.Module) -> None:
                 m.bias.zero_()
 
 
-def sample_wise_patterns(model: nn.Module, inputs: torch.Tensor) -> int:
-    """The number of distinct sample-wise patterns of the outputs of the ``nn.ReLU`` modules
-    that act on 4-D feature maps, over ``inputs`` (one training-mode forward)."""
-    keys: list[torch.Tensor] = []
-
+def on_relu_maps(model: nn.Module, inputs: torch.Tensor,
+                 take: Callable[[torch.Tensor], None]) -> None:
+    """One training-mode forward of ``inputs`` without gradients, handing the output of every
+    ``nn.ReLU`` module that acts on a 4-D feature map to ``take``."""
     def hook(module, inp, out) -> None:
         if inp and isinstance(inp[0], torch.Tensor) and inp[0].dim() == 4:
-            active = (out.detach().reshape(out.shape[0], -1) > 0).T  # (units, samples)
-            packed = pack_bits(active)
-            # one word per unit for up to 62 samples: a fast 1-D unique
-            keys.append(torch.unique(packed[:, 0]) if packed.shape[1] == 1
-                        else torch.unique(packed, dim=0))
+            take(out.detach())
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.ReLU)]
     try:
@@ -84,12 +83,47 @@ def sample_wise_patterns(model: nn.Module, inputs: torch.Tensor) -> int:
     finally:
         for h in handles:
             h.remove()
+
+
+def sample_wise_patterns(model: nn.Module, inputs: torch.Tensor) -> int:
+    """The number of distinct sample-wise patterns of the outputs of the ``nn.ReLU`` modules
+    that act on 4-D feature maps, over ``inputs`` (one training-mode forward)."""
+    keys: list[torch.Tensor] = []
+
+    def take(out: torch.Tensor) -> None:
+        active = (out.reshape(out.shape[0], -1) > 0).T  # (units, samples)
+        packed = pack_bits(active)
+        # one word per unit for up to 62 samples: a fast 1-D unique
+        keys.append(torch.unique(packed[:, 0]) if packed.shape[1] == 1
+                    else torch.unique(packed, dim=0))
+
+    on_relu_maps(model, inputs, take)
     if not keys:
         return 0
     keys_all = torch.cat(keys)
     if keys_all.dim() == 1:  # one word per pattern: a 1-D unique (row-wise unique is slow)
         return int(torch.unique(keys_all).shape[0])
     return int(torch.unique(keys_all, dim=0).shape[0])
+
+
+def sample_wise_pattern_count(model: nn.Module, inputs: torch.Tensor) -> int:
+    """:func:`sample_wise_patterns`, counted without sorting for up to ``TABLE_SAMPLES``
+    samples: a unit's pattern is the integer whose bit ``k`` says whether sample ``k``
+    activates it (a float32 product with the powers of two, exact below 2^24), and the
+    count is the number of flags set in a table of 2^samples entries. The same integer as
+    the sorting count; more samples fall back to it."""
+    n = len(inputs)
+    if n > TABLE_SAMPLES:
+        return sample_wise_patterns(model, inputs)
+    powers = torch.pow(2.0, torch.arange(n, dtype=torch.float32, device=inputs.device))
+    seen = torch.zeros(2 ** n, dtype=torch.bool, device=inputs.device)
+
+    def take(out: torch.Tensor) -> None:
+        active = (out.reshape(out.shape[0], -1) > 0).to(torch.float32)  # (samples, units)
+        seen[(powers @ active).to(torch.int64)] = True
+
+    on_relu_maps(model, inputs, take)
+    return int(seen.sum())
 
 
 class Swap(Proxy):
@@ -113,7 +147,8 @@ class Swap(Proxy):
         def run() -> int:
             if self.init == "gaussian":
                 gaussian_init(model)
-            return sample_wise_patterns(model, inputs[: int(self.samples)])
+            count = sample_wise_patterns if shared is None else sample_wise_pattern_count
+            return count(model, inputs[: int(self.samples)])
 
         key = ("swap.patterns", int(self.samples), self.init, int(self.seed))
         return shared_value(shared, key, run)

@@ -15,11 +15,14 @@ Theoretically Inspired Perspective", ICLR 2021.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 from torch import nn
 
 from frugalnas.ports.errors import check_range
 from frugalnas.proxies.base import Proxy
+from frugalnas.proxies.shared import SharedPasses
 from frugalnas.proxies.swap import pack_bits
 
 #: -kappa of a kernel that is singular to working precision (or of a dead network)
@@ -57,19 +60,42 @@ class NTKCondition(Proxy):
         self.samples = samples
 
     def compute(self, model, inputs, targets) -> float:
+        rows: list[torch.Tensor] = []
+        self._gradients(model, inputs, lambda i, grads: rows.append(
+            torch.cat([g.reshape(-1) for g in grads]).to(torch.float64)))
+        jac = torch.stack(rows)
+        return -ntk_condition_number(jac @ jac.T)
+
+    def compute_shared(self, model, inputs, targets, shared: SharedPasses) -> float:
+        """The same value, each sample's gradients written straight into one float64
+        Jacobian (no per-sample concatenation, conversion and stacking): the same matrix,
+        hence the same kernel and condition number."""
+        jac: list[torch.Tensor] = []
+
+        def put(i: int, grads: Sequence[torch.Tensor]) -> None:
+            if not jac:
+                size = sum(g.numel() for g in grads)
+                jac.append(grads[0].new_empty((min(len(inputs), int(self.samples)), size),
+                                              dtype=torch.float64))
+            torch.cat([g.reshape(-1) for g in grads], out=jac[0][i])
+
+        self._gradients(model, inputs, put)
+        return -ntk_condition_number(jac[0] @ jac[0].T)
+
+    def _gradients(self, model: nn.Module, inputs: torch.Tensor,
+                   put: Callable[[int, Sequence[torch.Tensor]], None]) -> None:
+        """One training-mode forward of the first ``samples`` inputs, then one backward per
+        sample of its summed logits, handing ``put(i, gradients)`` the gradients of every
+        weight tensor (zeros for weights it does not reach)."""
         model.train()
         weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
         for w in weights:
             w.requires_grad_(True)
         x = inputs[: int(self.samples)]
         out = model(x).reshape(len(x), -1).sum(dim=1)
-        rows = []
         for i in range(len(x)):
-            grads = torch.autograd.grad(out[i], weights, retain_graph=i < len(x) - 1,
-                                        allow_unused=True, materialize_grads=True)
-            rows.append(torch.cat([g.reshape(-1) for g in grads]).to(torch.float64))
-        jac = torch.stack(rows)
-        return -ntk_condition_number(jac @ jac.T)
+            put(i, torch.autograd.grad(out[i], weights, retain_graph=i < len(x) - 1,
+                                       allow_unused=True, materialize_grads=True))
 
     def flops(self, forward_flops_per_sample: float, batch_size: int) -> float:
         n = min(batch_size, self.samples)
