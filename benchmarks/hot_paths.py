@@ -5,6 +5,10 @@
   network, data order, SGD with Nesterov momentum, cosine schedule, losses kept), on a tiny
   network where Python dominates each step as kernel launches do on a GPU. The ratio is the
   median of interleaved repeats, frugalnas's step time over the plain loop's. Goal <= 1.05.
+* ``planner error``: the out-of-core backend's predicted step time for its plan against the
+  median of the steps it then times, on an NB201 network (N=2, C=8, batch 32 at 16x16) under
+  a budget of 35 % of its in-core saved activations; the uniform swap and recompute plans
+  are shown beside it. Goal: within 10 %.
 
     python benchmarks/hot_paths.py [--repeats 7] [--threads 1]
 
@@ -96,6 +100,35 @@ def loop_overhead(repeats: int, epochs: int = 8) -> float:
     return ratio
 
 
+def planner_error(steps: int = 12) -> float:
+    """The planned mix's prediction error in percent (the uniform plans printed beside it)."""
+    import copy
+
+    from frugalnas.backends.out_of_core.backend import OutOfCoreBackend
+    from frugalnas.spaces.nb201.space import NB201Space
+
+    space = NB201Space(N=2, C=8)
+    torch.manual_seed(0)
+    base = space.build(space.parse(
+        "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|"
+        "skip_connect~2|"), 10, (3, 16, 16))
+    x, y = torch.randn(32, 3, 16, 16), torch.randint(0, 10, (32,))
+    errors = {}
+    for policy in ("plan", "swap", "recompute"):
+        backend = OutOfCoreBackend(device="cpu", budget_fraction=0.35, policy=policy)
+        model = backend.prepare(copy.deepcopy(base))
+        for _ in range(steps):
+            model.zero_grad(set_to_none=True)
+            backend.forward_backward(model, nn.functional.cross_entropy, x, y)
+        plan = backend.last_plan
+        errors[policy] = 100 * plan.prediction_error()
+        print(f"out-of-core {policy:<9}: predicted {plan.time * 1e3:.2f} ms, measured "
+              f"{plan.measured_step() * 1e3:.2f} ms ({plan.counts_text()})", flush=True)
+    print(f"planner error: {errors['plan']:+.1f} % (uniform swap {errors['swap']:+.1f} %, "
+          f"recompute {errors['recompute']:+.1f} %)", flush=True)
+    return errors["plan"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -103,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loop_overhead(args.repeats)
+    planner_error()
     return 0
 
 

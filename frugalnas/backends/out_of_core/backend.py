@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import warnings
+import time
 import weakref
 from typing import Any
 
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from frugalnas.ports.backend import Backend, LossFn
-from frugalnas.ports.errors import ConfigError, check_choice, check_range
+from frugalnas.ports.errors import ConfigError, TrialFailure, check_choice, check_range
 from frugalnas.ports.network import BlockNetwork
 from frugalnas.backends.out_of_core.hooks import ModelRuntime, StepContext
 from frugalnas.backends.out_of_core.cost import RECOMPUTE, RESIDENT, SWAP
@@ -47,6 +47,10 @@ def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
             seen.add(id(m))
             blocks.append((names.get(id(m), f"block{i}"), m))
     return blocks
+
+
+def _mib(nbytes: int | None) -> str:
+    return "none" if nbytes is None else f"{nbytes / 2**20:.2f} MiB ({nbytes} bytes)"
 
 
 def structure_key(model: nn.Module) -> str:
@@ -129,13 +133,17 @@ class OutOfCoreBackend(Backend):
         usage = self._thread_usage()
         if plan is None:
             profile = profile_model(model, runtime, self.device, loss_fn, inputs, targets,
-                                    self.profile_repeats, self.host_bandwidth)
+                                    self.profile_repeats, self.host_bandwidth,
+                                    policies=self._profiled_policies())
             self.profiles_run += 1
             usage["profiles"] += 1
             plan = make_plan(profile, self.resolve_budget(profile.incore_peak), self.planner, self.policy)
-            if not plan.feasible:
-                warnings.warn(f"out-of-core: no plan meets the budget of {plan.budget} bytes; "
-                              f"using the least-memory plan (est. peak {plan.peak} bytes)", stacklevel=2)
+            if not plan.feasible and self.policy == "plan":
+                raise TrialFailure(
+                    f"out-of-core: no plan keeps this network's saved activations within the "
+                    f"budget of {_mib(plan.budget)} at input {tuple(inputs.shape)}; the "
+                    f"least-memory plan ({plan.counts_text()}) needs {_mib(plan.peak)}: give "
+                    "at least that budget, or a smaller batch")
             self._plans[key] = plan
         entry = usage["plans"].setdefault(key, [plan, 0, {
             "architecture_key": runtime.key, "input_shape": list(inputs.shape),
@@ -143,6 +151,20 @@ class OutOfCoreBackend(Backend):
         entry[1] += 1
         self.last_plan = plan
         return plan
+
+    def _profiled_policies(self) -> tuple[str, ...]:
+        """The policies each block is profiled under. Where copies do not overlap compute
+        (the CPU) every policy a plan may choose is measured, so that its time counts the
+        hooks, allocations and copies; on CUDA, and where a ``host_bandwidth`` is given (a
+        host link to model rather than the one measured), the resident profile feeds the
+        simulation."""
+        if self.device.type == "cuda" or self.policy == RESIDENT or self.host_bandwidth:
+            return (RESIDENT,)
+        if self.policy != "plan":
+            return (RESIDENT, self.policy)
+        if self.budget is None and self.budget_fraction is None:
+            return (RESIDENT,)
+        return (RESIDENT, SWAP, RECOMPUTE)
 
     def _thread_usage(self) -> dict[str, Any]:
         usage = getattr(self._usage, "record", None)
@@ -153,6 +175,7 @@ class OutOfCoreBackend(Backend):
     # -- steps -----------------------------------------------------------------------
     def forward_backward(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
                          targets: torch.Tensor, loss_scale: float = 1.0) -> float:
+        start = time.perf_counter()
         x = inputs.to(self.device, non_blocking=True)
         y = targets.to(self.device, non_blocking=True)
         plan = self.plan_for(model, loss_fn, x, y)
@@ -164,6 +187,8 @@ class OutOfCoreBackend(Backend):
         self.max_step_peak = max(self.max_step_peak, ctx.tracker.peak)
         usage = self._thread_usage()
         usage["peak"] = max(usage["peak"], ctx.tracker.peak)
+        if self.device.type != "cuda" and len(plan.measured) < 256:  # (CUDA: it would wait)
+            plan.measured.append(time.perf_counter() - start)
         return loss
 
     def reset_peak_memory(self) -> None:
@@ -218,6 +243,10 @@ class OutOfCoreBackend(Backend):
                    "ooc_measured_peak_bytes": float(usage["peak"])}
         if main.budget is not None:
             metrics["ooc_budget_bytes"] = float(main.budget)
+        error = main.prediction_error()
+        if error is not None:
+            metrics["ooc_measured_step_seconds"] = float(main.measured_step())
+            metrics["ooc_prediction_error_pct"] = 100.0 * error
         doc = {"backend": self.name, "policy": self.policy, "planner": self.planner,
                "measured_peak_bytes": usage["peak"],
                "plans": [{**where, "micro_batches": uses, **plan.to_dict()}

@@ -4,7 +4,10 @@ In the spirit of KARMA (Wahib et al., SC20), a step is modelled as one compute s
 device-to-host and a host-to-device copy queue. Offloading block ``i``'s saved activations
 overlaps the forward of the later blocks (and the head); prefetching it overlaps the
 backward of block ``i + 1``; a recomputed block pays its forward again in backward. Where
-the device has no copy engine (the CPU), nothing overlaps and every transfer is paid in full.
+the device has no copy engine (the CPU), nothing overlaps and every transfer is paid in full;
+there the profile measures every block under every policy, and a plan's time is the sum of
+what its choices were measured to cost, so the hooks, allocations and copies the simulation
+does not see are counted too.
 """
 
 from __future__ import annotations
@@ -45,12 +48,16 @@ class Profile:
     incore_peak: int = 0             # measured peak of saved bytes with every block resident
     tail: int = 0                    # saved after the last block (head, loss): freed first
     extra: dict[str, float] = field(default_factory=dict)
+    #: per policy measured: the blocks' forward and backward seconds under it
+    measured: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    step_overhead: float = 0.0       # seconds a step costs the backend outside the model
 
     def transfer(self, i: int) -> float:
         return self.blocks[i].saved / self.bandwidth
 
     def incore_time(self) -> float:
-        return self.head_fwd + self.head_bwd + sum(b.fwd + b.bwd for b in self.blocks)
+        return (self.head_fwd + self.head_bwd + sum(b.fwd + b.bwd for b in self.blocks)
+                + self.step_overhead)
 
 
 def stash(block: BlockProfile, policy: str) -> int:
@@ -85,7 +92,25 @@ def peak_bytes(profile: Profile, policies: Sequence[str]) -> int:
 
 
 def step_time(profile: Profile, policies: Sequence[str]) -> float:
-    """Simulated seconds of one forward-backward under ``policies``."""
+    """Predicted seconds of one forward-backward under ``policies``, the backend's own
+    per-step cost included. Where transfers do not overlap compute and every policy used
+    was profiled, a block costs what it was measured to cost under its policy (its hooks,
+    copies and recomputation included); otherwise the step is simulated from the resident
+    times, the host link's bandwidth and the overlap (:func:`simulated_step_time`)."""
+    if not profile.overlap and set(policies) <= profile.measured.keys():
+        t = profile.head_fwd + profile.head_bwd + profile.step_overhead
+        for i, (block, p) in enumerate(zip(profile.blocks, policies)):
+            fwd, bwd = profile.measured[p]
+            # taking activations off the device never speeds a block up: a faster
+            # measurement under swap or recompute is noise
+            t += max(fwd[i] + bwd[i], block.fwd + block.bwd)
+        return t
+    return simulated_step_time(profile, policies) + profile.step_overhead
+
+
+def simulated_step_time(profile: Profile, policies: Sequence[str]) -> float:
+    """Simulated seconds of one forward-backward under ``policies``: one compute stream and
+    a copy queue each way (KARMA's model), fed by the resident profile."""
     blocks = profile.blocks
     n = len(blocks)
     t = 0.0

@@ -274,6 +274,8 @@ class StepContext:
             if self.cuda:
                 torch.cuda.synchronize(self.device)
             self.grad_times[block] = time.perf_counter()
+            if not self.cuda and self.policies[block] == SWAP:
+                self.prefetch(block)   # as a step does: the copy back is part of its cost
             return
         policy = self.policies[block]
         self.tracker.set_transient(self.working_set[block] if policy == RECOMPUTE else 0)

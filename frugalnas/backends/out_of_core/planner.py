@@ -9,8 +9,9 @@ changes while any lowers the step time.
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from frugalnas.ports.errors import check_choice
 from frugalnas.backends.out_of_core.cost import POLICIES, RECOMPUTE, RESIDENT, SWAP, Profile, isolated_costs, peak_bytes, step_time
@@ -31,9 +32,25 @@ class Plan:
     feasible: bool
     method: str
     profile: Profile
+    #: seconds of the steps run under the plan so far (where the backend times them)
+    measured: list[float] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         return {p: self.policies.count(p) for p in POLICIES}
+
+    def counts_text(self) -> str:
+        return ", ".join(f"{n} {p}" for p, n in self.counts().items() if n)
+
+    def measured_step(self) -> float | None:
+        """The median measured step, the first one left out when there are others (it
+        warms caches up)."""
+        steps = self.measured[1:] if len(self.measured) > 1 else self.measured
+        return statistics.median(steps) if steps else None
+
+    def prediction_error(self) -> float | None:
+        """(predicted - measured) / measured step time; ``None`` before a timed step."""
+        measured = self.measured_step()
+        return None if not measured else (self.time - measured) / measured
 
     def to_dict(self) -> dict[str, object]:
         """The plan as plain data (JSON): the choice per block with its measured figures, and
@@ -53,7 +70,9 @@ class Plan:
                                    "backward_seconds": prof.head_bwd, "saved_bytes": prof.fixed,
                                    "after_blocks_saved_bytes": prof.tail},
                 "host_bandwidth": prof.bandwidth, "transfers_overlap": prof.overlap,
-                "counts": self.counts(), "blocks": blocks}
+                "counts": self.counts(), "blocks": blocks,
+                "measured_step_seconds": self.measured_step(),
+                "prediction_error": self.prediction_error()}
 
     def table(self) -> str:
         """The plan explained: one row per block with its measured figures and choice."""
@@ -77,6 +96,10 @@ class Plan:
                     f"{prof.incore_time() * 1e3:.3f} ms; est. peak {self.peak / 1024:.1f} KiB, "
                     f"budget {budget}, in-core {prof.incore_peak / 1024:.1f} KiB"
                     + ("" if self.feasible else "; BUDGET NOT MET (least-memory plan used)"))
+        error, measured = self.prediction_error(), self.measured_step()
+        if error is not None and measured is not None:
+            rows.append(f"measured step {measured * 1e3:.3f} ms (median of "
+                        f"{max(1, len(self.measured) - 1)}): prediction error {100 * error:+.1f} %")
         return "\n".join(rows)
 
 

@@ -8,6 +8,7 @@ training.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -107,40 +108,72 @@ _Pass = tuple[StepContext, list[float], float, float, float]
 
 
 def _passes(model: nn.Module, runtime: ModelRuntime, device: torch.device, loss_fn: Callable,
-            x: torch.Tensor, y: torch.Tensor, repeats: int) -> tuple[list[_Pass], str]:
-    policy = RESIDENT
+            x: torch.Tensor, y: torch.Tensor, repeats: int, policy: str = RESIDENT,
+            warm_up: bool = True) -> tuple[list[_Pass], str]:
+    """``repeats`` timed passes under ``policy`` (after one warm-up pass when ``warm_up``);
+    a resident profile that does not fit on a CUDA device is taken with every block swapped.
+    Returns the passes and the policy they ran under."""
     passes: list[_Pass] = []
-    for r in range(1 + max(0, repeats)):
+    runs = max(1, repeats) + (1 if warm_up and repeats > 0 else 0)
+    for r in range(runs):
         for p in model.parameters():
             p.grad = None
         try:
             ctx, fwd_total, total = _one_pass(model, runtime, policy, device, loss_fn, x, y)
         except torch.OutOfMemoryError:   # in-core does not fit: profile with every block swapped
-            if policy == SWAP:
+            if policy != RESIDENT:
                 raise
             policy = SWAP
             torch.cuda.empty_cache()
             ctx, fwd_total, total = _one_pass(model, runtime, policy, device, loss_fn, x, y)
         bwd, head_fwd, head_bwd = _times(ctx, fwd_total)
-        if r > 0 or repeats <= 0:
+        if r > 0 or not warm_up or runs == 1:
             passes.append((ctx, bwd, head_fwd, head_bwd, total))
     return passes, policy
 
 
+def _block_medians(passes: list[_Pass], n: int) -> tuple[list[float], list[float]]:
+    """The median forward and backward seconds of each block over ``passes``."""
+    return ([statistics.median(p[0].fwd[i] for p in passes) for i in range(n)],
+            [statistics.median(p[1][i] for p in passes) for i in range(n)])
+
+
+def context_overhead(model: nn.Module, blocks: int, device: torch.device,
+                     repeats: int = 5) -> float:
+    """Median seconds the backend spends on a step outside the model: reading the model's
+    parameter storages and setting up the step's context (on CUDA its copy streams)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        StepContext([RESIDENT] * blocks, device, param_storages(model), [0] * blocks)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def profile_model(model: nn.Module, runtime: ModelRuntime, device: torch.device, loss_fn: Callable,
                   x: torch.Tensor, y: torch.Tensor, repeats: int = 2,
-                  bandwidth: float | None = None) -> Profile:
-    """Measure ``model`` on the micro-batch ``(x, y)``; the minimum over ``repeats`` passes
-    after one warm-up pass is kept for every time."""
+                  bandwidth: float | None = None,
+                  policies: Sequence[str] = (RESIDENT,)) -> Profile:
+    """Measure ``model`` on the micro-batch ``(x, y)``: the median over ``repeats`` passes
+    after one warm-up pass is kept for every time. Every block is measured resident, and
+    also under each other policy in ``policies`` (:attr:`Profile.measured`)."""
     params = list(model.parameters())
     grads = [p.grad for p in params]
     buffers = list(model.buffers())
     snapshot = [b.detach().clone() for b in buffers]
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+    n = len(runtime.names)
+    measured: dict[str, tuple[list[float], list[float]]] = {}
     try:
         with muted_forward_hooks(model):
             passes, policy = _passes(model, runtime, device, loss_fn, x, y, repeats)
+            measured[policy] = _block_medians(passes, n)
+            for other in policies:
+                if other not in measured:
+                    timed, _ = _passes(model, runtime, device, loss_fn, x, y, repeats,
+                                       policy=other, warm_up=False)
+                    measured[other] = _block_medians(timed, n)
     finally:
         for p, g in zip(params, grads):
             p.grad = g
@@ -151,20 +184,20 @@ def profile_model(model: nn.Module, runtime: ModelRuntime, device: torch.device,
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
     last = passes[-1][0]
-    blocks = [BlockProfile(name=runtime.names[i],
-                           fwd=min(p[0].fwd[i] for p in passes),
-                           bwd=min(p[1][i] for p in passes),
-                           saved=last.saved[i], input=last.inputs[i])
-              for i in range(len(runtime.names))]
+    fwd, bwd = measured[policy]
+    blocks = [BlockProfile(name=runtime.names[i], fwd=fwd[i], bwd=bwd[i],
+                           saved=last.saved[i], input=last.inputs[i]) for i in range(n)]
     incore = last.fixed_saved + last.tail_saved + sum(b.saved for b in blocks)
-    return Profile(blocks=blocks, head_fwd=min(p[2] for p in passes),
-                   head_bwd=min(p[3] for p in passes), fixed=last.fixed_saved,
+    return Profile(blocks=blocks, head_fwd=statistics.median(p[2] for p in passes),
+                   head_bwd=statistics.median(p[3] for p in passes), fixed=last.fixed_saved,
                    tail=last.tail_saved,
                    bandwidth=bandwidth or measure_bandwidth(device),
                    overlap=device.type == "cuda",
                    incore_peak=last.tracker.peak if policy == RESIDENT else incore,
                    extra={"profile_policy": 0.0 if policy == RESIDENT else 1.0,
-                          "measured_step_s": min(p[4] for p in passes)})
+                          "measured_step_s": statistics.median(p[4] for p in passes)},
+                   measured=measured, step_overhead=context_overhead(model, n, device))
 
 
-__all__: Sequence[str] = ["measure_bandwidth", "param_storages", "profile_model", "run_step"]
+__all__: Sequence[str] = ["context_overhead", "measure_bandwidth", "param_storages", "profile_model",
+                          "run_step"]
