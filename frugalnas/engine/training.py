@@ -259,7 +259,7 @@ class _Autocast(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.autocast(self.device_type, dtype=torch.bfloat16):
-            out = self.net(x)
+            out: torch.Tensor = self.net(x)
         return out.float()
 
 
