@@ -62,9 +62,9 @@ class Proxy(ABC):
     def compute_shared(self, model: nn.Module, inputs: torch.Tensor,
                        targets: torch.Tensor | None, shared: SharedPasses) -> float:
         """The proxy value, taking the computations it has in common with other proxies
-        from ``shared`` (:mod:`frugalnas.proxies.shared`). The default shares nothing and
-        calls :meth:`compute`; a proxy that overrides it must return bitwise the value of
-        :meth:`compute`."""
+        from ``shared`` (:mod:`frugalnas.proxies.shared`), or by a faster route of its own.
+        The default shares nothing and calls :meth:`compute`; a proxy that overrides it must
+        return bitwise the value of :meth:`compute`."""
         return self.compute(model, inputs, targets)
 
     def score(self, model: nn.Module, inputs: torch.Tensor,

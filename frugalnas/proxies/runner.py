@@ -34,7 +34,8 @@ and every proxy seeds itself, so a score does not depend on the worker that comp
 :class:`~frugalnas.proxies.shared.SharedPasses`, so work they have in common (one
 re-initialised forward for az_expressivity/az_progressivity and for swap/swap_reg, the input
 Jacobians for jacob_cov/epe_nas) is done once; the values are bitwise those of each proxy
-alone, so the cache does not record whether a value was shared. The seconds cached for a
+alone (the proxies' fast paths too, :mod:`frugalnas.proxies.shared`), so the cache does
+not record whether a value was shared. The seconds cached for a
 proxy are what it cost in that run: the first proxy of a sharing pair carries the shared
 pass, the second only its own remainder.
 """

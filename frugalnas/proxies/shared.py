@@ -24,6 +24,13 @@ the network, the batch and the key. So whichever proxy computes it first sees ex
 state the other would have seen, and runs the same code: the value is bitwise the one the
 other would compute alone (``tests/proxies/test_proxies_shared.py`` checks this for every sharing
 pair on NB201 cells). Shared values are read-only (numbers, tuples, read-only arrays).
+
+**Fast paths.** A proxy given a ``SharedPasses`` may also take a faster route of its own to
+bitwise the same value (``compute_shared``): meco batches its eigenvalue problems, swap
+counts patterns in a table of flags, ntk_cond fills one Jacobian in place. So
+:func:`~frugalnas.proxies.base.score_network` passes one even to a single proxy, and
+``share=False`` there and in the runner is the reference path the fast one is tested and
+timed against (``tests/proxies/test_fast_scoring.py``, ``benchmarks/proxy_speed.py``).
 """
 
 from __future__ import annotations
