@@ -21,6 +21,7 @@ from frugalnas.ports.backend import Backend, Batch, LossFn
 from frugalnas.ports.errors import (ConfigError, TrialFailure, check_choice, check_range,
                                    one_line)
 from frugalnas.host.plugins import PluginHost
+from frugalnas.backends.virtual_node.advice import NodeBatchAdvice, measure_node_batch
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes
@@ -120,6 +121,7 @@ class VirtualNodeBackend(Backend):
         self._sent: weakref.ref | None = None  # the model the workers hold
         self._lock = threading.RLock()         # one step at a time (n_jobs > 1 share a backend)
         self._usage = threading.local()        # per evaluating thread: steps since trial_outputs
+        self.advice: NodeBatchAdvice | None = None  # measured at the first step, printed once
 
     def _make_engine(self, distributed: bool) -> VirtualNodeEngine:
         return VirtualNodeEngine(self.virtual_nodes, self.inner, seed=self.seed, shares=self.shares,
@@ -193,6 +195,8 @@ class VirtualNodeBackend(Backend):
         per-node gradients in node order, updates batch-norm estimates and steps ``optimizer``."""
         self._used(1)
         with self._lock:
+            if self.advice is None and self.virtual_nodes > 1:
+                self.advice = self._advise(model, loss_fn, inputs, targets)
             if self.world_size > 1:
                 loss = self._distributed_step(model, optimizer, loss_fn, inputs, targets, step)
             else:
@@ -200,6 +204,17 @@ class VirtualNodeBackend(Backend):
                 loss = self.engine.compute(model, loss_fn, inputs, targets, step)
             optimizer.step()
         return loss
+
+    def _advise(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
+                targets: torch.Tensor) -> NodeBatchAdvice:
+        """Measure, on this process's device, the per-node batch below which virtual nodes
+        cost throughput, and print it (once per backend: at its first step)."""
+        timer = VirtualNodeEngine(1, self.inner, distributed=False, threads=self.threads)
+        advice = measure_node_batch(
+            lambda n: timer.examples_per_second(model, loss_fn, inputs, targets, n, reps=3),
+            self.virtual_nodes, len(inputs), str(self.device))
+        print(f"frugalnas: {advice.text()}", file=sys.stderr, flush=True)
+        return advice
 
     def _distributed_step(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                           loss_fn: LossFn, inputs: torch.Tensor, targets: torch.Tensor,
@@ -256,8 +271,12 @@ class VirtualNodeBackend(Backend):
 
     def describe(self) -> dict[str, object]:
         shares = self.engine.shares() if self.engine is not None else self.shares
-        return {"backend": self.name, "device": str(self.device), "virtual_nodes": self.virtual_nodes,
-                "world_size": self.world_size, "shares": shares, "inner": self.inner_name}
+        info: dict[str, object] = {
+            "backend": self.name, "device": str(self.device), "virtual_nodes": self.virtual_nodes,
+            "world_size": self.world_size, "shares": shares, "inner": self.inner_name}
+        if self.advice is not None:
+            info["node_batch_advice"] = self.advice.text()
+        return info
 
     def trial_outputs(self) -> tuple[dict[str, float], dict[str, str | bytes]]:
         """``vnode_*`` metrics of the evaluation that just ran in this thread (none if it did

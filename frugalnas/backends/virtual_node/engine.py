@@ -264,11 +264,21 @@ class VirtualNodeEngine:
 
     def _time_one_node(self, model, loss_fn, inputs, targets, sizes, reps: int = 2) -> float:
         """Examples per second of one node's forward and backward on this rank."""
-        n = sizes[0]
-        if n == 0:
+        if sizes[0] == 0:
             return 1.0
+        return self.examples_per_second(model, loss_fn, inputs, targets, sizes[0], reps)
+
+    def examples_per_second(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
+                            targets: torch.Tensor, n: int, reps: int = 2) -> float:
+        """Examples per second of the inner backend's forward and backward on the first
+        ``n`` examples (after one warm-up pass), leaving no trace: buffers, random state and
+        gradients are as they were."""
         bns = tracked_batchnorms(model)
         device = next(model.parameters()).device
+        params = list(model.parameters())
+        grads = [p.grad for p in params]  # kept aside: the passes accumulate into .grad
+        for p in params:
+            p.grad = None
         elapsed = 0.0
         with preserved_buffers(bns), num_threads(self.threads), self._seeded(0, device):
             for rep in range(reps + 1):
@@ -280,5 +290,6 @@ class VirtualNodeEngine:
                     torch.cuda.synchronize(device)
                 if rep > 0:  # the first run warms caches up
                     elapsed += time.perf_counter() - start
-        model.zero_grad(set_to_none=True)
+        for p, g in zip(params, grads):
+            p.grad = g
         return n * reps / max(elapsed, 1e-9)
