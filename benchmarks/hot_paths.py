@@ -5,6 +5,9 @@
   network, data order, SGD with Nesterov momentum, cosine schedule, losses kept), on a tiny
   network where Python dominates each step as kernel launches do on a GPU. The ratio is the
   median of interleaved repeats, frugalnas's step time over the plain loop's. Goal <= 1.05.
+* ``selected cells/s``: the ``selected`` proxy ensemble's scoring rate on its fast path over
+  its reference path (``benchmarks/proxy_speed.py``: 20 random NB201 cells, N=5 C=16,
+  interleaved, bitwise the same scores). Goal >= 3.
 * ``planner error``: the out-of-core backend's predicted step time for its plan against the
   median of the steps it then times, on an NB201 network (N=2, C=8, batch 32 at 16x16) under
   a budget of 35 % of its in-core saved activations; the uniform swap and recompute plans
@@ -136,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     loop_overhead(args.repeats)
+    from proxy_speed import selected_speed  # (this folder is on the path when run as a script)
+
+    selected_speed(threads=args.threads)
     planner_error()
     return 0
 

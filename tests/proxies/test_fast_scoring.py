@@ -110,3 +110,24 @@ def test_score_network_gives_the_same_values_and_cost_on_both_paths():
         (before, cost_before), (after, cost_after) = runs
         assert after == before
         assert (cost_after.flops, cost_after.params) == (cost_before.flops, cost_before.params)
+
+
+def test_ntk_cond_batched_backward_gives_the_per_sample_gradients():
+    """The batched backward (one pass over the samples' one-hot cotangents), taken on CUDA,
+    gives the gradients of the per-sample loop on real NB201 networks."""
+    from frugalnas.proxies.tenas import NTKCondition
+    from frugalnas.spaces.nb201.space import NB201Space
+
+    space = NB201Space(N=1, C=8)
+    proxy = NTKCondition()
+    for seed in range(3):
+        torch.manual_seed(seed)
+        net = space.build(space.sample(random.Random(seed)), 10, (3, 16, 16))
+        x = torch.randn(8, 3, 16, 16)
+        rows = {}
+        for batched in (False, True):
+            got = []
+            proxy._gradients(net, x, lambda i, g: got.append(
+                torch.cat([t.reshape(-1) for t in g])), batched=batched)
+            rows[batched] = torch.stack(got)
+        torch.testing.assert_close(rows[True], rows[False], rtol=1e-5, atol=1e-6)
