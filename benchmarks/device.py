@@ -502,6 +502,7 @@ def measure_ooc_model(run: PartRun, device: Any, spec: dict[str, Any], fraction:
 
     from frugalnas.backends.out_of_core.backend import OutOfCoreBackend
     from frugalnas.backends.single_device import SingleDeviceBackend
+    from frugalnas.ports.errors import TrialFailure
 
     name, batch, image = spec["name"], spec["batch"], spec["image"]
     base = build_ooc_model(spec)
@@ -576,7 +577,8 @@ def measure_ooc_model(run: PartRun, device: Any, spec: dict[str, Any], fraction:
                        budget_met=bool(backend.max_step_peak <= budget),
                        plan_counts={k: v for k, v in plan.counts().items() if v},
                        planner=plan.method, plan_feasible=bool(plan.feasible),
-                       predicted_step_ms=plan.time * 1e3)
+                       predicted_step_ms=plan.time * 1e3,
+                       prediction_error_pct=100 * (plan.time - median) / median)
         del model
         return row
 
@@ -590,10 +592,15 @@ def measure_ooc_model(run: PartRun, device: Any, spec: dict[str, Any], fraction:
     for i, mode in enumerate(("plan", "swap", "recompute")):
         # On CUDA this first pass profiles and plans, and reads the memory each mode needs
         # (one timed call); the timing proper runs under the memory cap below.
-        out["modes"][mode if not cuda else f"{mode}_uncapped"] = timed(
-            backends[mode], batch, 8 - i, calls=1 if cuda else None)
+        key = mode if not cuda else f"{mode}_uncapped"
+        try:
+            out["modes"][key] = timed(backends[mode], batch, 8 - i, calls=1 if cuda else None)
+        except TrialFailure as exc:  # a budget no plan meets: refused before training
+            out["modes"][key] = {"refused_before_training": str(exc)[:400]}
+            run.log(f"{name}: {mode}: {exc}")
+            del backends[mode]
         save()
-    out["plan_table"] = backends["plan"].plan_table()
+    out["plan_table"] = backends["plan"].plan_table() if "plan" in backends else "(refused)"
     if not cuda:
         run.rec.skip_step(f"{name}: device memory cap", "CUDA only: "
                           "torch.cuda.set_per_process_memory_fraction; on the CPU the budget "
@@ -623,6 +630,8 @@ def measure_under_cap(run: PartRun, device: Any, out: dict[str, Any], backends: 
     from frugalnas.backends.single_device import SingleDeviceBackend
 
     peaks = [out["modes"][f"{m}_uncapped"]["cuda_peak_reserved_bytes"] for m in backends]
+    if not peaks:
+        return
     total = torch.cuda.get_device_properties(device).total_memory
     cap = int(max(peaks) * 1.05) + 128 * MiB
     release_cuda(device)
