@@ -22,6 +22,7 @@ from frugalnas.ports.errors import (ConfigError, TrialFailure, check_choice, che
                                    one_line)
 from frugalnas.host.plugins import PluginHost
 from frugalnas.backends.virtual_node.advice import NodeBatchAdvice, measure_node_batch
+from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes
@@ -208,8 +209,11 @@ class VirtualNodeBackend(Backend):
     def _advise(self, model: nn.Module, loss_fn: LossFn, inputs: torch.Tensor,
                 targets: torch.Tensor) -> NodeBatchAdvice:
         """Measure, on this process's device, the per-node batch below which virtual nodes
-        cost throughput, and print it (once per backend: at its first step)."""
-        timer = VirtualNodeEngine(1, self.inner, distributed=False, threads=self.threads)
+        cost throughput, and print it (once per backend: at its first step). The passes are
+        plain forward-backward passes on the device, not the inner backend's, so that they
+        count in none of its records (plans, usage)."""
+        plain = SingleDeviceBackend(str(self.device))
+        timer = VirtualNodeEngine(1, plain, distributed=False, threads=self.threads)
         advice = measure_node_batch(
             lambda n: timer.examples_per_second(model, loss_fn, inputs, targets, n, reps=3),
             self.virtual_nodes, len(inputs), str(self.device))
