@@ -191,7 +191,10 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
         try:
             if heartbeat_interval(self.inner) is not None:
                 self._heartbeat_storage().record_heartbeat(trial_id)
-            ok = self.inner.set_trial_state_values(trial_id, TrialState.RUNNING)
+            # sqlite reads the WAITING state outside the write's transaction: without the
+            # lock two workers could both take one queued trial (a retry) and both run it
+            with self.finish_lock:
+                ok = self.inner.set_trial_state_values(trial_id, TrialState.RUNNING)
         except BaseException:
             if proposes:
                 self.lock.release()

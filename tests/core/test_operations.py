@@ -448,6 +448,42 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     assert {t.state for t in storage.get_all_trials(study_id)} == {TrialState.FAIL}
 
 
+def _take_each(url: str, trial_ids: list[int], barrier, results) -> None:
+    from frugalnas.distribution.quota_storage import QuotaStorage, make_storage
+
+    quota = QuotaStorage(make_storage(url, heartbeat=60), url, n_trials=10_000)
+    taken = 0
+    for trial_id in trial_ids:
+        barrier.wait()
+        taken += bool(quota.set_trial_state_values(trial_id, TrialState.RUNNING))
+    results.put(taken)
+
+
+def test_two_workers_taking_one_queued_trial_at_once_take_it_once(tmp_path):
+    """Two worker processes take the same queued trials (retries, with their parameters) at
+    the same moment, as two workers' optuna pops do: each trial is taken by exactly one of
+    them, so it is evaluated once (on sqlite a bare RDB storage lets both take it)."""
+    import multiprocessing
+
+    from frugalnas.distribution.quota_storage import make_storage
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    study = optuna.create_study(storage=make_storage(url), study_name="q")
+    for i in range(60):
+        study.enqueue_trial({"x": float(i)})
+    trial_ids = [t._trial_id for t in study.trials]
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_take_each, args=(url, trial_ids, barrier, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    taken = results.get(timeout=120) + results.get(timeout=120)
+    for p in procs:
+        p.join(timeout=30)
+    assert taken == len(trial_ids), f"{taken} takes of {len(trial_ids)} queued trials"
+
+
 def test_workers_show_no_optuna_experimental_warnings(tmp_path):
     import warnings
 
