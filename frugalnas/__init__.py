@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "PastTrial": "frugalnas.ports.estimator",
     "OptunaTrialContext": "frugalnas.engine.trial_context",
     "OptionRoles": "frugalnas.ports.secrets",
+    "StepLoss": "frugalnas.ports.backend",
     "ExportedNetwork": "frugalnas.ports.exported",
     "PluginNotAllowedError": "frugalnas.ports.errors",
     "refused_plugins": "frugalnas.host.loading",
@@ -99,7 +100,7 @@ if TYPE_CHECKING:
                                         list_components)
     from frugalnas.host.registry import LazyFactory
     from frugalnas.ports.architecture import Architecture
-    from frugalnas.ports.backend import Backend
+    from frugalnas.ports.backend import Backend, StepLoss
     from frugalnas.ports.capabilities import (CellGraph, DartsRelaxation, OwnEncodings,
                                               ProgressiveShrinking, SandwichRule, Scaling,
                                               WeightSharing, capability, itself,
@@ -139,7 +140,7 @@ __all__ = [
     "FrugalnasError", "History", "LaunchError", "Launcher", "LazyFactory", "OptionRoles",
     "OptunaTrialContext", "OwnEncodings", "PastTrial", "PluginError", "PluginHost",
     "PluginNotAllowedError", "ProgressiveShrinking", "Proxy", "ProxyCheckError",
-    "RelaxedBuilder", "SandwichRule", "Scaling", "SearchSpace", "SharedBuilder", "Strategy",
+    "RelaxedBuilder", "SandwichRule", "Scaling", "SearchSpace", "SharedBuilder", "StepLoss", "Strategy",
     "StrategyServices", "Study", "StudyConfig", "Surrogate", "TrialContext", "TrialFailure",
     "TrialRecord", "TrialReport", "UnknownComponentError", "WeightSharing", "WorkerJob",
     "WrappingStrategy", "capability", "create_component", "create_study", "export_study",
