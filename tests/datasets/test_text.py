@@ -3,7 +3,6 @@ document), tokenized as bytes or a locally trained BPE, served as blocks of toke
 next tokens through the DataSource contract."""
 
 import hashlib
-import inspect
 import json
 import os
 import pickle
@@ -17,7 +16,8 @@ import pytest
 import torch
 
 from frugalnas import ConfigError, create_component
-from frugalnas.datasets.text import EVAL_TOKENS, SAMPLE, TOKENIZER_FILE, TextSource, check_text
+from frugalnas.datasets.bpe import TOKENIZER_FILE
+from frugalnas.datasets.text import EVAL_TOKENS, SAMPLE, TextSource, check_text
 from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.task import LANGUAGE_MODELLING
 
