@@ -258,7 +258,7 @@ def test_the_shipped_example_passes_its_dry_run(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend, options", [("out-of-core", {"budget_fraction": 0.3}),
+@pytest.mark.parametrize("backend, options", [("out-of-core", {"budget_fraction": 0.7}),
                                               ("virtual-node", {"virtual_nodes": 4})])
 def test_mobilenet_networks_train_on_the_other_backends(backend, options):
     """The out-of-core backend plans over the network's declared blocks (stem, each MBConv,
