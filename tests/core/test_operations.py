@@ -422,12 +422,27 @@ def _fail_each(url: str, trial_ids: list[int], barrier, results) -> None:
     results.put(succeeded)
 
 
+def _race_two_processes(target, url: str, trial_ids: list[int]) -> int:
+    """Run ``target(url, trial_ids, barrier, results)`` in two forked processes that meet at
+    a barrier before each trial; the sum of what they report."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(url, trial_ids, barrier, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    total = results.get(timeout=120) + results.get(timeout=120)
+    for p in procs:
+        p.join(timeout=30)
+    return total
+
+
 def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     """Two worker processes fail the same RUNNING trials at the same moment, as two workers'
     stale checks do: each trial is failed by exactly one of them, so it is retried once (on
     sqlite a bare RDB storage lets both writes succeed)."""
-    import multiprocessing
-
     from frugalnas.distribution.quota_storage import make_storage
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
@@ -435,15 +450,7 @@ def test_two_workers_failing_one_stale_trial_at_once_fail_it_once(tmp_path):
     optuna.create_study(storage=storage, study_name="q")
     study_id = storage.get_study_id_from_name("q")
     trial_ids = [storage.create_new_trial(study_id) for _ in range(60)]
-    ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_fail_each, args=(url, trial_ids, barrier, results))
-             for _ in range(2)]
-    for p in procs:
-        p.start()
-    succeeded = results.get(timeout=120) + results.get(timeout=120)
-    for p in procs:
-        p.join(timeout=30)
+    succeeded = _race_two_processes(_fail_each, url, trial_ids)
     assert succeeded == len(trial_ids), f"{succeeded} FAIL writes for {len(trial_ids)} trials"
     assert {t.state for t in storage.get_all_trials(study_id)} == {TrialState.FAIL}
 
@@ -463,8 +470,6 @@ def test_two_workers_taking_one_queued_trial_at_once_take_it_once(tmp_path):
     """Two worker processes take the same queued trials (retries, with their parameters) at
     the same moment, as two workers' optuna pops do: each trial is taken by exactly one of
     them, so it is evaluated once (on sqlite a bare RDB storage lets both take it)."""
-    import multiprocessing
-
     from frugalnas.distribution.quota_storage import make_storage
 
     url = f"sqlite:///{tmp_path / 'q.db'}"
@@ -472,15 +477,7 @@ def test_two_workers_taking_one_queued_trial_at_once_take_it_once(tmp_path):
     for i in range(60):
         study.enqueue_trial({"x": float(i)})
     trial_ids = [t._trial_id for t in study.trials]
-    ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_take_each, args=(url, trial_ids, barrier, results))
-             for _ in range(2)]
-    for p in procs:
-        p.start()
-    taken = results.get(timeout=120) + results.get(timeout=120)
-    for p in procs:
-        p.join(timeout=30)
+    taken = _race_two_processes(_take_each, url, trial_ids)
     assert taken == len(trial_ids), f"{taken} takes of {len(trial_ids)} queued trials"
 
 
