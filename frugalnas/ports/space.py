@@ -179,6 +179,23 @@ def draw(dist: BaseDistribution, rng: random.Random) -> Any:
     raise TypeError(f"cannot sample from {dist!r}")
 
 
+def changed_decision(active: Mapping[str, BaseDistribution], arch: Architecture,
+                     rng: random.Random, tries: int = 101) -> tuple[str, Any] | None:
+    """One change of ``arch`` for a mutation: a key drawn among the decisions of ``active``
+    that have more than one value, and a value of it drawn with ``rng`` until it differs from
+    ``arch``'s (at most ``tries`` draws); ``None`` when no decision can change."""
+    keys = [k for k, d in active.items() if not d.single()]
+    if not keys:
+        return None
+    key = rng.choice(keys)
+    value = draw(active[key], rng)
+    for _ in range(tries - 1):
+        if value != arch[key]:
+            break
+        value = draw(active[key], rng)
+    return key, value
+
+
 def describe_distribution(dist: BaseDistribution) -> str:
     """The values ``dist`` allows, for messages: ``'a', 'b'`` or ``[1, 8]``."""
     if isinstance(dist, CategoricalDistribution):

@@ -15,7 +15,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError
-from frugalnas.ports.space import SearchSpace, contains, describe_distribution, draw
+from frugalnas.ports.space import (SearchSpace, changed_decision, contains,
+                                   describe_distribution, draw)
 
 Fill = Callable[[str, BaseDistribution], Any]
 
@@ -66,14 +67,10 @@ class ConditionalSpace(SearchSpace):
 
     def mutate(self, arch: Architecture, rng: random.Random) -> Architecture:
         """Change one decision the network has; decisions a change brings in are drawn."""
-        active = self.active_decisions(arch)
-        keys = [k for k, d in active.items() if not d.single()]
-        if not keys:
+        change = changed_decision(self.active_decisions(arch), arch, rng)
+        if change is None:
             return arch
-        key = rng.choice(keys)
-        value = arch[key]
-        while value == arch[key]:
-            value = draw(active[key], rng)
+        key, value = change
         return self.complete({**arch.decisions, key: value}, lambda k, d: draw(d, rng))
 
     def crossover(self, a: Architecture, b: Architecture, rng: random.Random) -> Architecture:

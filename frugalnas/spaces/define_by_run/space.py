@@ -21,7 +21,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution,
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError
 from frugalnas.ports.space import SearchSpace
-from frugalnas.ports.space import contains, draw
+from frugalnas.ports.space import changed_decision, contains, draw
 from frugalnas.ports.space import describe_distribution as describe
 from frugalnas.spaces.define_by_run.replay import (Answers, Drawn, First, Fixed, FromTrial,
                                                    Recorded, replay)
@@ -137,17 +137,10 @@ class DefineByRunSpace(SearchSpace):
     def mutate(self, arch: Architecture, rng: random.Random) -> Architecture:
         """Change one active decision to a different valid value; decisions that become
         active are drawn at random, those that become inactive are dropped."""
-        dists = self.active_decisions(arch)
-        keys = [k for k, d in dists.items() if not d.single()]
-        if not keys:
+        change = changed_decision(self.active_decisions(arch), arch, rng)
+        if change is None:
             return arch
-        key = rng.choice(keys)
-        current = arch[key]
-        value = draw(dists[key], rng)
-        for _ in range(100):
-            if value != current:
-                break
-            value = draw(dists[key], rng)
+        key, value = change
         return self._arch(self._replay(Fixed({**arch.decisions, key: value},
                                              fill=Drawn(rng), space_name=self.name)))
 
