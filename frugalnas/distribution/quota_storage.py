@@ -7,6 +7,7 @@ until its architecture is recorded, and gives each trial a heartbeat from its cr
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -175,7 +176,7 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
         grace, by optuna's rules, and its stale callbacks and retries run."""
         while True:
             trial_id = self.inner.create_new_trial(study_id, _EMPTY_WAITING)
-            self._heartbeat_storage().record_heartbeat(trial_id)
+            self._first_heartbeat(trial_id)
             if self.inner.set_trial_state_values(trial_id, TrialState.RUNNING):
                 return trial_id
 
@@ -190,7 +191,7 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
             self.lock.acquire()
         try:
             if heartbeat_interval(self.inner) is not None:
-                self._heartbeat_storage().record_heartbeat(trial_id)
+                self._first_heartbeat(trial_id)
             # sqlite reads the WAITING state outside the write's transaction: without the
             # lock two workers could both take one queued trial (a retry) and both run it
             with self.finish_lock:
@@ -287,6 +288,16 @@ class QuotaStorage(optuna_compat.StorageWrapper, BaseHeartbeat):
     def get_heartbeat_interval(self) -> int | None:
         return heartbeat_interval(self.inner)
 
+    def _first_heartbeat(self, trial_id: int) -> None:
+        """The heartbeat a WAITING trial gets before this worker tries to set it RUNNING (so
+        that a RUNNING trial always has one). It names no process: another worker may win
+        the trial, and its own heartbeat thread names it (:class:`_HeartbeatStorage`)."""
+        storage = self._heartbeat_storage()
+        if isinstance(storage, _HeartbeatStorage):
+            storage.record_unclaimed_heartbeat(trial_id)
+        else:
+            storage.record_heartbeat(trial_id)
+
     def _heartbeat_storage(self) -> BaseHeartbeat:
         """``inner`` as the heartbeat storage it is: called only where
         :func:`heartbeat_interval` of ``inner`` is not ``None``, which checks that class."""
@@ -330,12 +341,18 @@ class _HeartbeatStorage(optuna.storages.RDBStorage):
             self._claim(trial_id)
             super().record_heartbeat(trial_id)
 
+    def record_unclaimed_heartbeat(self, trial_id: int) -> None:
+        """A heartbeat that names no process (written before the trial is won)."""
+        with contextlib.suppress(Exception):
+            super().record_heartbeat(trial_id)
+
     def _claim(self, trial_id: int) -> None:
-        me = this_process()
-        if me is None or (me.pid, trial_id) in self._claimed:
+        if (os.getpid(), trial_id) in self._claimed:  # every later heartbeat: nothing to read
             return
-        # A worker writes a heartbeat for a WAITING trial before it tries to set it RUNNING,
-        # and may lose that race; only a RUNNING trial's heartbeat comes from its owner.
+        me = this_process()
+        if me is None:
+            return
+        # A heartbeat for a WAITING trial may come from a process that then loses it.
         if self.get_trial(trial_id).state != TrialState.RUNNING:
             return
         self.set_trial_system_attr(trial_id, BEATING_PROCESS_ATTR, me.text())
