@@ -109,12 +109,11 @@ def planner_error(steps: int = 12) -> float:
 
     from frugalnas.backends.out_of_core.backend import OutOfCoreBackend
     from frugalnas.spaces.nb201.space import NB201Space
+    from out_of_core import CELL  # the network of the out-of-core benchmark
 
     space = NB201Space(N=2, C=8)
     torch.manual_seed(0)
-    base = space.build(space.parse(
-        "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|"
-        "skip_connect~2|"), 10, (3, 16, 16))
+    base = space.build(space.parse(CELL), 10, (3, 16, 16))
     x, y = torch.randn(32, 3, 16, 16), torch.randint(0, 10, (32,))
     errors = {}
     for policy in ("plan", "swap", "recompute"):
