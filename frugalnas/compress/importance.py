@@ -156,8 +156,9 @@ def _taylor(weight: torch.Tensor | None, dims: int) -> torch.Tensor:
     if weight is None or weight.grad is None:
         return torch.zeros(())
     product = (weight.detach() * weight.grad).float()
-    keep = [dims] if product.dim() > 1 else [0]
-    return product.sum(dim=[d for d in range(product.dim()) if d not in keep])
+    if product.dim() == 1:
+        return product
+    return product.sum(dim=[d for d in range(product.dim()) if d != dims])
 
 
 def _gradient(model: ElasticGPT, batches: Iterable[torch.Tensor],

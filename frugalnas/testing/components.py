@@ -81,7 +81,7 @@ def build_suite(host: Any, kind: str, name: str, setup: CheckSetup | None = None
                                f"could not be created with options {options}: "
                                f"{type(exc).__name__}: {exc}") from exc
     if kind == "estimators":
-        space = host.create("search_spaces", setup.space, **setup.space_options)
+        space = host.create("search_spaces", setup.space, **setup.resolved_space_options())
         dataset = host.create("datasets", setup.dataset, seed=0, **setup.dataset_options)
         return cls(obj, space, name=name, dataset=dataset,
                    fresh=lambda: host.create_estimator(name, options))

@@ -14,11 +14,12 @@ else (another space, an option without default, a cheaper setting) passes its ow
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,8 @@ class CheckSetup:
 
     options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
     space: str = "nb201"
-    space_options: Mapping[str, Any] = field(default_factory=lambda: dict(SMALL_NB201))
+    space_options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(
+        default_factory=lambda: dict(SMALL_NB201))
     estimator: str = "nb201-table"
     estimator_options: Mapping[str, Any] | None = None
     strategy: str | None = None
@@ -72,6 +74,10 @@ class CheckSetup:
 
     def resolved_options(self) -> dict[str, Any]:
         options = self.options() if callable(self.options) else self.options
+        return dict(options)
+
+    def resolved_space_options(self) -> dict[str, Any]:
+        options = self.space_options() if callable(self.space_options) else self.space_options
         return dict(options)
 
 
@@ -130,6 +136,31 @@ def cifar_options() -> dict[str, Any]:
     return {"path": str(root)}
 
 
+@functools.cache
+def tiny_gpt_parent() -> dict[str, Any]:
+    """A tiny byte-level GPT saved as a frugalnas checkpoint (fresh weights), for the
+    ``gpt-subnet`` space: its options."""
+    from frugalnas.compress.checkpoint import save_checkpoint
+    from frugalnas.nn.transformer import ElasticGPT
+    from frugalnas.spaces.gpt.network import gpt_init
+
+    model = ElasticGPT(256, 32, 2, 2, 8, 64, 16)
+    with torch_seed(0):
+        gpt_init(model)
+    folder = save_checkpoint(model, scratch_dir("gpt-parent"), {"text": {"tokenizer": "bytes"}})
+    return {"parent": str(folder), "steps": 2}
+
+
+@contextlib.contextmanager
+def torch_seed(seed: int) -> Iterator[None]:
+    """Torch's random numbers from ``seed`` inside, restored after."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def _sievo_options() -> dict[str, Any]:
     return {"population_size": 2, "offspring": 2, "batches_per_generation": 1, "batch_size": 8,
             "checkpoint_dir": scratch_dir("sievo")}
@@ -147,6 +178,12 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
     ("search_spaces", "gpt"): CheckSetup(
         options=SMALL_GPT, check_options={"task": LANGUAGE_MODELLING, "input_shapes": ((8,),),
                                           "num_classes": 11}),
+    ("search_spaces", "gpt-subnet"): CheckSetup(
+        options=tiny_gpt_parent,   # networks predict the parent's 256 byte tokens
+        check_options={"task": LANGUAGE_MODELLING, "input_shapes": ((8,),), "num_classes": 256}),
+    ("estimators", "inherited-loss"): CheckSetup(
+        options={"valid_examples": 4}, space="gpt-subnet", space_options=tiny_gpt_parent,
+        dataset="text", dataset_options={"context": 16}),
     ("estimators", "train"): CheckSetup(options={"max_steps": 3, "batch_size": 16}),
     ("estimators", "low-fidelity"): CheckSetup(options={"max_steps": 3, "batch_size": 16,
                                                         "subset": 0.5}),

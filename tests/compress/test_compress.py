@@ -1,0 +1,149 @@
+"""frugalnas.compress / ``frugalnas compress``: a trained model in, a smaller one out, on real
+text, with the real study, storage, training loop and exporters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from frugalnas.compress.budget import parse_budget
+from frugalnas.compress.distill import LogitDistillation
+from frugalnas.compress.checkpoint import CONFIG_FILE, read_checkpoint, save_checkpoint
+from frugalnas.compress.pipeline import compress
+from frugalnas.datasets.text import SAMPLE, TextSource
+from frugalnas.engine.study import load_study
+from frugalnas.nn.transformer import ElasticGPT
+from frugalnas.ports.errors import ConfigError
+from frugalnas.spaces.gpt.network import gpt_init
+
+CONTEXT = 32
+FAST = dict(trials=4, calibration_batches=2, valid_examples=16, context=CONTEXT,
+            distill={"tokens": 4 * 16 * CONTEXT}, progress=False)
+
+
+def _train(model: torch.nn.Module, steps: int) -> None:
+    data = TextSource.open(None, context=CONTEXT)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batches = data.batches("train", 16, seed=0)
+    for _, (x, y) in zip(range(steps), batches):
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level GPT trained briefly on the shipped Shakespeare sample."""
+    torch.manual_seed(0)
+    model = gpt_init(ElasticGPT(256, 64, 3, 4, 16, 192, CONTEXT))
+    _train(model, 40)
+    return save_checkpoint(model, tmp_path_factory.mktemp("parent"),
+                           {"text": {"tokenizer": "bytes"}})
+
+
+def test_checkpoint_round_trip_keeps_weights_and_layer_order(tmp_path: Path) -> None:
+    model = ElasticGPT(256, 32, 3, 2, 16, 64, 16, norm="rmsnorm", gated=True)
+    model.set_layer_order([2, 0, 1])
+    save_checkpoint(model, tmp_path, {"note": "x"})
+    back, about = read_checkpoint(tmp_path)
+    assert back.layer_order == (2, 0, 1) and back.config == model.config
+    assert about == {"note": "x"}
+    x = torch.randint(0, 256, (2, 16))
+    assert torch.equal(back(x), model.eval()(x))
+
+
+def test_a_checkpoint_with_an_unknown_field_is_refused_in_one_line(tmp_path: Path) -> None:
+    save_checkpoint(ElasticGPT(256, 32, 1, 2, 16, 64, 16), tmp_path)
+    meta = json.loads((tmp_path / CONFIG_FILE).read_text())
+    meta["config"]["widht"] = 3
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match="unknown config field.*widht; valid: vocab_size") as exc:
+        read_checkpoint(tmp_path)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("params", "expected KIND=VALUE"), ("flops=0.5", "KIND one of params"),
+    ("params=half", "expected a number"), ("params=0", "above 0")])
+def test_bad_budgets_are_refused(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_budget(text)
+
+
+def test_compress_meets_the_budget_and_resumes(parent: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = compress(parent, SAMPLE, budget="params=0.5", out=out, **FAST)
+    assert result.child_params <= 0.5 * result.parent_params
+    assert result.parent_params == ElasticGPT.non_embedding_params(read_checkpoint(parent)[0])
+    child, about = read_checkpoint(result.model)
+    assert child.non_embedding_params() == result.child_params
+    assert (result.shape.width, result.shape.depth) == (child.max_width, child.max_depth)
+    assert result.onnx is not None and result.onnx.is_file()
+    report = json.loads((out / "report.json").read_text())
+    assert report["child_loss"] == pytest.approx(result.child_loss)
+    assert set(report["latency_ms"]) == {"parent", "child"}
+    # the distilled child is the written model
+    written, _ = read_checkpoint(out / "child")
+    x = torch.randint(0, 256, (2, CONTEXT))
+    assert torch.equal(child(x), written(x))
+    # a second run with more trials runs only the new ones and reuses the ordered parent
+    ordered_mtime = (out / "ordered" / "model.pt").stat().st_mtime_ns
+    again = compress(parent, SAMPLE, budget="params=0.5", out=out, **{**FAST, "trials": 6})
+    study = load_study(study_name="compress", storage=f"sqlite:///{out / 'search.db'}")
+    assert len(study.trials) == 6
+    assert (out / "ordered" / "model.pt").stat().st_mtime_ns == ordered_mtime
+    assert again.parent_loss == pytest.approx(result.parent_loss)
+
+
+def _divergence(out: Path, x: torch.Tensor) -> float:
+    """KL divergence from the (reordered) parent's next-token distribution to the child's."""
+    parent, _ = read_checkpoint(out / "ordered")
+    child, _ = read_checkpoint(out / "model")
+    with torch.no_grad():
+        return float(LogitDistillation()(child(x), parent(x)))
+
+
+def test_distillation_brings_the_child_closer_to_the_parent(parent: Path,
+                                                            tmp_path: Path) -> None:
+    runs = {}
+    for name, distill in (("pruned", {"tokens": 0}),
+                          ("distilled", {"tokens": 30 * 16 * CONTEXT, "lr": 1e-3}),
+                          ("next-token", {"tokens": 30 * 16 * CONTEXT, "lr": 1e-3,
+                                          "loss": "next-token"})):
+        runs[name] = compress(parent, SAMPLE, budget="params=0.3", out=tmp_path / name,
+                              **{**FAST, "distill": distill, "onnx": False})
+    assert runs["distilled"].shape == runs["pruned"].shape == runs["next-token"].shape
+    x = TextSource.open(None, context=CONTEXT).head("valid", 8)[0]
+    assert _divergence(tmp_path / "distilled", x) < 0.8 * _divergence(tmp_path / "pruned", x)
+    assert runs["next-token"].child_loss < runs["pruned"].child_loss
+
+
+def test_a_budget_no_subnetwork_meets_fails_before_distillation(parent: Path,
+                                                                tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no sub-network under params=10"):
+        compress(parent, SAMPLE, budget="params=10", out=tmp_path, **FAST)
+    assert not (tmp_path / "child").exists()
+
+
+def test_unknown_options_are_named(parent: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown compress option.*trails; valid: importance"):
+        compress(parent, SAMPLE, out=tmp_path, trails=3)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "frugalnas.cli.main", "compress", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    run = _cli(str(tmp_path), "--data", str(SAMPLE), "--out", str(tmp_path / "o"))
+    assert run.returncode == 2
+    assert run.stderr.strip().count("\n") == 0
+    assert "is neither a frugalnas checkpoint folder" in run.stderr
+    assert "Traceback" not in run.stderr
