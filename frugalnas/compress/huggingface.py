@@ -315,17 +315,28 @@ def read_pretrained(folder: str | Path) -> tuple[ElasticGPT, HFSource]:
 
 
 # -- writing a sub-network -----------------------------------------------------------------------
+#: The sizes a sub-network (or a child made of one) may shrink; every other field of its
+#: GPTConfig must be the parent's.
+SIZES = ("max_width", "max_depth", "max_heads", "max_mlp_hidden", "kv_heads")
+
+
+def _group(config: GPTConfig) -> int:
+    return config.max_heads // (config.kv_heads or config.max_heads)
+
+
 def _check_model(source: HFSource, model: ElasticGPT) -> None:
+    """``model`` must be the parent's supernet or a smaller network of the same kind (the
+    same fields but the sizes, the same grouped-query group size)."""
     want, have = elastic_config(source), model.config
-    differences = []
-    for field in fields(GPTConfig):
-        mine, theirs = getattr(have, field.name), getattr(want, field.name)
-        if field.name == "kv_heads":
-            mine, theirs = mine or have.max_heads, theirs or want.max_heads
-        if mine != theirs:
-            differences.append(f"{field.name} {mine!r} (the parent's {theirs!r})")
+    differences = [f"{f.name} {getattr(have, f.name)!r} (the parent's "
+                   f"{getattr(want, f.name)!r})"
+                   for f in fields(GPTConfig)
+                   if f.name not in SIZES and getattr(have, f.name) != getattr(want, f.name)]
+    if _group(have) != _group(want):
+        differences.append(f"grouped-query group size {_group(have)} (the parent's "
+                           f"{_group(want)})")
     if differences:
-        raise ConfigError(f"the model is not a supernet of the {source.architecture} in "
+        raise ConfigError(f"the model is not a network of the {source.architecture} in "
                           f"{source.folder}: its {', '.join(differences)}")
 
 

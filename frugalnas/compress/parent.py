@@ -5,14 +5,19 @@ in the same format."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from frugalnas.compress.checkpoint import CONFIG_FILE, is_checkpoint, read_checkpoint, \
     save_checkpoint
 from frugalnas.compress.huggingface import HFSource, read_pretrained, write_pretrained
+from frugalnas.export.formats import verify
+from frugalnas.export.huggingface import quiet_transformers
 from frugalnas.datasets.bpe import TOKENIZER_FILE, TOKENIZER_OPTIONS
 from frugalnas.nn.transformer import ElasticGPT
 from frugalnas.ports.errors import ConfigError
@@ -55,13 +60,26 @@ class Parent:
                 f"{c.max_mlp_hidden} MLP units, "
                 f"{self.model.non_embedding_params():,} non-embedding parameters)")
 
-    def write(self, child: ElasticGPT, folder: Path) -> Path:
-        """``child`` in the parent's format."""
+    def write(self, child: ElasticGPT, folder: Path, tokens: torch.Tensor) -> float:
+        """Write ``child`` in the parent's format, read it back as a user would (with
+        ``transformers`` for a Hugging Face folder) and return the largest difference of its
+        logits on ``tokens`` from the child's (an :class:`ExportError` beyond the exporters'
+        tolerance)."""
+        with torch.no_grad():
+            want = child.eval()(tokens)
         if self.source["format"] == "huggingface":
             hf = HFSource(Path(self.source["folder"]), self.source["architecture"],
                           self.source["config"])
-            return write_pretrained(child, child.largest(), hf, folder)
-        return save_checkpoint(child, folder, {"text": self.text})
+            write_pretrained(child, child.largest(), hf, folder)
+            transformers: Any = importlib.import_module("transformers")
+            with quiet_transformers(), torch.no_grad():
+                loaded = transformers.AutoModelForCausalLM.from_pretrained(str(folder))
+                got = loaded.eval()(tokens).logits
+            return verify(f"Hugging Face ({self.source['architecture']})", got, want)
+        save_checkpoint(child, folder, {"text": self.text})
+        with torch.no_grad():
+            got = read_checkpoint(folder)[0](tokens)
+        return verify("frugalnas checkpoint", got, want)
 
 
 def load_parent(model: str | Path, data: str | Path, context: int | None,

@@ -275,8 +275,9 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
     backend = SingleDeviceBackend()
     losses = {name: split_metric(net.eval(), backend, text, limit=config.valid_examples)
               for name, net in (("parent", parent.model), ("child", child))}
-    model_dir = parent.write(child, out / "model")
-    run.say(f"export: {model_dir}")
+    model_dir = out / "model"
+    written_diff = parent.write(child, model_dir, text.head("valid", 4)[0])
+    run.say(f"export: {model_dir} (read back: logits within {written_diff:.2g})")
     latency: dict[str, Any] = {}
     onnx = None
     if config.onnx:
@@ -293,7 +294,8 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
                                child.non_embedding_params(), seconds, onnx)
     report = {**asdict(result), "out": str(out), "model": str(model_dir),
               "onnx": None if onnx is None else str(onnx), "parent": parent.describe(),
-              "latency_ms": latency, "config": asdict(config)}
+              "latency_ms": latency, "written_max_abs_diff": written_diff,
+              "config": asdict(config)}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n",
                                      encoding="utf-8")
     return result

@@ -248,10 +248,13 @@ def test_check_writable_refuses(supernets: dict[str, Any], tmp_path: Path) -> No
         check_writable(gpt2_source, llama, SubnetConfig(64, 2, (BlockChoice(4, 96),) * 2))
     _one_line(exc, "positions", "'rotary'", "'learned'")
     other = HFSource(llama_source.folder, llama_source.architecture,
-                     {**llama_source.config, "hidden_size": 128})
-    with pytest.raises(ConfigError) as exc:
+                     {**llama_source.config, "hidden_size": 128, "rms_norm_eps": 1e-3})
+    with pytest.raises(ConfigError) as exc:   # a smaller network, but another norm epsilon
         check_writable(other, llama, SubnetConfig(64, 2, (BlockChoice(4, 96),) * 2))
-    _one_line(exc, "max_width", "64", "128")
+    _one_line(exc, "norm_eps", "0.001")
+    smaller = HFSource(llama_source.folder, llama_source.architecture,
+                       {**llama_source.config, "hidden_size": 128})
+    check_writable(smaller, llama, SubnetConfig(64, 2, (BlockChoice(4, 96),) * 2))
     with pytest.raises(ConfigError) as exc:     # refused before anything is written
         write_pretrained(gpt2, uneven, gpt2_source, tmp_path / "out")
     assert not (tmp_path / "out").exists()
