@@ -40,7 +40,8 @@ def frugalnas_estimators() -> dict[str, Any]:
 
 
 @hookimpl
-def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> None:
+def frugalnas_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+                       host: Any) -> None:
     from frugalnas.compress.cli import add_command
 
     add_command(subparsers)

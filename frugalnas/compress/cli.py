@@ -7,10 +7,10 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from frugalnas.compress.importance import METHODS
+from frugalnas.compress.options import DISTILL_LOSSES, IMPORTANCE_METHODS
 
 
-def add_command(subparsers: argparse._SubParsersAction) -> None:
+def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cmd = subparsers.add_parser(
         "compress", help="compress a trained language model: importance ordering, a "
         "budgeted sub-network search, distillation, export in the model's own format",
@@ -32,11 +32,11 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("--estimator", default="inherited-loss",
                      help="how a sub-network is scored (default inherited-loss: its "
                      "validation loss with the parent's weights)")
-    cmd.add_argument("--importance", choices=METHODS, default="activation",
+    cmd.add_argument("--importance", choices=IMPORTANCE_METHODS, default="activation",
                      help="how parts are ranked (default activation)")
     cmd.add_argument("--tokens", type=int, default=2_000_000,
                      help="distillation tokens (default 2,000,000; 0: no fine-tuning)")
-    cmd.add_argument("--loss", choices=("distill", "next-token"), default="distill",
+    cmd.add_argument("--loss", choices=DISTILL_LOSSES, default="distill",
                      help="fine-tuning loss (default distill: the parent's logits)")
     cmd.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
     cmd.add_argument("--batch-size", type=int, default=16)

@@ -13,12 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from frugalnas.compress.options import DISTILL_LOSSES
 from frugalnas.engine.training import TrainReport, backend_step, run_steps
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import DataSource
 from frugalnas.ports.errors import check_choice, check_range
 
-LOSSES = ("distill", "next-token")
+LOSSES = DISTILL_LOSSES
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from frugalnas.compress.options import IMPORTANCE_METHODS
 from frugalnas.nn.transformer import ACTIVATIONS, ElasticBlock, ElasticGPT, attend
 from frugalnas.ports.errors import check_choice
 
-METHODS = ("activation", "gradient")
+METHODS = IMPORTANCE_METHODS
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _hooks(model: ElasticGPT, sums: _Sums) -> Iterator[None]:
 
         def on_heads(attn: nn.Module, args: Any, _: Any, i: int = i, d: int = d) -> None:
             y = _head_outputs(attn, args[0])
-            sums.heads[i] += y.unflatten(-1, (-1, d)).norm(dim=-1).mean(dim=(0, 1)).float().cpu()
+            sums.heads[i] += y.view(*y.shape[:-1], -1, d).norm(dim=-1).mean(dim=(0, 1)).float().cpu()
 
         def on_units(mlp: nn.Module, args: Any, _: Any, i: int = i) -> None:
             sums.units[i] += _hidden(mlp, args[0]).abs().mean(dim=(0, 1)).float().cpu()
@@ -173,7 +174,8 @@ def _gradient(model: ElasticGPT, batches: Iterable[torch.Tensor],
     for tokens, following in zip(batches, targets):
         model.zero_grad(set_to_none=True)
         logits = model(tokens.to(device))
-        F.cross_entropy(logits.flatten(0, 1), following.to(device).flatten()).backward()
+        loss = F.cross_entropy(logits.flatten(0, 1), following.to(device).flatten())
+        loss.backward()  # type: ignore[no-untyped-call]
         for i, block in enumerate(blocks):
             heads[i] += _head_taylor(block).abs()
             units[i] += _unit_taylor(block).abs()
@@ -261,7 +263,7 @@ def _reorder_channels(model: ElasticGPT, channels: torch.Tensor) -> None:
             embedding.weight.copy_(embedding.weight[:, channels])
     if model.head.weight is not model.tok.weight:
         model.head.weight.copy_(model.head.weight[:, channels])
-    norms: list[nn.Module] = [model.norm]
+    norms: list[Any] = [model.norm]
     for block in _blocks(model):
         norms += [block.norm1, block.norm2]
         for layer in _by_input(block):
@@ -269,7 +271,7 @@ def _reorder_channels(model: ElasticGPT, channels: torch.Tensor) -> None:
         for layer in (block.attn.out, block.mlp.proj):
             _rows(layer, channels)
     for norm in norms:
-        for param in (norm.weight, getattr(norm, "bias", None)):
+        for param in (getattr(norm, "weight", None), getattr(norm, "bias", None)):
             if param is not None:
                 param.copy_(param[channels])
 

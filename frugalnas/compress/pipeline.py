@@ -182,7 +182,13 @@ def _search(parent: Parent, budget: Budget, run: _Run) -> Shape:
     with _quiet_optuna():
         study = _study(parent, bound, run)
     done = len(study.completed_trials())
-    left = max(0, config.trials - len(study.trials))
+    if not study.trials:
+        space = study.space
+        assert isinstance(space, SubnetSpace)
+        for arch in space.anchors(bound)[:config.trials]:
+            study.optuna_study.enqueue_trial(dict(arch.decisions))
+    started = [t for t in study.trials if t.frozen.state != optuna.trial.TrialState.WAITING]
+    left = max(0, config.trials - len(started))
     run.say(f"search: {left} trial(s) under {budget} ({bound:,} non-embedding parameters), "
             f"{done} done before")
     if left:
@@ -197,7 +203,7 @@ def _search(parent: Parent, budget: Budget, run: _Run) -> Shape:
                           "number of trials")
     best = min(feasible, key=lambda t: (t.values[0], t.number))
     space = study.space
-    assert isinstance(space, SubnetSpace)
+    assert isinstance(space, SubnetSpace) and best.architecture is not None
     shape = space.shape(best.architecture)
     run.say(f"search: best {shape} (trial {best.number}, {best.values[0]:.4f} nats/token "
             "inherited)")
@@ -248,16 +254,17 @@ def _child(parent: Parent, shape: Shape, text: TextSource, run: _Run) -> Elastic
         shutil.rmtree(folder)   # the search found another shape since
     start = time.perf_counter()
     backend = PluginHost().create(BACKENDS, config.backend)
-    child = backend.prepare(shrink(parent.model, shape))
+    child = shrink(parent.model, shape)
+    trained = backend.prepare(child)   # the same parameters, on the backend's device
     teacher = parent.model.to(backend.device)
     steps = config.distill.steps(int(text.input_shape[0]))
     run.say(f"distillation: {steps} steps ({config.distill.tokens:,} tokens, "
-        f"loss {config.distill.loss})")
+            f"loss {config.distill.loss})")
 
     def progress(done: int, loss: float) -> None:
         run.say(f"distillation: step {done}/{steps}, loss {loss:.4f}")
 
-    distill(child, teacher, text, backend, config.distill, seed=config.seed,
+    distill(trained, teacher, text, backend, config.distill, seed=config.seed,
             every=(max(1, steps // 10), progress))
     child = child.to("cpu").eval()
     parent.model.to("cpu")

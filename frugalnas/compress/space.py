@@ -92,7 +92,7 @@ class SubnetSpace(SearchSpace):
         self.config, self.about = config, about
         check_range("steps", steps, 1)
         check_range("min_depth", min_depth, 1, config.max_depth)
-        group = model.blocks[0].attn.group
+        group = config.group
         self.group, self.tied_width = int(group), bool(tied_width)
         self.heads = _given("heads", heads, config.max_heads) or \
             tuple(range(group, config.max_heads + 1, group))
@@ -150,6 +150,33 @@ class SubnetSpace(SearchSpace):
         """Parameters of the sub-network's layers and final norm."""
         return self.parent().non_embedding_params(self.shape(arch).subnet())
 
+    def anchors(self, bound: float, depths: int = 3) -> list[Architecture]:
+        """Sub-networks a search starts from: for each of the ``depths`` largest depths, the
+        largest that fits ``bound`` non-embedding parameters when the width, heads and MLP
+        units shrink by one factor, and when only the heads and MLP units do (Minitron's
+        width pruning); distinct, feasible ones only."""
+        out: list[Architecture] = []
+        top = self.config.max_depth
+        for depth in range(top, max(self.min_depth, top - depths + 1) - 1, -1):
+            for keep_width in (False, True):
+                arch = self._largest_fitting(bound, depth, keep_width)
+                if arch is not None and arch not in out:
+                    out.append(arch)
+        return out
+
+    def _largest_fitting(self, bound: float, depth: int, keep_width: bool
+                         ) -> Architecture | None:
+        c = self.config
+        for step in range(100, 0, -1):
+            f = step / 100
+            heads = _at_most(self.heads, c.max_heads * f)
+            width = heads * c.head_dim if self.tied_width else \
+                (max(self.widths) if keep_width else _at_most(self.widths, c.max_width * f))
+            shape = Shape(width, depth, heads, _at_most(self.mlp_hidden, c.max_mlp_hidden * f))
+            if self.parent().non_embedding_params(shape.subnet()) <= bound:
+                return self.of_shape(shape)
+        return None
+
     # -- networks --------------------------------------------------------------------------
     def build(self, arch: Architecture, num_classes: int,
               input_shape: tuple[int, ...]) -> nn.Module:
@@ -172,13 +199,19 @@ class SubnetSpace(SearchSpace):
                 "mlp_hidden": list(self.mlp_hidden), "tied_width": self.tied_width}
 
 
+def _at_most(choices: Sequence[int], value: float) -> int:
+    """The largest choice not above ``value`` (the smallest choice when none is)."""
+    fitting = [c for c in choices if c <= value]
+    return max(fitting) if fitting else min(choices)
+
+
 def shrink(model: ElasticGPT, shape: Shape) -> ElasticGPT:
     """A new :class:`ElasticGPT` whose largest network is ``model``'s sub-network ``shape``,
     with copies of its weights (the child a compression distils and writes)."""
     dense = model.export(shape.subnet())
     config = dataclasses.replace(model.config, max_width=shape.width, max_depth=shape.depth,
                                  max_heads=shape.heads, max_mlp_hidden=shape.mlp_hidden,
-                                 kv_heads=shape.heads // model.blocks[0].attn.group)
+                                 kv_heads=shape.heads // model.config.group)
     child = ElasticGPT.from_config(config)
     child.load_state_dict(dense.state_dict(), strict=True)
     return child.train(model.training)

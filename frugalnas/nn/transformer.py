@@ -329,6 +329,11 @@ class GPTConfig:
     norm_eps: float = 1e-5
     rope_base: float = ROPE_BASE
 
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head (1: multi-head attention)."""
+        return self.max_heads // (self.kv_heads or self.max_heads)
+
 
 class ElasticGPT(nn.Module):
     """A GPT-style decoder holding its largest network: ``max_depth`` blocks of ``max_width``

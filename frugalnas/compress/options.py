@@ -1,0 +1,7 @@
+"""The named choices of a compression, importable without torch (the command line lists
+them before anything heavy is loaded)."""
+
+#: How the parts of a parent are ranked (:mod:`frugalnas.compress.importance`).
+IMPORTANCE_METHODS = ("activation", "gradient")
+#: What the child is fine-tuned on (:mod:`frugalnas.compress.distill`).
+DISTILL_LOSSES = ("distill", "next-token")
