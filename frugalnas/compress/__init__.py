@@ -36,7 +36,7 @@ def frugalnas_estimators() -> dict[str, Any]:
         "frugalnas.compress.estimator:InheritedLoss",
         "A sub-network of the ``gpt-subnet`` space scored with the weights it inherits from "
         "the trained parent, without training: validation loss in nats per token (minimise "
-        "it); option valid_examples.")}
+        "it); options valid_examples, latency.")}
 
 
 @hookimpl

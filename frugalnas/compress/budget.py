@@ -1,5 +1,6 @@
-"""A compression's budget: ``params=0.5`` (half the parent's non-embedding parameters) or
-``params=2e6`` (at most two million)."""
+"""A compression's budget: ``params=0.5`` (half the parent's non-embedding parameters),
+``params=2e6`` (at most two million), ``latency=0.5`` (half the parent's ONNX Runtime latency,
+batch 1, one block of tokens, one thread) or ``latency=3`` (at most 3 ms)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from dataclasses import dataclass
 
 from frugalnas.ports.errors import ConfigError
 
-#: What a budget may bound.
-KINDS = ("params",)
+#: What a budget may bound, and the metric of a sub-network that it bounds.
+METRICS = {"params": "non_embedding_params", "latency": "latency_ms"}
+KINDS = tuple(METRICS)
+#: The unit of each kind, as progress lines print it.
+UNITS = {"params": "non-embedding parameters", "latency": "ms"}
 
 
 @dataclass(frozen=True)
@@ -19,9 +23,21 @@ class Budget:
     kind: str
     value: float
 
-    def bound(self, parent: int) -> int:
-        """The bound for a parent of ``parent`` (parameters)."""
-        return int(self.value * parent) if self.value <= 1 else int(self.value)
+    @property
+    def metric(self) -> str:
+        """The metric of a sub-network the budget bounds."""
+        return METRICS[self.kind]
+
+    def bound(self, parent: float) -> float:
+        """The bound for a parent whose metric is ``parent`` (parameters: a whole number)."""
+        value = self.value * parent if self.value <= 1 else self.value
+        return float(int(value)) if self.kind == "params" else float(value)
+
+    def describe(self, parent: float) -> str:
+        """``params=0.5 (75,040 non-embedding parameters)``."""
+        bound = self.bound(parent)
+        shown = f"{bound:,.0f}" if self.kind == "params" else f"{bound:.3g}"
+        return f"{self} ({shown} {UNITS[self.kind]})"
 
     def __str__(self) -> str:
         return f"{self.kind}={self.value:g}"
@@ -34,7 +50,7 @@ def parse_budget(text: str) -> Budget:
     if not sep or kind not in KINDS:
         raise ConfigError(f"invalid budget {text!r}; expected KIND=VALUE with KIND one of "
                           f"{', '.join(KINDS)}, e.g. params=0.5 (half the parent's "
-                          "non-embedding parameters) or params=2e6")
+                          "non-embedding parameters), params=2e6 or latency=0.5")
     try:
         value = float(raw)
     except ValueError:

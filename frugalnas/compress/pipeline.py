@@ -18,11 +18,11 @@ stopped:
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-import shutil
-import time
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,23 +30,22 @@ from typing import Any
 import optuna
 import torch
 
+from frugalnas.backends.single_device import SingleDeviceBackend
 from frugalnas.compress.budget import Budget, parse_budget
 from frugalnas.compress.checkpoint import is_checkpoint, read_checkpoint, save_checkpoint
 from frugalnas.compress.distill import DistillConfig, distill
-from frugalnas.compress.estimator import PARAMS
+from frugalnas.compress.estimator import PARAMS, latency_ms
 from frugalnas.compress.importance import METHODS, measure, reorder
 from frugalnas.compress.parent import Parent, load_parent
 from frugalnas.compress.space import Shape, SubnetSpace, shrink
 from frugalnas.datasets.text import TextSource
 from frugalnas.engine.study import Study, create_study
-from frugalnas.export.formats import example_batch, onnx_file_latency, write_onnx
 from frugalnas.engine.training import seed_everything, split_metric
+from frugalnas.export.formats import example_batch, write_onnx
 from frugalnas.nn.transformer import ElasticGPT
+from frugalnas.ports.backend import Backend
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.work_progress import progress_shown
-from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.host.kinds import BACKENDS
-from frugalnas.host.plugins import PluginHost
 
 STAGES = ("importance", "search", "distillation", "export")
 
@@ -84,8 +83,8 @@ class CompressConfig:
 @dataclass(frozen=True)
 class CompressionResult:
     """What a compression made: the child's shape, where it was written, the parent's and the
-    child's validation loss (nats per token) and non-embedding parameters, the seconds of
-    each stage (0 for a stage a resumed run found done)."""
+    child's validation loss (nats per token), non-embedding parameters and ONNX Runtime
+    latency (ms; batch 1, one block of tokens, one thread), the seconds of each stage."""
 
     out: Path
     model: Path
@@ -96,6 +95,7 @@ class CompressionResult:
     child_params: int
     seconds: dict[str, float]
     onnx: Path | None = None
+    latency_ms: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         ratio = self.child_params / self.parent_params
@@ -120,9 +120,9 @@ def compress(model: str | Path, data: str | Path, *, budget: str | Budget = "par
     seed_everything(config.seed)
     parent = _ordered_parent(model, data, run)
     text = TextSource.open(**parent.text)
-    shape = _search(parent, budget, run)
-    child = _child(parent, shape, text, run)
-    return _export(parent, child, shape, text, run)
+    shape, study = _search(parent, budget, text, run)
+    child = _child(parent, shape, text, study.backend, run)
+    return _export(parent, child, shape, text, budget, run)
 
 
 @dataclass
@@ -176,21 +176,24 @@ def _ordered_parent(model: str | Path, data: str | Path, run: _Run) -> Parent:
 
 
 # -- 2. search ---------------------------------------------------------------------------------
-def _search(parent: Parent, budget: Budget, run: _Run) -> Shape:
+def _search(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> tuple[Shape, Study]:
     config = run.config
-    bound = budget.bound(parent.model.non_embedding_params())
+    params = parent.model.non_embedding_params()
+    measured = params if budget.kind == "params" else _latency(parent.model, text)
+    bound = budget.bound(measured)
     with _quiet_optuna():
-        study = _study(parent, bound, run)
-    done = len(study.completed_trials())
+        study = _study(parent, budget, bound, run)
     if not study.trials:
+        # anchors by size; under a latency budget, by the same share of the parameters
         space = study.space
         assert isinstance(space, SubnetSpace)
-        for arch in space.anchors(bound)[:config.trials]:
+        size_bound = bound if budget.kind == "params" else params * bound / measured
+        for arch in space.anchors(size_bound)[:config.trials]:
             study.optuna_study.enqueue_trial(dict(arch.decisions))
+    done = len(study.completed_trials())
     started = [t for t in study.trials if t.frozen.state != optuna.trial.TrialState.WAITING]
     left = max(0, config.trials - len(started))
-    run.say(f"search: {left} trial(s) under {budget} ({bound:,} non-embedding parameters), "
-            f"{done} done before")
+    run.say(f"search: {left} trial(s) under {budget.describe(measured)}, {done} done before")
     if left:
         with _quiet_optuna():
             study.optimize(n_trials=left)
@@ -198,19 +201,24 @@ def _search(parent: Parent, budget: Budget, run: _Run) -> Shape:
                                 if t.frozen.duration is not None)
     feasible = study.feasible_trials()
     if not feasible:
-        raise ConfigError(f"no sub-network under {budget} ({bound:,} non-embedding parameters) "
-                          f"completed in {len(study.trials)} trials; raise the budget or the "
-                          "number of trials")
+        raise ConfigError(f"no sub-network under {budget.describe(measured)} completed in "
+                          f"{len(study.trials)} trials; raise the budget or the number of "
+                          "trials")
     best = min(feasible, key=lambda t: (t.values[0], t.number))
     space = study.space
     assert isinstance(space, SubnetSpace) and best.architecture is not None
     shape = space.shape(best.architecture)
     run.say(f"search: best {shape} (trial {best.number}, {best.values[0]:.4f} nats/token "
             "inherited)")
-    return shape
+    return shape, study
 
 
-def _study(parent: Parent, bound: int, run: _Run) -> Study:
+def _latency(model: ElasticGPT, text: TextSource) -> float:
+    """``model``'s latency as the search measures its candidates'."""
+    return latency_ms(model.export().eval(), int(text.input_shape[0]), model.config.vocab_size)
+
+
+def _study(parent: Parent, budget: Budget, bound: float, run: _Run) -> Study:
     """The search's study in ``out/search.db`` (reopened when it exists)."""
     config, out, multi = run.config, run.out, run.config.multi_objective
     return create_study(
@@ -220,9 +228,9 @@ def _study(parent: Parent, bound: int, run: _Run) -> Study:
         storage=f"sqlite:///{out / 'search.db'}", study_name="compress", load_if_exists=True,
         space_options={"parent": str(out / "ordered"), "tied_width": parent.tied_width,
                        "min_depth": config.min_depth, "steps": config.steps},
-        estimator_options=_estimator_options(config), dataset="text",
+        estimator_options=_estimator_options(config, budget), dataset="text",
         dataset_options=parent.text_options(), backend=config.backend,
-        constraints={PARAMS: float(bound)}, seed=config.seed)
+        constraints={budget.metric: bound}, seed=config.seed)
 
 
 @contextmanager
@@ -236,14 +244,15 @@ def _quiet_optuna() -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _estimator_options(config: CompressConfig) -> dict[str, Any]:
+def _estimator_options(config: CompressConfig, budget: Budget) -> dict[str, Any]:
     if config.estimator == "inherited-loss":
-        return {"valid_examples": config.valid_examples}
+        return {"valid_examples": config.valid_examples, "latency": budget.kind == "latency"}
     return {}
 
 
 # -- 3. distillation -----------------------------------------------------------------------
-def _child(parent: Parent, shape: Shape, text: TextSource, run: _Run) -> ElasticGPT:
+def _child(parent: Parent, shape: Shape, text: TextSource, backend: Backend,
+           run: _Run) -> ElasticGPT:
     config, folder = run.config, run.out / "child"
     if is_checkpoint(folder):
         child, about = read_checkpoint(folder)
@@ -253,7 +262,6 @@ def _child(parent: Parent, shape: Shape, text: TextSource, run: _Run) -> Elastic
             return child
         shutil.rmtree(folder)   # the search found another shape since
     start = time.perf_counter()
-    backend = PluginHost().create(BACKENDS, config.backend)
     child = shrink(parent.model, shape)
     trained = backend.prepare(child)   # the same parameters, on the backend's device
     teacher = parent.model.to(backend.device)
@@ -277,7 +285,7 @@ def _child(parent: Parent, shape: Shape, text: TextSource, run: _Run) -> Elastic
 
 # -- 4. export -------------------------------------------------------------------------------
 def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
-            run: _Run) -> CompressionResult:
+            budget: Budget, run: _Run) -> CompressionResult:
     start, config, out, seconds = time.perf_counter(), run.config, run.out, run.seconds
     backend = SingleDeviceBackend()
     losses = {name: split_metric(net.eval(), backend, text, limit=config.valid_examples)
@@ -285,39 +293,32 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
     model_dir = out / "model"
     written_diff = parent.write(child, model_dir, text.head("valid", 4)[0])
     run.say(f"export: {model_dir} (read back: logits within {written_diff:.2g})")
-    latency: dict[str, Any] = {}
-    onnx = None
-    if config.onnx:
-        for name, net in (("parent", parent.model), ("child", child)):
-            folder = out if name == "child" else out / "parent_onnx"
-            file, latency[name] = _onnx(net, text, folder)
-            onnx = file if name == "child" else onnx
-        run.say(f"export: {onnx}; ONNX Runtime latency, batch 1, {text.input_shape[0]} tokens:"
-                f" parent {latency['parent']['median_ms']:.3g} ms, child "
-                f"{latency['child']['median_ms']:.3g} ms")
+    onnx = _onnx(child, text, out) if config.onnx else None
+    latency = {"parent": _latency(parent.model, text), "child": _latency(child, text)}
+    run.say(f"export: ONNX Runtime latency, batch 1, {text.input_shape[0]} tokens: parent "
+            f"{latency['parent']:.3g} ms, child {latency['child']:.3g} ms")
     seconds["export"] = time.perf_counter() - start
     result = CompressionResult(out, model_dir, shape, losses["parent"], losses["child"],
                                parent.model.non_embedding_params(),
-                               child.non_embedding_params(), seconds, onnx)
+                               child.non_embedding_params(), seconds, onnx, latency)
+    measured = {"params": (result.parent_params, result.child_params),
+                "latency": (latency["parent"], latency["child"])}[budget.kind]
     report = {**asdict(result), "out": str(out), "model": str(model_dir),
               "onnx": None if onnx is None else str(onnx), "parent": parent.describe(),
-              "latency_ms": latency, "written_max_abs_diff": written_diff,
-              "config": asdict(config)}
+              "budget": str(budget), "bound": budget.bound(measured[0]),
+              "meets_budget": measured[1] <= budget.bound(measured[0]),
+              "written_max_abs_diff": written_diff, "config": asdict(config)}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n",
                                      encoding="utf-8")
     return result
 
 
-def _onnx(model: ElasticGPT, text: TextSource, folder: Path) -> tuple[Path, dict[str, Any]]:
-    """``folder/model.onnx`` of ``model`` (checked against it) and its ONNX Runtime latency
-    on one block of validation tokens (one thread)."""
-    folder.mkdir(parents=True, exist_ok=True)
+def _onnx(model: ElasticGPT, text: TextSource, folder: Path) -> Path:
+    """``folder/model.onnx`` of ``model``, checked against it on validation tokens."""
     dense = model.export().eval()
     batch = text.head("valid", 4)[0]
     with torch.no_grad():
         reference = dense(batch)
     written = write_onnx(dense, None, example_batch(batch), batch, reference, folder,
                          tokens=True, max_sequence=model.context)
-    latency = onnx_file_latency(written.path, tuple(text.input_shape), threads=1,
-                                example=batch[0])
-    return written.path, latency
+    return written.path

@@ -147,3 +147,21 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert run.stderr.strip().count("\n") == 0
     assert "is neither a frugalnas checkpoint folder" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_latency_budget_is_met_as_the_search_measured_it(parent: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = compress(parent, SAMPLE, budget="latency=0.7", out=out,
+                      **{**FAST, "onnx": False, "distill": {"tokens": 0}})
+    report = json.loads((out / "report.json").read_text())
+    assert report["budget"] == "latency=0.7"
+    assert set(result.latency_ms) == {"parent", "child"}
+    study = load_study(study_name="compress", storage=f"sqlite:///{out / 'search.db'}")
+    assert study.config.constraints == {"latency_ms": pytest.approx(report["bound"], rel=0.5)}
+    feasible = study.feasible_trials()
+    bound = study.config.constraints["latency_ms"]
+    measured = [t.frozen.user_attrs["metrics"]["latency_ms"] for t in study.completed_trials()]
+    assert len(measured) == len(study.completed_trials()) and all(m > 0 for m in measured)
+    chosen = min(feasible, key=lambda t: (t.values[0], t.number))
+    assert chosen.frozen.user_attrs["metrics"]["latency_ms"] <= bound
+    assert study.space.shape(chosen.architecture) == result.shape
