@@ -28,9 +28,10 @@ from typing import Any
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "shakespeare"
 RESULTS = Path(__file__).resolve().parent / "results" / "compress"
 CONTEXT = 128
-#: The parent: a byte-level GPT of 4 layers, width 192, 6 heads of 32, 768 MLP units.
+#: The parent: a byte-level GPT of 4 layers, width 192, 6 heads of 32, 768 MLP units, rotary
+#: positions (so that LitGPT, and with it whittle, holds it exactly).
 PARENT = dict(vocab_size=256, max_width=192, max_depth=4, max_heads=6, head_dim=32,
-              max_mlp_hidden=768, context=CONTEXT)
+              max_mlp_hidden=768, context=CONTEXT, positions="rotary")
 VALID_BLOCKS = 256
 
 
@@ -189,7 +190,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--lr", type=float, default=1e-3, help="distillation learning rate")
     parser.add_argument("--scratch-lr", type=float, default=3e-3)
-    parser.add_argument("--train-steps", type=int, default=1200)
+    parser.add_argument("--train-steps", type=int, default=2000)
     parser.add_argument("--train-lr", type=float, default=2e-3)
     parser.add_argument("--train-batch", type=int, default=16)
     parser.add_argument("--progress", action="store_true", help="the stages' progress lines")
