@@ -46,6 +46,9 @@ def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
                      help="training backend of the distillation (default single-device)")
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--no-onnx", action="store_true", help="do not write model.onnx")
+    cmd.add_argument("--tracking-uri", help="MLflow tracking URI of the search and the result "
+                     "(default: sqlite:///OUT/mlflow.db)")
+    cmd.add_argument("--no-tracking", action="store_true", help="no MLflow tracking")
     cmd.add_argument("--json", action="store_true", help="print report.json's result")
     cmd.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     cmd.set_defaults(func=cmd_compress)
@@ -61,6 +64,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
                       importance=args.importance, batch_size=args.batch_size,
                       context=args.context, backend=args.backend, seed=args.seed,
                       onnx=not args.no_onnx, distill=distill,
+                      tracking=not args.no_tracking, tracking_uri=args.tracking_uri,
                       progress=False if args.quiet else True)
     if args.json:
         report: dict[str, Any] = {**asdict(result), "out": str(result.out),

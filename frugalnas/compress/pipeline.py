@@ -70,6 +70,8 @@ class CompressConfig:
     seed: int = 0
     onnx: bool = True
     progress: bool | None = None
+    tracking: bool = True
+    tracking_uri: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("importance", self.importance, METHODS)
@@ -122,7 +124,23 @@ def compress(model: str | Path, data: str | Path, *, budget: str | Budget = "par
     text = TextSource.open(**parent.text)
     shape, study = _search(parent, budget, text, run)
     child = _child(parent, shape, text, study.backend, run)
-    return _export(parent, child, shape, text, budget, run)
+    result = _export(parent, child, shape, text, budget, run)
+    _review(study, result)
+    return result
+
+
+def _review(study: Study, result: CompressionResult) -> None:
+    """The parent's and the child's figures on the search's study, for the plugins that
+    follow it (MLflow logs them on the study's run)."""
+    metrics = {"parent_valid_loss": result.parent_loss, "child_valid_loss": result.child_loss,
+               "parent_non_embedding_params": float(result.parent_params),
+               "child_non_embedding_params": float(result.child_params),
+               **{f"{who}_latency_ms": ms for who, ms in result.latency_ms.items()}}
+    study.runner.start()
+    try:
+        study.log_metrics(metrics, step=0)
+    finally:
+        study.finish()
 
 
 @dataclass
@@ -230,7 +248,16 @@ def _study(parent: Parent, budget: Budget, bound: float, run: _Run) -> Study:
                        "min_depth": config.min_depth, "steps": config.steps},
         estimator_options=_estimator_options(config, budget), dataset="text",
         dataset_options=parent.text_options(), backend=config.backend,
-        constraints={budget.metric: bound}, seed=config.seed)
+        constraints={budget.metric: bound}, seed=config.seed, **_tracking(config, out))
+
+
+def _tracking(config: CompressConfig, out: Path) -> dict[str, Any]:
+    """MLflow tracking of the search (one run per trial) in ``out/mlflow.db`` unless another
+    tracking URI is given, or none."""
+    if not config.tracking:
+        return {"disable_plugins": ["mlflow"]}
+    uri = config.tracking_uri or f"sqlite:///{out / 'mlflow.db'}"
+    return {"plugin_options": {"mlflow": {"tracking_uri": uri}}}
 
 
 @contextmanager

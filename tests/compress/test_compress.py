@@ -165,3 +165,19 @@ def test_a_latency_budget_is_met_as_the_search_measured_it(parent: Path, tmp_pat
     chosen = min(feasible, key=lambda t: (t.values[0], t.number))
     assert chosen.frozen.user_attrs["metrics"]["latency_ms"] <= bound
     assert study.space.shape(chosen.architecture) == result.shape
+
+
+def test_the_search_and_the_result_are_in_mlflow(parent: Path, tmp_path: Path) -> None:
+    import mlflow
+
+    out = tmp_path / "out"
+    result = compress(parent, SAMPLE, out=out, **{**FAST, "onnx": False})
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("compress")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and len(runs) == 1 + FAST["trials"]
+    metrics = parents[0].data.metrics
+    assert metrics["child_valid_loss"] == pytest.approx(result.child_loss)
+    assert metrics["parent_non_embedding_params"] == result.parent_params
+    assert metrics["child_latency_ms"] > 0
