@@ -9,9 +9,12 @@ two baselines given the same parent, the same text and the same tokens after pru
 
 Each (budget, seed) prints one line per method; the summary gives the mean and spread of the
 validation loss (nats per byte token) over the seeds, beside the parent's, and the seconds of
-each frugalnas stage. The parent is trained first when ``--parent`` holds none (``--train-steps``
+each frugalnas stage. Under a latency budget (``--latency-budgets``, fractions of the parent's
+ONNX Runtime latency) frugalnas runs alone, and the summary says whether each child meets the
+bound when measured again. The parent is trained first when ``--parent`` holds none (``--train-steps``
 steps of Adam; the command and seed reproduce it). Results go to ``--out`` (resumable: a
-finished compression is reused); the figures go to ``--results``.
+finished compression is reused); the figures go to ``--results``, which is also the cache:
+a (budget, seed) found there is not run again.
 
     python benchmarks/compress.py [--budgets 0.5 0.25] [--seeds 0 1 2] [--tokens 300000]
 """
@@ -122,42 +125,68 @@ def baseline(kind: str, ordered: Any, shape: Any, data: Any, tokens: int, lr: fl
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every (budget, seed) of the arguments not yet in ``--results`` (which is kept as it
+    goes: a stopped run resumes)."""
     from frugalnas.compress.checkpoint import read_checkpoint
-    from frugalnas.compress.pipeline import compress
 
     parent_dir = train_parent(args.parent, args.train_steps, args.train_lr, args.train_batch)
     data = corpus()
     parent, _ = read_checkpoint(parent_dir)
-    results: dict[str, Any] = {"parent_loss": valid_loss(parent, data),
-                               "parent_params": parent.non_embedding_params(), "runs": []}
+    results: dict[str, Any] = {"runs": [], "latency_runs": []}
+    if args.results.exists():
+        results.update(json.loads(args.results.read_text()))
+    results.update(parent_loss=valid_loss(parent, data),
+                   parent_params=parent.non_embedding_params())
     print(f"parent: {results['parent_params']:,} non-embedding parameters, validation loss "
           f"{results['parent_loss']:.4f} nats/token", flush=True)
-    for budget in args.budgets:
-        for seed in args.seeds:
-            out = args.out / f"params{budget:g}-seed{seed}"
-            start = time.perf_counter()
-            result = compress(parent_dir, CORPUS.resolve(), budget=f"params={budget}", out=out,
-                              trials=args.trials, seed=seed, context=CONTEXT,
-                              valid_examples=64, progress=args.progress, onnx=False,
-                              distill={"tokens": args.tokens, "lr": args.lr})
-            ordered, _ = read_checkpoint(out / "ordered")
-            child, _ = read_checkpoint(result.model)
-            row = {"budget": budget, "seed": seed, "shape": str(result.shape),
-                   "frugalnas": valid_loss(child, data), "frugalnas_params": result.child_params,
-                   "seconds": result.seconds, "wall_seconds": time.perf_counter() - start}
-            bound = int(budget * results["parent_params"])
-            hand = minitron_shape(ordered, bound)
-            row["minitron_shape"] = str(hand)
-            row["minitron_params"] = ordered.non_embedding_params(hand.subnet())
-            row["minitron"] = baseline("minitron", ordered, hand, data, args.tokens, args.lr,
-                                       seed)
-            row["scratch"] = baseline("scratch", ordered, result.shape, data, args.tokens,
-                                      args.scratch_lr, seed)
-            results["runs"].append(row)
-            print(f"params={budget:g} seed {seed}: frugalnas {row['frugalnas']:.4f} "
-                  f"({result.shape}), minitron {row['minitron']:.4f} ({hand}), scratch "
-                  f"{row['scratch']:.4f}", flush=True)
+    for kind, budgets, key in (("params", args.budgets, "runs"),
+                               ("latency", args.latency_budgets, "latency_runs")):
+        for budget in budgets:
+            for seed in args.seeds:
+                if any(r["budget"] == budget and r["seed"] == seed for r in results[key]):
+                    continue
+                row = race(kind, budget, seed, parent_dir, data, args, results["parent_params"])
+                results[key].append(row)
+                args.results.write_text(json.dumps(results, indent=1, default=str) + "\n")
     return results
+
+
+def race(kind: str, budget: float, seed: int, parent_dir: Path, data: Any,
+         args: argparse.Namespace, parent_params: int) -> dict[str, Any]:
+    """frugalnas under one budget, and (for a parameter budget) the two baselines."""
+    from frugalnas.compress.checkpoint import read_checkpoint
+    from frugalnas.compress.pipeline import compress
+
+    out = args.out / f"{kind}{budget:g}-seed{seed}"
+    start = time.perf_counter()
+    result = compress(parent_dir, CORPUS.resolve(), budget=f"{kind}={budget}", out=out,
+                      trials=args.trials, seed=seed, context=CONTEXT, valid_examples=64,
+                      progress=args.progress, onnx=False, tracking=False,
+                      distill={"tokens": args.tokens, "lr": args.lr})
+    child, _ = read_checkpoint(result.model)
+    row = {"budget": budget, "seed": seed, "shape": str(result.shape),
+           "frugalnas": valid_loss(child, data), "frugalnas_params": result.child_params,
+           "latency_ms": result.latency_ms, "seconds": result.seconds,
+           "wall_seconds": time.perf_counter() - start}
+    if kind == "latency":
+        report = json.loads((out / "report.json").read_text())
+        row.update(bound_ms=report["bound"], meets_budget=report["meets_budget"])
+        print(f"latency={budget:g} seed {seed}: frugalnas {row['frugalnas']:.4f} "
+              f"({result.shape}), {result.latency_ms['child']:.3g} ms for a bound of "
+              f"{report['bound']:.3g} ms (parent {result.latency_ms['parent']:.3g} ms)",
+              flush=True)
+        return row
+    ordered, _ = read_checkpoint(out / "ordered")
+    hand = minitron_shape(ordered, int(budget * parent_params))
+    row.update(minitron_shape=str(hand), minitron_params=ordered.non_embedding_params(
+        hand.subnet()))
+    row["minitron"] = baseline("minitron", ordered, hand, data, args.tokens, args.lr, seed)
+    row["scratch"] = baseline("scratch", ordered, result.shape, data, args.tokens,
+                              args.scratch_lr, seed)
+    print(f"params={budget:g} seed {seed}: frugalnas {row['frugalnas']:.4f} "
+          f"({result.shape}), minitron {row['minitron']:.4f} ({hand}), scratch "
+          f"{row['scratch']:.4f}", flush=True)
+    return row
 
 
 def summary(results: dict[str, Any]) -> list[str]:
@@ -172,8 +201,16 @@ def summary(results: dict[str, Any]) -> list[str]:
             parts.append(f"{method} {statistics.mean(values):.4f} +- {spread:.4f}")
         stages = {k: statistics.mean(r["seconds"][k] for r in rows) for k in rows[0]["seconds"]}
         lines.append(f"params={budget:g} ({len(rows)} seeds): " + ", ".join(parts))
-        lines.append(f"  frugalnas stages (mean s): " +
+        lines.append("  frugalnas stages (mean s): " +
                      ", ".join(f"{k} {v:.0f}" for k, v in stages.items()))
+    for budget in sorted({r["budget"] for r in results.get("latency_runs", [])}, reverse=True):
+        rows = [r for r in results["latency_runs"] if r["budget"] == budget]
+        values = [r["frugalnas"] for r in rows]
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        met = sum(bool(r["meets_budget"]) for r in rows)
+        lines.append(f"latency={budget:g} ({len(rows)} seeds): frugalnas "
+                     f"{statistics.mean(values):.4f} +- {spread:.4f}; the child meets the "
+                     f"bound when measured again in {met} of {len(rows)}")
     return lines
 
 
@@ -183,7 +220,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "runs")
     parser.add_argument("--results", type=Path, default=RESULTS.parent / "compress.json",
                         help="where the figures are written")
-    parser.add_argument("--budgets", type=float, nargs="+", default=[0.5, 0.25])
+    parser.add_argument("--budgets", type=float, nargs="*", default=[0.5, 0.25])
+    parser.add_argument("--latency-budgets", type=float, nargs="*", default=[0.5],
+                        help="latency budgets, as fractions of the parent's")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--tokens", type=int, default=300_000,
                         help="tokens after pruning, for every method")
@@ -196,7 +235,6 @@ def main() -> None:
     parser.add_argument("--progress", action="store_true", help="the stages' progress lines")
     args = parser.parse_args()
     results = run(args)
-    args.results.write_text(json.dumps(results, indent=1, default=str) + "\n")
     print("\n".join(summary(results)))
 
 

@@ -202,11 +202,14 @@ def _search(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> tupl
     with _quiet_optuna():
         study = _study(parent, budget, bound, run)
     if not study.trials:
-        # anchors by size; under a latency budget, by the same share of the parameters
+        # anchors by size; under a latency budget, by the same share of the parameters and
+        # half of it (latency does not shrink as fast as the parameters)
         space = study.space
         assert isinstance(space, SubnetSpace)
-        size_bound = bound if budget.kind == "params" else params * bound / measured
-        for arch in space.anchors(size_bound)[:config.trials]:
+        sizes = [bound] if budget.kind == "params" else \
+            [params * bound / measured, params * bound / measured / 2]
+        anchors = [a for size in sizes for a in space.anchors(size)]
+        for arch in list(dict.fromkeys(anchors))[:config.trials]:
             study.optuna_study.enqueue_trial(dict(arch.decisions))
     done = len(study.completed_trials())
     started = [t for t in study.trials if t.frozen.state != optuna.trial.TrialState.WAITING]
