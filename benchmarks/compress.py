@@ -1,5 +1,5 @@
 """The compression race: one trained ``gpt`` parent on the Shakespeare corpus (42 works, split by
-work), compressed to a fraction of its non-embedding parameters by ``frugalnas.compress``, and
+work), compressed to a fraction of its non-embedding parameters by ``frugalnas.compression``, and
 two baselines given the same parent, the same text and the same tokens after pruning:
 
 * ``scratch``: the shape frugalnas chose, trained from fresh weights on the next tokens;
@@ -49,7 +49,7 @@ def train_parent(folder: Path, steps: int, lr: float, batch: int, seed: int = 0)
     frugalnas checkpoint."""
     import torch
 
-    from frugalnas.compress.checkpoint import is_checkpoint, save_checkpoint
+    from frugalnas.compression.checkpoint import is_checkpoint, save_checkpoint
     from frugalnas.engine.training import seed_everything
     from frugalnas.nn.transformer import ElasticGPT
     from frugalnas.spaces.gpt.network import gpt_init
@@ -92,7 +92,7 @@ def valid_loss(model: Any, data: Any) -> float:
 def minitron_shape(parent: Any, bound: int) -> Any:
     """Every layer and the full width kept; heads and MLP units cut by the one factor that
     fits the bound (heads in whole key/value groups)."""
-    from frugalnas.compress.space import Shape
+    from frugalnas.compression.space import Shape
 
     config = parent.config
     for step in range(100, 0, -1):
@@ -109,8 +109,8 @@ def baseline(kind: str, ordered: Any, shape: Any, data: Any, tokens: int, lr: fl
              seed: int) -> float:
     """Validation loss of a baseline child of ``shape`` after ``tokens`` tokens."""
     from frugalnas.backends.single_device import SingleDeviceBackend
-    from frugalnas.compress.distill import DistillConfig, distill
-    from frugalnas.compress.space import shrink
+    from frugalnas.compression.distill import DistillConfig, distill
+    from frugalnas.compression.space import shrink
     from frugalnas.engine.training import seed_everything
     from frugalnas.spaces.gpt.network import gpt_init
 
@@ -127,7 +127,7 @@ def baseline(kind: str, ordered: Any, shape: Any, data: Any, tokens: int, lr: fl
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every (budget, seed) of the arguments not yet in ``--results`` (which is kept as it
     goes: a stopped run resumes)."""
-    from frugalnas.compress.checkpoint import read_checkpoint
+    from frugalnas.compression.checkpoint import read_checkpoint
 
     parent_dir = train_parent(args.parent, args.train_steps, args.train_lr, args.train_batch)
     data = corpus()
@@ -154,8 +154,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def race(kind: str, budget: float, seed: int, parent_dir: Path, data: Any,
          args: argparse.Namespace, parent_params: int) -> dict[str, Any]:
     """frugalnas under one budget, and (for a parameter budget) the two baselines."""
-    from frugalnas.compress.checkpoint import read_checkpoint
-    from frugalnas.compress.pipeline import compress
+    from frugalnas.compression.checkpoint import read_checkpoint
+    from frugalnas.compression.pipeline import compress
 
     out = args.out / f"{kind}{budget:g}-seed{seed}"
     start = time.perf_counter()

@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "TrialReport": "frugalnas.ports.trial_report",
     "UnknownComponentError": "frugalnas.ports.errors",
     "create_component": "frugalnas.host.plugins",
+    "compress": "frugalnas.compression",
     "create_study": "frugalnas.engine.study",
     "export_study": "frugalnas.export",
     "get_host": "frugalnas.host.plugins",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
     from frugalnas.engine.storage_url import open_storage
     from frugalnas.engine.study import Study, TrialRecord, create_study, load_study
     from frugalnas.engine.trial_context import OptunaTrialContext
+    from frugalnas.compression import compress
     from frugalnas.export import export_study
     from frugalnas.host.loading import refused_plugins
     from frugalnas.host.plugins import (PluginHost, create_component, get_host, hookimpl,
@@ -143,7 +145,8 @@ __all__ = [
     "RelaxedBuilder", "SandwichRule", "Scaling", "SearchSpace", "SharedBuilder", "StepLoss", "Strategy",
     "StrategyServices", "Study", "StudyConfig", "Surrogate", "TrialContext", "TrialFailure",
     "TrialRecord", "TrialReport", "UnknownComponentError", "WeightSharing", "WorkerJob",
-    "WrappingStrategy", "capability", "create_component", "create_study", "export_study",
+    "WrappingStrategy", "capability", "compress", "create_component", "create_study",
+    "export_study",
     "get_host", "hookimpl", "itself", "list_components", "load_study", "open_storage",
     "params_of", "refused_plugins", "require_capability", "scaling_by", "sharing_by",
     "split_arrays", "split_indices", "strategy_factory", "work_progress",

@@ -26,5 +26,5 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "export": "frugalnas.export",
     "multiobjective": "frugalnas.multiobjective",
     "launchers": "frugalnas.launchers",
-    "compress": "frugalnas.compress",
+    "compress": "frugalnas.compression",
 }

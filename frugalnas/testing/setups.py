@@ -140,7 +140,7 @@ def cifar_options() -> dict[str, Any]:
 def tiny_gpt_parent() -> dict[str, Any]:
     """A tiny byte-level GPT saved as a frugalnas checkpoint (fresh weights), for the
     ``gpt-subnet`` space: its options."""
-    from frugalnas.compress.checkpoint import save_checkpoint
+    from frugalnas.compression.checkpoint import save_checkpoint
     from frugalnas.nn.transformer import ElasticGPT
     from frugalnas.spaces.gpt.network import gpt_init
 

@@ -1,8 +1,8 @@
 """The ``gpt-subnet`` space: the sub-networks of one trained language model (a
-:mod:`~frugalnas.compress.checkpoint` folder), every layer alike, as Minitron prunes and as a
+:mod:`~frugalnas.compression.checkpoint` folder), every layer alike, as Minitron prunes and as a
 Hugging Face config can hold them. A network is built with the parent's weights: the first
 ``width`` embedding channels, the ``depth`` most important layers, each with its first
-``heads`` heads and ``mlp_hidden`` MLP units (after :func:`~frugalnas.compress.importance.
+``heads`` heads and ``mlp_hidden`` MLP units (after :func:`~frugalnas.compression.importance.
 reorder`, the most important ones).
 
 The choices come from the parent (``steps`` evenly spaced fractions of its width and MLP
@@ -22,7 +22,7 @@ from typing import Any
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from torch import nn
 
-from frugalnas.compress.checkpoint import read_checkpoint
+from frugalnas.compression.checkpoint import read_checkpoint
 from frugalnas.nn.transformer import BlockChoice, ElasticGPT, GPTConfig, SubnetConfig
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError, check_range

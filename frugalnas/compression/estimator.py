@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from frugalnas.compress.space import SubnetSpace
+from frugalnas.compression.space import SubnetSpace
 from frugalnas.engine.training import split_metric
 from frugalnas.latency.measure import LatencySetup, measure_many
 from frugalnas.ports.architecture import Architecture

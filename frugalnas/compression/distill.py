@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.compress.options import DISTILL_LOSSES
+from frugalnas.compression.options import DISTILL_LOSSES
 from frugalnas.engine.training import TrainReport, backend_step, run_steps
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import DataSource

@@ -16,8 +16,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from frugalnas.compress.checkpoint import read_checkpoint  # noqa: E402
-from frugalnas.compress.pipeline import compress  # noqa: E402
+from frugalnas.compression.checkpoint import read_checkpoint  # noqa: E402
+from frugalnas.compression.pipeline import compress  # noqa: E402
 from frugalnas.datasets.text import SAMPLE, TextSource  # noqa: E402
 from frugalnas.export.huggingface import quiet_transformers  # noqa: E402
 

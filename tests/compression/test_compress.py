@@ -1,4 +1,4 @@
-"""frugalnas.compress / ``frugalnas compress``: a trained model in, a smaller one out, on real
+"""frugalnas.compression / ``frugalnas compress``: a trained model in, a smaller one out, on real
 text, with the real study, storage, training loop and exporters."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from frugalnas.compress.budget import parse_budget
-from frugalnas.compress.distill import LogitDistillation
-from frugalnas.compress.checkpoint import CONFIG_FILE, read_checkpoint, save_checkpoint
-from frugalnas.compress.pipeline import compress
+from frugalnas.compression.budget import parse_budget
+from frugalnas.compression.distill import LogitDistillation
+from frugalnas.compression.checkpoint import CONFIG_FILE, read_checkpoint, save_checkpoint
+from frugalnas.compression.pipeline import compress
 from frugalnas.datasets.text import SAMPLE, TextSource
 from frugalnas.engine.study import load_study
 from frugalnas.nn.transformer import ElasticGPT

@@ -1,4 +1,4 @@
-"""Importance ordering (frugalnas.compress.importance): the reordered parent computes the same
+"""Importance ordering (frugalnas.compression.importance): the reordered parent computes the same
 outputs, and the parts that matter least end up where a smaller sub-network drops them."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from frugalnas.compress.importance import METHODS, measure, reorder
+from frugalnas.compression.importance import METHODS, measure, reorder
 from frugalnas.nn.transformer import BlockChoice, ElasticGPT, SubnetConfig
 from frugalnas.ports.errors import ConfigError
 

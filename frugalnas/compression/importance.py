@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from frugalnas.compress.options import IMPORTANCE_METHODS
+from frugalnas.compression.options import IMPORTANCE_METHODS
 from frugalnas.nn.transformer import ACTIVATIONS, ElasticBlock, ElasticGPT, attend
 from frugalnas.ports.errors import check_choice
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from frugalnas.compress.checkpoint import CONFIG_FILE, is_checkpoint, read_checkpoint, \
+from frugalnas.compression.checkpoint import CONFIG_FILE, is_checkpoint, read_checkpoint, \
     save_checkpoint
-from frugalnas.compress.huggingface import HFSource, read_pretrained, write_pretrained
+from frugalnas.compression.huggingface import HFSource, read_pretrained, write_pretrained
 from frugalnas.export.formats import verify
 from frugalnas.export.huggingface import quiet_transformers
 from frugalnas.datasets.bpe import TOKENIZER_FILE, TOKENIZER_OPTIONS

@@ -1,15 +1,15 @@
-"""``frugalnas.compress``: a trained language model in, a smaller one out, in four stages that
+"""``frugalnas.compression``: a trained language model in, a smaller one out, in four stages that
 each leave their result in the output folder, so that a run that stops resumes where it
 stopped:
 
 1. **importance** (``ordered/``): the parent's heads, MLP units, embedding channels and
    layers ranked on calibration batches and its weights reordered
-   (:mod:`~frugalnas.compress.importance`);
+   (:mod:`~frugalnas.compression.importance`);
 2. **search** (``search.db``): a frugalnas study over the ``gpt-subnet`` space of the
    reordered parent, under the budget, with any strategy and estimator (by default one-shot:
    the inherited weights' validation loss);
 3. **distillation** (``child/``): the best sub-network fine-tuned on a token budget
-   (:mod:`~frugalnas.compress.distill`);
+   (:mod:`~frugalnas.compression.distill`);
 4. **export** (``model/``, ``model.onnx``, ``report.json``): the child in the parent's format
    (a Hugging Face folder, or a frugalnas checkpoint), ONNX, and the parent's and child's
    validation loss and sizes.
@@ -31,13 +31,13 @@ import optuna
 import torch
 
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.compress.budget import Budget, parse_budget
-from frugalnas.compress.checkpoint import is_checkpoint, read_checkpoint, save_checkpoint
-from frugalnas.compress.distill import DistillConfig, distill
-from frugalnas.compress.estimator import PARAMS, latency_ms
-from frugalnas.compress.importance import METHODS, measure, reorder
-from frugalnas.compress.parent import Parent, load_parent
-from frugalnas.compress.space import Shape, SubnetSpace, shrink
+from frugalnas.compression.budget import Budget, parse_budget
+from frugalnas.compression.checkpoint import is_checkpoint, read_checkpoint, save_checkpoint
+from frugalnas.compression.distill import DistillConfig, distill
+from frugalnas.compression.estimator import PARAMS, latency_ms
+from frugalnas.compression.importance import METHODS, measure, reorder
+from frugalnas.compression.parent import Parent, load_parent
+from frugalnas.compression.space import Shape, SubnetSpace, shrink
 from frugalnas.datasets.text import TextSource
 from frugalnas.engine.study import Study, create_study
 from frugalnas.engine.training import seed_everything, split_metric

@@ -13,10 +13,10 @@ from frugalnas.host.registry import LazyFactory
 from frugalnas.ports.lazy import lazy_attributes
 
 __getattr__ = lazy_attributes(__name__, {
-    "compress": "frugalnas.compress.pipeline",
-    "CompressionResult": "frugalnas.compress.pipeline",
-    "SubnetSpace": "frugalnas.compress.space",
-    "InheritedLoss": "frugalnas.compress.estimator"})
+    "compress": "frugalnas.compression.pipeline",
+    "CompressionResult": "frugalnas.compression.pipeline",
+    "SubnetSpace": "frugalnas.compression.space",
+    "InheritedLoss": "frugalnas.compression.estimator"})
 
 __all__ = ["CompressionResult", "InheritedLoss", "SubnetSpace", "compress"]
 
@@ -24,7 +24,7 @@ __all__ = ["CompressionResult", "InheritedLoss", "SubnetSpace", "compress"]
 @hookimpl
 def frugalnas_search_spaces() -> dict[str, Any]:
     return {"gpt-subnet": LazyFactory(
-        "frugalnas.compress.space:SubnetSpace",
+        "frugalnas.compression.space:SubnetSpace",
         "Sub-networks of one trained language model, every layer alike: width, depth, heads "
         "and MLP units, built with the parent's (importance-ordered) weights; options parent, "
         "widths, heads, mlp_hidden, min_depth, steps, tied_width.")}
@@ -33,7 +33,7 @@ def frugalnas_search_spaces() -> dict[str, Any]:
 @hookimpl
 def frugalnas_estimators() -> dict[str, Any]:
     return {"inherited-loss": LazyFactory(
-        "frugalnas.compress.estimator:InheritedLoss",
+        "frugalnas.compression.estimator:InheritedLoss",
         "A sub-network of the ``gpt-subnet`` space scored with the weights it inherits from "
         "the trained parent, without training: validation loss in nats per token (minimise "
         "it); options valid_examples, latency.")}
@@ -42,6 +42,6 @@ def frugalnas_estimators() -> dict[str, Any]:
 @hookimpl
 def frugalnas_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
                        host: Any) -> None:
-    from frugalnas.compress.cli import add_command
+    from frugalnas.compression.cli import add_command
 
     add_command(subparsers)

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from frugalnas.compress.options import DISTILL_LOSSES, IMPORTANCE_METHODS
+from frugalnas.compression.options import DISTILL_LOSSES, IMPORTANCE_METHODS
 
 
 def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +55,7 @@ def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def cmd_compress(args: argparse.Namespace) -> int:
-    from frugalnas.compress.pipeline import compress
+    from frugalnas.compression.pipeline import compress
 
     distill = {"tokens": args.tokens, "loss": args.loss, "lr": args.lr,
                "batch_size": args.batch_size}

@@ -1,4 +1,4 @@
-"""Hugging Face parents (frugalnas.compress.huggingface): tiny GPT-2 and Llama models created
+"""Hugging Face parents (frugalnas.compression.huggingface): tiny GPT-2 and Llama models created
 locally with random weights, read into an ElasticGPT with the same logits, and sub-networks
 written back that transformers loads, in a process without frugalnas, with the same logits."""
 
@@ -15,7 +15,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from frugalnas.compress.huggingface import (  # noqa: E402
+from frugalnas.compression.huggingface import (  # noqa: E402
     SUPPORTED, HFSource, check_writable, elastic_config, read_config, read_pretrained,
     write_pretrained)
 from frugalnas.export.huggingface import quiet_transformers  # noqa: E402
