@@ -23,6 +23,7 @@ creates that are alive at once, followed operator by operator.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import platform
@@ -218,8 +219,9 @@ def _torch_call(model: object, x: object, threads: int) -> Callable[[], object]:
 
 
 def onnx_bytes(model: object, x: object) -> bytes:
-    """``model`` exported to ONNX (TorchScript exporter, opset 17), in memory, for the input
-    ``x`` (its dtype is the graph input's: float images or int64 tokens,
+    """``model`` exported to ONNX (TorchScript exporter, opset 17; the ``torch.export``-based
+    exporter for a network with an operator opset 17 lacks, such as RMSNorm), in memory, for
+    the input ``x`` (its dtype is the graph input's: float images or int64 tokens,
     :func:`example_input`)."""
     import torch
 
@@ -230,10 +232,18 @@ def onnx_bytes(model: object, x: object) -> bytes:
     try:
         for q in quiet:
             q.setLevel(logging.ERROR)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            torch.onnx.export(cast(torch.nn.Module, model), (x,), target, dynamo=False,
-                              opset_version=17, input_names=["input"], output_names=["output"])
+            network = cast(torch.nn.Module, model)
+            # the TorchScript exporter has no aten::rms_norm at opset 17
+            if not any(isinstance(m, torch.nn.RMSNorm) for m in network.modules()):
+                torch.onnx.export(network, (x,), target, dynamo=False, opset_version=17,
+                                  input_names=["input"], output_names=["output"])
+            else:
+                program: Any = torch.onnx.export(network, (x,), dynamo=True,
+                                                 input_names=["input"],
+                                                 output_names=["output"])
+                return bytes(program.model_proto.SerializeToString())
     finally:
         for q, level in zip(quiet, levels):
             q.setLevel(level)
