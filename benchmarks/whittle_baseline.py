@@ -329,11 +329,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "params": row["params"], "shape": row["shape"], "seconds": seconds,
                      "whittle_config": row["config"], "search_loss": row["search_loss"],
                      "feasible": row["feasible"], "evaluated": row["evaluated"],
-                     "samples": row["samples"], "scored_by": scored["scored_by"]}
+                     "samples": row["samples"], "scored_by": scored["scored_by"],
+                     "supernet_search_loss": found["supernet_loss"]}
             results["runs"].append(entry)
             print(f"whittle params={row['budget']:g} seed {seed}: {scored['loss']:.4f} "
                   f"({row['shape']}, {row['params']:,} non-embedding parameters)", flush=True)
+        results["wall_seconds"] = time.perf_counter() - start
+        write(args.results, results)        # after every seed: a cut run keeps its seeds
     return results
+
+
+def write(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=str) + "\n")
 
 
 def summary(results: dict[str, Any]) -> list[str]:
@@ -462,8 +470,12 @@ def whittle_main(args: argparse.Namespace) -> None:
                     # whittle's ratios 1 to 4, for a parent of 4 x n_embd MLP units
                     "mlp_ratio": randint(1, config.intermediate_size // config.n_embd),
                     "depth": randint(1, config.n_layer)}
+    full_loss = _loss(supernet, search_blocks)       # the whole network after the training
+    print(f"  the whole super-network after training: {full_loss:.4f} on the "
+          f"{len(search_blocks)} search blocks (the parent: {_loss(teacher, search_blocks):.4f})",
+          flush=True)
     found = {"supernet_seconds": supernet_seconds, "steps": int(steps),
-             "parent_params": parent_params, "budgets": []}
+             "parent_params": parent_params, "supernet_loss": full_loss, "budgets": []}
     for budget in args.budgets:
         bound = int(budget * parent_params)
         evaluated = [0]
@@ -563,11 +575,7 @@ def main() -> None:
     if not Path(args.whittle_python).exists():
         raise SystemExit(f"no whittle environment at {args.whittle_python}; set it up as this "
                          "script's docstring says, or give --whittle-python")
-    start = time.perf_counter()
     results = run(args)
-    results["wall_seconds"] = time.perf_counter() - start
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(json.dumps(results, indent=1, default=str) + "\n")
     print("\n".join(summary(results)))
     print(f"{results['wall_seconds']:.0f} s in all; results in {args.results}")
 
