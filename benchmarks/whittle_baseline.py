@@ -85,11 +85,9 @@ INFEASIBLE = 1e9            # the loss the search is told for a sub-network over
 
 # -- frugalnas's side (frugalnas's environment) ------------------------------------------------
 def _checkpoints() -> Any:
-    """frugalnas's checkpoint module (``frugalnas.compression``; ``frugalnas.compress`` before)."""
-    try:
-        from frugalnas.compression import checkpoint
-    except ImportError:
-        from frugalnas.compress import checkpoint  # type: ignore[no-redef]
+    """frugalnas's checkpoint module."""
+    from frugalnas.compression import checkpoint
+
     return checkpoint
 
 
