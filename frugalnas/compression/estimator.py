@@ -20,6 +20,8 @@ from frugalnas.ports.space import SearchSpace
 PARAMS = "non_embedding_params"
 #: Its latency: ONNX Runtime, batch 1, one block of tokens, one thread (ms).
 LATENCY = "latency_ms"
+#: The inherited weights' validation loss (also the value).
+INHERITED = "inherited_loss"
 #: How a candidate's latency is measured (a few repetitions: the search sees many).
 LATENCY_SETUP = LatencySetup(runtime="onnxruntime", warmup=3, repeats=15)
 
@@ -40,7 +42,7 @@ class InheritedLoss(Estimator):
     of tokens, one thread), for a latency budget."""
 
     name = "inherited-loss"
-    provides: tuple[str, ...] = (PARAMS, "valid_loss")
+    provides: tuple[str, ...] = (PARAMS, INHERITED)
     measures = ("seconds", "params")
 
     def __init__(self, valid_examples: int | None = 64, latency: bool = False):
@@ -69,7 +71,7 @@ class InheritedLoss(Estimator):
         assert isinstance(space, SubnetSpace)
         model = context.backend.prepare(space.build(arch, data.num_classes, data.input_shape))
         loss = split_metric(model, context.backend, data, limit=self.valid_examples)
-        metrics = {PARAMS: float(space.non_embedding_params(arch)), "valid_loss": loss}
+        metrics = {PARAMS: float(space.non_embedding_params(arch)), INHERITED: loss}
         if self.latency:
             network = space.build(arch, data.num_classes, data.input_shape)
             metrics[LATENCY] = latency_ms(network, int(data.input_shape[0]),

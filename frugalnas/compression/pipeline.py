@@ -61,6 +61,7 @@ class CompressConfig:
     trials: int = 40
     strategy: str = "tpe"
     estimator: str = "inherited-loss"
+    estimator_options: dict[str, Any] | None = None
     valid_examples: int = 64
     multi_objective: bool = False
     min_depth: int = 1
@@ -242,14 +243,15 @@ def _latency(model: ElasticGPT, text: TextSource) -> float:
 def _study(parent: Parent, budget: Budget, bound: float, run: _Run) -> Study:
     """The search's study in ``out/search.db`` (reopened when it exists)."""
     config, out, multi = run.config, run.out, run.config.multi_objective
+    estimator, estimator_options = _estimator(config, budget)
     return create_study(
-        space="gpt-subnet", strategy=config.strategy, estimator=config.estimator,
+        space="gpt-subnet", strategy=config.strategy, estimator=estimator,
         directions=["minimize", "minimize"] if multi else "minimize",
         objectives=["value", PARAMS] if multi else ["value"],
         storage=f"sqlite:///{out / 'search.db'}", study_name="compress", load_if_exists=True,
         space_options={"parent": str(out / "ordered"), "tied_width": parent.tied_width,
                        "min_depth": config.min_depth, "steps": config.steps},
-        estimator_options=_estimator_options(config, budget), dataset="text",
+        estimator_options=estimator_options, dataset="text",
         dataset_options=parent.text_options(), backend=config.backend,
         constraints={budget.metric: bound}, seed=config.seed, **_tracking(config, out))
 
@@ -274,10 +276,15 @@ def _quiet_optuna() -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
-def _estimator_options(config: CompressConfig, budget: Budget) -> dict[str, Any]:
+def _estimator(config: CompressConfig, budget: Budget) -> tuple[str, dict[str, Any]]:
+    """The study's estimator and its options: ``inherited-loss``, or another estimator whose
+    value is a loss to minimise, combined with ``inherited-loss`` for the metrics the budget
+    bounds (the other gives the value)."""
+    own = {"valid_examples": config.valid_examples, "latency": budget.kind == "latency"}
+    given = dict(config.estimator_options or {})
     if config.estimator == "inherited-loss":
-        return {"valid_examples": config.valid_examples, "latency": budget.kind == "latency"}
-    return {}
+        return "inherited-loss", {**own, **given}
+    return "combined", {"members": {config.estimator: given, "inherited-loss": own}}
 
 
 # -- 3. distillation -----------------------------------------------------------------------

@@ -181,3 +181,21 @@ def test_the_search_and_the_result_are_in_mlflow(parent: Path, tmp_path: Path) -
     assert metrics["child_valid_loss"] == pytest.approx(result.child_loss)
     assert metrics["parent_non_embedding_params"] == result.parent_params
     assert metrics["child_latency_ms"] > 0
+
+
+def test_candidates_scored_by_a_short_fine_tuning(parent: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = compress(parent, SAMPLE, out=out, estimator="train",
+                      estimator_options={"max_steps": 2, "batch_size": 8, "valid_examples": 8,
+                                         "optimizer": "adam", "lr": 1e-4},
+                      **{**FAST, "onnx": False, "tracking": False, "distill": {"tokens": 0}})
+    study = load_study(study_name="compress", storage=f"sqlite:///{out / 'search.db'}")
+    assert study.config.estimator == "combined"
+    done = study.completed_trials()
+    assert len(done) == FAST["trials"]
+    for trial in done:   # the value is the fine-tuned loss; the budget's metric is there too
+        metrics = trial.frozen.user_attrs["metrics"]
+        assert trial.values[0] == pytest.approx(metrics["valid_loss"])
+        assert metrics["non_embedding_params"] > 0 and metrics["train_loss"] > 0
+        assert metrics["inherited_loss"] > 0
+    assert result.child_params <= 0.5 * result.parent_params
