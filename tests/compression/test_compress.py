@@ -109,6 +109,7 @@ def _divergence(out: Path, x: torch.Tensor) -> float:
         return float(LogitDistillation()(child(x), parent(x)))
 
 
+@pytest.mark.slow
 def test_distillation_brings_the_child_closer_to_the_parent(parent: Path,
                                                             tmp_path: Path) -> None:
     runs = {}
