@@ -200,3 +200,14 @@ def test_candidates_scored_by_a_short_fine_tuning(parent: Path, tmp_path: Path) 
         assert metrics["non_embedding_params"] > 0 and metrics["train_loss"] > 0
         assert metrics["inherited_loss"] > 0
     assert result.child_params <= 0.5 * result.parent_params
+
+
+def test_a_latency_search_resumes_with_the_bound_it_started_with(parent: Path,
+                                                                tmp_path: Path) -> None:
+    options = {**FAST, "onnx": False, "tracking": False, "distill": {"tokens": 0}, "trials": 3}
+    compress(parent, SAMPLE, budget="latency=0.8", out=tmp_path, **options)
+    bound = json.loads((tmp_path / "report.json").read_text())["bound"]
+    compress(parent, SAMPLE, budget="latency=0.8", out=tmp_path, **{**options, "trials": 4})
+    study = load_study(study_name="compress", storage=f"sqlite:///{tmp_path / 'search.db'}")
+    assert len(study.trials) == 4
+    assert study.config.constraints["latency_ms"] == pytest.approx(bound)
