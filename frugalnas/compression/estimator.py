@@ -69,12 +69,13 @@ class InheritedLoss(Estimator):
         data = context.dataset
         space = context.space
         assert isinstance(space, SubnetSpace)
-        model = context.backend.prepare(space.build(arch, data.num_classes, data.input_shape))
-        loss = split_metric(model, context.backend, data, limit=self.valid_examples)
-        metrics = {PARAMS: float(space.non_embedding_params(arch)), INHERITED: loss}
-        if self.latency:
-            network = space.build(arch, data.num_classes, data.input_shape)
+        network = space.build(arch, data.num_classes, data.input_shape)
+        metrics = {PARAMS: float(space.non_embedding_params(arch))}
+        if self.latency:   # on the CPU network, before the backend moves it
             metrics[LATENCY] = latency_ms(network, int(data.input_shape[0]),
                                           space.config.vocab_size)
+        model = context.backend.prepare(network)
+        loss = split_metric(model, context.backend, data, limit=self.valid_examples)
+        metrics[INHERITED] = loss
         cost = Cost(seconds=time.perf_counter() - start, params=count_params(model))
         return EstimateResult(value=loss, metrics=metrics, cost=cost)

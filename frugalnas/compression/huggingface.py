@@ -19,7 +19,6 @@ attention scaling, ...), before any weight is loaded.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import shutil
 import warnings
@@ -29,7 +28,7 @@ from typing import Any
 
 import torch
 
-from frugalnas.export.huggingface import INSTALL, quiet_transformers
+from frugalnas.export.huggingface import quiet_transformers, require_transformers
 from frugalnas.nn.dense_transformer import ROPE_BASE
 from frugalnas.nn.transformer import BlockChoice, ElasticGPT, GPTConfig, SubnetConfig
 from frugalnas.ports.errors import ConfigError
@@ -228,9 +227,7 @@ def elastic_config(source: HFSource) -> GPTConfig:
 
 # -- weights -----------------------------------------------------------------------------------
 def _transformers() -> Any:
-    if importlib.util.find_spec("transformers") is None:
-        raise ConfigError("reading or writing Hugging Face models needs the transformers "
-                          f"package, which is not installed; {INSTALL}")
+    require_transformers("reading or writing Hugging Face models")
     return importlib.import_module("transformers")
 
 
@@ -320,10 +317,6 @@ def read_pretrained(folder: str | Path) -> tuple[ElasticGPT, HFSource]:
 SIZES = ("max_width", "max_depth", "max_heads", "max_mlp_hidden", "kv_heads")
 
 
-def _group(config: GPTConfig) -> int:
-    return config.max_heads // (config.kv_heads or config.max_heads)
-
-
 def _check_model(source: HFSource, model: ElasticGPT) -> None:
     """``model`` must be the parent's supernet or a smaller network of the same kind (the
     same fields but the sizes, the same grouped-query group size)."""
@@ -332,9 +325,9 @@ def _check_model(source: HFSource, model: ElasticGPT) -> None:
                    f"{getattr(want, f.name)!r})"
                    for f in fields(GPTConfig)
                    if f.name not in SIZES and getattr(have, f.name) != getattr(want, f.name)]
-    if _group(have) != _group(want):
-        differences.append(f"grouped-query group size {_group(have)} (the parent's "
-                           f"{_group(want)})")
+    if have.group != want.group:
+        differences.append(f"grouped-query group size {have.group} (the parent's "
+                           f"{want.group})")
     if differences:
         raise ConfigError(f"the model is not a network of the {source.architecture} in "
                           f"{source.folder}: its {', '.join(differences)}")
@@ -363,12 +356,6 @@ def _check_heads(source: HFSource, model: ElasticGPT, config: SubnetConfig,
         raise ConfigError(f"width {config.width} != heads x head_dim = {heads} x {d} = "
                           f"{heads * d}: GPT-2 splits its width into its heads (choose width "
                           f"{heads * d}{fit})")
-    group = model.config.max_heads // (model.config.kv_heads or model.config.max_heads)
-    if heads % group:
-        valid = list(range(group, model.config.max_heads + 1, group))
-        raise ConfigError(f"heads {heads} is not a multiple of the grouped-query group size "
-                          f"{group} (each key/value head serves {group} query heads); choose "
-                          f"one of {valid}")
 
 
 def check_writable(source: HFSource, model: ElasticGPT, config: SubnetConfig) -> None:
@@ -387,9 +374,9 @@ def _sizes(source: HFSource, model: ElasticGPT, config: SubnetConfig) -> dict[st
     if source.architecture == GPT2:
         return {"n_embd": config.width, "n_layer": config.depth, "n_head": choice.heads,
                 "n_inner": choice.mlp_hidden}
-    group = model.config.max_heads // (model.config.kv_heads or model.config.max_heads)
     return {"hidden_size": config.width, "num_hidden_layers": config.depth,
-            "num_attention_heads": choice.heads, "num_key_value_heads": choice.heads // group,
+            "num_attention_heads": choice.heads,
+            "num_key_value_heads": choice.heads // model.config.group,
             "head_dim": d, "intermediate_size": choice.mlp_hidden}
 
 

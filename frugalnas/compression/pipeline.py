@@ -17,6 +17,7 @@ stopped:
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sys
@@ -124,8 +125,7 @@ def compress(model: str | Path, data: str | Path, *, budget: str | Budget = "par
     run = _Run(Path(out).expanduser(), config)
     run.out.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
-    parent = _ordered_parent(model, data, run)
-    text = TextSource.open(**parent.text)
+    parent, text = _ordered_parent(model, data, run)
     shape, study = _search(parent, budget, text, run)
     child = _child(parent, shape, text, study.backend, run)
     result = _export(parent, child, shape, text, budget, run)
@@ -174,27 +174,31 @@ def _config(options: dict[str, Any]) -> CompressConfig:
 
 
 # -- 1. importance ---------------------------------------------------------------------------
-def _ordered_parent(model: str | Path, data: str | Path, run: _Run) -> Parent:
+def _ordered_parent(model: str | Path, data: str | Path,
+                    run: _Run) -> tuple[Parent, TextSource]:
+    """The reordered parent (from ``ordered/`` when a run made it before) and the text as it
+    reads it."""
     config, ordered = run.config, run.out / "ordered"
     if is_checkpoint(ordered):
         network, about = read_checkpoint(ordered)
         run.say(f"importance: reusing {ordered}")
         run.seconds["importance"] = float(about.get("seconds", 0.0))
-        return Parent.from_about(network, about)
+        parent = Parent.from_about(network, about)
+        return parent, TextSource.open(**parent.text)
     start = time.perf_counter()
     parent = load_parent(model, data, config.context, config.seed)
     text = TextSource.open(**parent.text)
-    batches = list(text.batches("train", config.batch_size, seed=config.seed))
-    batches = batches[:config.calibration_batches]
+    batches = list(itertools.islice(text.batches("train", config.batch_size, seed=config.seed),
+                                    config.calibration_batches))
     run.say(f"importance: ranking {parent.describe()} on {len(batches)} batches "
-        f"({config.importance})")
+            f"({config.importance})")
     importance = measure(parent.model, [x for x, _ in batches], config.importance,
                          [y for _, y in batches])
     reorder(parent.model, importance)
     run.seconds["importance"] = time.perf_counter() - start
     save_checkpoint(parent.model, ordered, parent.about(importance=config.importance,
                                                         seconds=run.seconds["importance"]))
-    return parent
+    return parent, text
 
 
 # -- 2. search ---------------------------------------------------------------------------------
@@ -361,11 +365,11 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
     backend = SingleDeviceBackend()
     losses = {name: split_metric(net.eval(), backend, text, limit=config.valid_examples)
               for name, net in (("parent", parent.model), ("child", child))}
-    model_dir = out / "model"
-    written_diff = parent.write(child, model_dir, text.head("valid", 4)[0])
+    model_dir, tokens = out / "model", text.head("valid", 4)[0]
+    written_diff = parent.write(child, model_dir, tokens)
     run.say(f"export: {model_dir} (read back: logits within {written_diff:.2g})")
-    onnx = _onnx(child, text, out) if config.onnx else None
-    latency = {"parent": _latency(parent.model, text), "child": _latency(child, text)}
+    onnx = _onnx(child, tokens, out) if config.onnx else None
+    latency = {"parent": _parent_latency(parent, text, run), "child": _latency(child, text)}
     run.say(f"export: ONNX Runtime latency, batch 1, {text.input_shape[0]} tokens: parent "
             f"{latency['parent']:.3g} ms, child {latency['child']:.3g} ms")
     seconds["export"] = time.perf_counter() - start
@@ -375,7 +379,7 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
     if budget.kind == "params":
         bound, child_value = budget.bound(result.parent_params), float(result.child_params)
     else:   # the bound the search ran under; the child as measured now
-        bound, child_value = budget.bound(_parent_latency(parent, text, run)), latency["child"]
+        bound, child_value = budget.bound(latency["parent"]), latency["child"]
     report = {**asdict(result), "out": str(out), "model": str(model_dir),
               "onnx": None if onnx is None else str(onnx), "parent": parent.describe(),
               "budget": str(budget), "bound": bound, "meets_budget": child_value <= bound,
@@ -385,10 +389,9 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
     return result
 
 
-def _onnx(model: ElasticGPT, text: TextSource, folder: Path) -> Path:
-    """``folder/model.onnx`` of ``model``, checked against it on validation tokens."""
+def _onnx(model: ElasticGPT, batch: torch.Tensor, folder: Path) -> Path:
+    """``folder/model.onnx`` of ``model``, checked against it on the tokens ``batch``."""
     dense = model.export().eval()
-    batch = text.head("valid", 4)[0]
     with torch.no_grad():
         reference = dense(batch)
     written = write_onnx(dense, None, example_batch(batch), batch, reference, folder,

@@ -69,11 +69,12 @@ class GPT2Shape:
             architectures=["GPT2LMHeadModel"])
 
 
-def require_transformers() -> None:
-    """A one-line :class:`ConfigError` when the ``transformers`` package is missing."""
+def require_transformers(purpose: str = "the huggingface export format") -> None:
+    """A one-line :class:`ConfigError` when the ``transformers`` package that ``purpose``
+    needs is missing."""
     if importlib.util.find_spec("transformers") is None:
-        raise ConfigError("the huggingface export format needs the transformers package, "
-                          f"which is not installed; {INSTALL}")
+        raise ConfigError(f"{purpose} needs the transformers package, which is not "
+                          f"installed; {INSTALL}")
 
 
 def check_task(task_name: str, dataset: str) -> None:
