@@ -216,7 +216,9 @@ def _search(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> tupl
         assert isinstance(space, SubnetSpace)
         sizes = [bound] if budget.kind == "params" else \
             [params * bound / measured, params * bound / measured / 2]
-        anchors = [a for size in sizes for a in space.anchors(size)]
+        # the sizes' anchors taken in turn, so that a short search tries each size
+        anchors = [a for group in itertools.zip_longest(*(space.anchors(z) for z in sizes))
+                   for a in group if a is not None]
         for arch in list(dict.fromkeys(anchors))[:config.trials]:
             study.optuna_study.enqueue_trial(dict(arch.decisions))
     done = len(study.completed_trials())

@@ -47,6 +47,17 @@ def parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            {"text": {"tokenizer": "bytes"}})
 
 
+@pytest.fixture(scope="module")
+def wide_parent(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level GPT wide and deep enough that its ONNX Runtime latency follows its size
+    (a tiny network's is mostly per-call overhead); fresh weights: latency does not need
+    training."""
+    torch.manual_seed(0)
+    model = gpt_init(ElasticGPT(256, 192, 4, 6, 32, 768, CONTEXT))
+    return save_checkpoint(model, tmp_path_factory.mktemp("wide"),
+                           {"text": {"tokenizer": "bytes"}})
+
+
 def test_checkpoint_round_trip_keeps_weights_and_layer_order(tmp_path: Path) -> None:
     model = ElasticGPT(256, 32, 3, 2, 16, 64, 16, norm="rmsnorm", gated=True)
     model.set_layer_order([2, 0, 1])
@@ -150,9 +161,10 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr
 
 
-def test_a_latency_budget_is_met_as_the_search_measured_it(parent: Path, tmp_path: Path) -> None:
+def test_a_latency_budget_is_met_as_the_search_measured_it(wide_parent: Path,
+                                                           tmp_path: Path) -> None:
     out = tmp_path / "out"
-    result = compress(parent, SAMPLE, budget="latency=0.7", out=out,
+    result = compress(wide_parent, SAMPLE, budget="latency=0.7", out=out,
                       **{**FAST, "onnx": False, "distill": {"tokens": 0}})
     report = json.loads((out / "report.json").read_text())
     assert report["budget"] == "latency=0.7"
@@ -163,9 +175,9 @@ def test_a_latency_budget_is_met_as_the_search_measured_it(parent: Path, tmp_pat
     bound = study.config.constraints["latency_ms"]
     measured = [t.frozen.user_attrs["metrics"]["latency_ms"] for t in study.completed_trials()]
     assert len(measured) == len(study.completed_trials()) and all(m > 0 for m in measured)
-    chosen = min(feasible, key=lambda t: (t.values[0], t.number))
-    assert chosen.frozen.user_attrs["metrics"]["latency_ms"] <= bound
-    assert study.space.shape(chosen.architecture) == result.shape
+    # the chosen candidate: the best feasible one whose latency holds when measured again
+    chosen = [t for t in feasible if study.space.shape(t.architecture) == result.shape]
+    assert chosen and chosen[0].frozen.user_attrs["metrics"]["latency_ms"] <= bound
 
 
 def test_the_search_and_the_result_are_in_mlflow(parent: Path, tmp_path: Path) -> None:
@@ -202,12 +214,13 @@ def test_candidates_scored_by_a_short_fine_tuning(parent: Path, tmp_path: Path) 
     assert result.child_params <= 0.5 * result.parent_params
 
 
-def test_a_latency_search_resumes_with_the_bound_it_started_with(parent: Path,
+def test_a_latency_search_resumes_with_the_bound_it_started_with(wide_parent: Path,
                                                                 tmp_path: Path) -> None:
     options = {**FAST, "onnx": False, "tracking": False, "distill": {"tokens": 0}, "trials": 3}
-    compress(parent, SAMPLE, budget="latency=0.8", out=tmp_path, **options)
+    compress(wide_parent, SAMPLE, budget="latency=0.8", out=tmp_path, **options)
     bound = json.loads((tmp_path / "report.json").read_text())["bound"]
-    compress(parent, SAMPLE, budget="latency=0.8", out=tmp_path, **{**options, "trials": 4})
+    compress(wide_parent, SAMPLE, budget="latency=0.8", out=tmp_path,
+             **{**options, "trials": 4})
     study = load_study(study_name="compress", storage=f"sqlite:///{tmp_path / 'search.db'}")
     assert len(study.trials) == 4
     assert study.config.constraints["latency_ms"] == pytest.approx(bound)

@@ -113,6 +113,7 @@ def test_elastic_config_of_each_family(parents: dict[str, Any]) -> None:
 LOADER = """
 import sys, torch
 from transformers import AutoModelForCausalLM
+torch.set_num_threads(1)   # sums in one order, as the logits it is compared with
 tokens, out = torch.load(sys.argv[1]), {}
 for folder in sys.argv[3:]:
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
@@ -130,12 +131,17 @@ def written(parents: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
     frugalnas loads from its folder."""
     root = tmp_path_factory.mktemp("written")
     expected = {}
-    for name, (config, order) in SUBNETS.items():
-        model, source = read_pretrained(parents[name][0])
-        model.set_layer_order(order)
-        folder = write_pretrained(model, config, source, root / name)
-        with torch.no_grad():
-            expected[name] = (folder, model(TOKENS, config))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # one summation order on both sides of the comparison
+    try:
+        for name, (config, order) in SUBNETS.items():
+            model, source = read_pretrained(parents[name][0])
+            model.set_layer_order(order)
+            folder = write_pretrained(model, config, source, root / name)
+            with torch.no_grad():
+                expected[name] = (folder, model(TOKENS, config))
+    finally:
+        torch.set_num_threads(threads)
     torch.save(TOKENS, root / "tokens.pt")
     subprocess.run([sys.executable, "-c", LOADER, str(root / "tokens.pt"), str(root / "out.pt"),
                     *(str(folder) for folder, _ in expected.values())],
