@@ -36,6 +36,12 @@ def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
                      help="how parts are ranked (default activation)")
     cmd.add_argument("--tokens", type=int, default=2_000_000,
                      help="distillation tokens (default 2,000,000; 0: no fine-tuning)")
+    cmd.add_argument("--supernet-tokens", type=int, default=0,
+                     help="train the parent as a supernet on this many tokens before the "
+                          "search (default 0: score the parent's own weights)")
+    cmd.add_argument("--supernet-samples", type=int, default=2,
+                     help="sub-networks of the budget's size trained per supernet step "
+                          "(default 2)")
     cmd.add_argument("--loss", choices=DISTILL_LOSSES, default="distill",
                      help="fine-tuning loss (default distill: the parent's logits)")
     cmd.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
@@ -64,6 +70,9 @@ def cmd_compress(args: argparse.Namespace) -> int:
                       importance=args.importance, batch_size=args.batch_size,
                       context=args.context, backend=args.backend, seed=args.seed,
                       onnx=not args.no_onnx, distill=distill,
+                      supernet={"tokens": args.supernet_tokens,
+                                "samples": args.supernet_samples, "lr": args.lr,
+                                "batch_size": args.batch_size},
                       tracking=not args.no_tracking, tracking_uri=args.tracking_uri,
                       progress=False if args.quiet else True)
     if args.json:

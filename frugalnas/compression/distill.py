@@ -44,10 +44,14 @@ class DistillConfig:
         check_range("temperature", self.temperature, 1e-3)
 
     def steps(self, context: int) -> int:
-        """Optimisation steps the token budget buys (at least one when it is not zero)."""
-        if self.tokens == 0:
-            return 0
-        return max(1, math.ceil(self.tokens / (self.batch_size * context)))
+        """Optimisation steps the token budget buys."""
+        return token_steps(self.tokens, self.batch_size, context)
+
+
+def token_steps(tokens: int, batch_size: int, context: int) -> int:
+    """Steps of ``batch_size`` blocks of ``context`` tokens that ``tokens`` buy (at least one
+    when ``tokens`` is not zero)."""
+    return 0 if tokens == 0 else max(1, math.ceil(tokens / (batch_size * context)))
 
 
 class LogitDistillation(nn.Module):
@@ -66,8 +70,9 @@ class LogitDistillation(nn.Module):
         return F.kl_div(child, parent, log_target=True, reduction="batchmean") * t * t
 
 
-def _with_parent_logits(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], parent: nn.Module
-                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def with_parent_logits(batches: Iterable[tuple[torch.Tensor, torch.Tensor]], parent: nn.Module
+                       ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Each batch's tokens with the parent's logits on them in place of the next tokens."""
     for x, _ in batches:
         with torch.no_grad():
             logits = parent(x)
@@ -96,7 +101,7 @@ def distill(child: nn.Module, parent: nn.Module, data: DataSource, backend: Back
     def batches(epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
         moved = backend.device_batches(data.batches("train", config.batch_size, seed=seed,
                                                     epoch=epoch))
-        return _with_parent_logits(moved, parent) if config.loss == "distill" else moved
+        return with_parent_logits(moved, parent) if config.loss == "distill" else moved
 
     return run_steps(batches, step, total_steps=total, steps_per_epoch=per_epoch,
                      every=every, what="distillation")

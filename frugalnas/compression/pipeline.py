@@ -5,18 +5,22 @@ stopped:
 1. **importance** (``ordered/``): the parent's heads, MLP units, embedding channels and
    layers ranked on calibration batches and its weights reordered
    (:mod:`~frugalnas.compression.importance`);
-2. **search** (``search.db``): a frugalnas study over the ``gpt-subnet`` space of the
-   reordered parent, under the budget, with any strategy and estimator (by default one-shot:
-   the inherited weights' validation loss);
-3. **distillation** (``child/``): the best sub-network fine-tuned on a token budget
-   (:mod:`~frugalnas.compression.distill`);
-4. **export** (``model/``, ``model.onnx``, ``report.json``): the child in the parent's format
+2. **supernet** (``supernet/``, optional): the reordered parent trained so that its
+   sub-networks of the budget's size work on their own
+   (:mod:`~frugalnas.compression.supernet`);
+3. **search** (``search.db``): a frugalnas study over the ``gpt-subnet`` space of the
+   reordered parent (or the trained supernet), under the budget, with any strategy and
+   estimator (by default one-shot: the inherited weights' validation loss);
+4. **distillation** (``child/``): the best sub-network fine-tuned on a token budget, with the
+   parent as the teacher (:mod:`~frugalnas.compression.distill`);
+5. **export** (``model/``, ``model.onnx``, ``report.json``): the child in the parent's format
    (a Hugging Face folder, or a frugalnas checkpoint), ONNX, and the parent's and child's
    validation loss and sizes.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import shutil
@@ -39,17 +43,20 @@ from frugalnas.compression.estimator import PARAMS, latency_ms
 from frugalnas.compression.importance import METHODS, measure, reorder
 from frugalnas.compression.parent import Parent, load_parent
 from frugalnas.compression.space import Shape, SubnetSpace, shrink
+from frugalnas.compression.supernet import BandSampler, SupernetConfig, train_supernet
 from frugalnas.datasets.text import TextSource
 from frugalnas.engine.study import Study, create_study
 from frugalnas.engine.training import seed_everything, split_metric
 from frugalnas.export.formats import example_batch, write_onnx
+from frugalnas.host.kinds import BACKENDS
+from frugalnas.host.plugins import PluginHost
 from frugalnas.latency.measure import LatencySetup
 from frugalnas.nn.transformer import ElasticGPT
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.work_progress import progress_shown
 
-STAGES = ("importance", "search", "distillation", "export")
+STAGES = ("importance", "supernet", "search", "distillation", "export")
 #: How the chosen candidate's latency is confirmed under a latency budget.
 CONFIRM_SETUP = LatencySetup(runtime="onnxruntime", warmup=10, repeats=50, rounds=3)
 
@@ -70,6 +77,7 @@ class CompressConfig:
     multi_objective: bool = False
     min_depth: int = 1
     steps: int = 8
+    supernet: SupernetConfig = field(default_factory=SupernetConfig)
     distill: DistillConfig = field(default_factory=DistillConfig)
     backend: str = "single-device"
     seed: int = 0
@@ -118,16 +126,19 @@ def compress(model: str | Path, data: str | Path, *, budget: str | Budget = "par
     Hugging Face ``save_pretrained`` folder of a GPT-2 or Llama-family model) on the UTF-8
     text of ``data`` (a file, a folder or a glob) to the ``budget`` (``"params=0.5"``: half
     the parent's non-embedding parameters), writing to ``out``. Every other keyword is a
-    :class:`CompressConfig` field (``distill`` also takes a mapping of
-    :class:`DistillConfig` fields). A run on the same ``out`` resumes."""
+    :class:`CompressConfig` field (``supernet`` and ``distill`` also take a mapping of
+    :class:`SupernetConfig` and :class:`DistillConfig` fields). A run on the same ``out``
+    resumes."""
     config = _config(options)
     budget = parse_budget(budget) if isinstance(budget, str) else budget
     run = _Run(Path(out).expanduser(), config)
     run.out.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
     parent, text = _ordered_parent(model, data, run)
-    shape, study = _search(parent, budget, text, run)
-    child = _child(parent, shape, text, study.backend, run)
+    target = _target(parent, budget, text, run)
+    weights = _supernet(parent, target, text, run)
+    shape, study = _search(parent, weights, target, text, run)
+    child = _child(parent, weights, shape, text, study.backend, run)
     result = _export(parent, child, shape, text, budget, run)
     _review(study, result)
     return result
@@ -167,9 +178,15 @@ def _config(options: dict[str, Any]) -> CompressConfig:
     if unknown:
         raise ConfigError(f"unknown compress option(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(fields)}")
-    given = options.get("distill")
-    if isinstance(given, dict):
-        options = {**options, "distill": DistillConfig(**given)}
+    for name, kind in (("supernet", SupernetConfig), ("distill", DistillConfig)):
+        given = options.get(name)
+        if isinstance(given, dict):
+            known = kind.__dataclass_fields__
+            bad = sorted(set(given) - set(known))
+            if bad:
+                raise ConfigError(f"unknown {name} option(s) {', '.join(bad)}; valid: "
+                                  f"{', '.join(known)}")
+            options = {**options, name: kind(**given)}
     return CompressConfig(**options)
 
 
@@ -201,30 +218,96 @@ def _ordered_parent(model: str | Path, data: str | Path,
     return parent, text
 
 
-# -- 2. search ---------------------------------------------------------------------------------
-def _search(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> tuple[Shape, Study]:
-    config = run.config
+# -- 2. supernet -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Target:
+    """What the search aims at: the budget, the parent's measure of it, the bound, and the
+    non-embedding parameter counts the search starts from (the anchors' sizes)."""
+
+    budget: Budget
+    measured: float
+    bound: float
+    sizes: tuple[float, ...]
+
+
+def _target(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> _Target:
     params = parent.model.non_embedding_params()
     measured = params if budget.kind == "params" else _parent_latency(parent, text, run)
     bound = budget.bound(measured)
+    # under a latency budget, the same share of the parameters and half of it (latency does
+    # not shrink as fast as the parameters)
+    sizes = (bound,) if budget.kind == "params" else \
+        (params * bound / measured, params * bound / measured / 2)
+    return _Target(budget, measured, bound, sizes)
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """The weights the search scores and the child starts from: the reordered parent's, or
+    the trained supernet's, and the checkpoint folder holding them."""
+
+    folder: Path
+    model: ElasticGPT
+
+
+def _supernet(parent: Parent, target: _Target, text: TextSource, run: _Run) -> _Weights:
+    config, folder = run.config.supernet, run.out / "supernet"
+    if config.tokens == 0:
+        return _Weights(run.out / "ordered", parent.model)
+    if is_checkpoint(folder):
+        network, about = read_checkpoint(folder)
+        if about.get("supernet") == asdict(config):
+            run.say(f"supernet: reusing {folder}")
+            run.seconds["supernet"] = float(about.get("seconds", 0.0))
+            return _Weights(folder, network)
+        shutil.rmtree(folder)
+    for stale in (run.out / "search.db", run.out / "child"):   # made on other weights
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    start = time.perf_counter()
+    space = SubnetSpace(str(run.out / "ordered"), **_space_options(parent, run.config))
+    low, high = min(target.sizes) / 2, max(target.sizes)
+    sampler = BandSampler(space, low, high, seed=run.config.seed)
+    backend = PluginHost().create(BACKENDS, run.config.backend)
+    supernet = copy.deepcopy(parent.model)
+    backend.prepare(supernet)   # moved in place: the sub-networks run on its modules
+    teacher = parent.model.to(backend.device)
+    steps = config.steps(int(text.input_shape[0]))
+    run.say(f"supernet: {steps} steps ({config.tokens:,} tokens), {config.samples} "
+            f"sub-network(s) per step of {low:,.0f} to {high:,.0f} non-embedding parameters")
+
+    def progress(done: int, loss: float) -> None:
+        run.say(f"supernet: step {done}/{steps}, loss {loss:.4f}")
+
+    train_supernet(supernet, teacher, sampler, text, backend, config, seed=run.config.seed,
+                   every=(max(1, steps // 10), progress))
+    supernet = supernet.to("cpu").eval()
+    parent.model.to("cpu")
+    run.seconds["supernet"] = time.perf_counter() - start
+    save_checkpoint(supernet, folder, {**parent.about(), "supernet": asdict(config),
+                                       "seconds": run.seconds["supernet"]})
+    return _Weights(folder, supernet)
+
+
+# -- 3. search ---------------------------------------------------------------------------------
+def _search(parent: Parent, weights: _Weights, target: _Target, text: TextSource,
+            run: _Run) -> tuple[Shape, Study]:
+    config, budget, bound = run.config, target.budget, target.bound
     with _quiet_optuna():
-        study = _study(parent, budget, bound, run)
+        study = _study(parent, weights, target, run)
     if not study.trials:
-        # anchors by size; under a latency budget, by the same share of the parameters and
-        # half of it (latency does not shrink as fast as the parameters)
         space = study.space
         assert isinstance(space, SubnetSpace)
-        sizes = [bound] if budget.kind == "params" else \
-            [params * bound / measured, params * bound / measured / 2]
         # the sizes' anchors taken in turn, so that a short search tries each size
-        anchors = [a for group in itertools.zip_longest(*(space.anchors(z) for z in sizes))
+        anchors = [a for group in itertools.zip_longest(*(space.anchors(z) for z in
+                                                          target.sizes))
                    for a in group if a is not None]
         for arch in list(dict.fromkeys(anchors))[:config.trials]:
             study.optuna_study.enqueue_trial(dict(arch.decisions))
     done = len(study.completed_trials())
     started = [t for t in study.trials if t.frozen.state != optuna.trial.TrialState.WAITING]
     left = max(0, config.trials - len(started))
-    run.say(f"search: {left} trial(s) under {budget.describe(measured)}, {done} done before")
+    under = budget.describe(target.measured)
+    run.say(f"search: {left} trial(s) under {under}, {done} done before")
     if left:
         with _quiet_optuna():
             study.optimize(n_trials=left)
@@ -232,9 +315,8 @@ def _search(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> tupl
                                 if t.frozen.duration is not None)
     feasible = study.feasible_trials()
     if not feasible:
-        raise ConfigError(f"no sub-network under {budget.describe(measured)} completed in "
-                          f"{len(study.trials)} trials; raise the budget or the number of "
-                          "trials")
+        raise ConfigError(f"no sub-network under {under} completed in {len(study.trials)} "
+                          "trials; raise the budget or the number of trials")
     space = study.space
     assert isinstance(space, SubnetSpace)
     ranked = sorted(feasible, key=lambda t: (t.values[0], t.number))
@@ -280,20 +362,26 @@ def _latency(model: ElasticGPT, text: TextSource) -> float:
                       CONFIRM_SETUP)
 
 
-def _study(parent: Parent, budget: Budget, bound: float, run: _Run) -> Study:
+def _space_options(parent: Parent, config: CompressConfig) -> dict[str, Any]:
+    """The ``gpt-subnet`` space's options besides its parent."""
+    return {"tied_width": parent.tied_width, "min_depth": config.min_depth,
+            "steps": config.steps}
+
+
+def _study(parent: Parent, weights: _Weights, target: _Target, run: _Run) -> Study:
     """The search's study in ``out/search.db`` (reopened when it exists)."""
     config, out, multi = run.config, run.out, run.config.multi_objective
+    budget = target.budget
     estimator, estimator_options = _estimator(config, budget)
     return create_study(
         space="gpt-subnet", strategy=config.strategy, estimator=estimator,
         directions=["minimize", "minimize"] if multi else "minimize",
         objectives=["value", PARAMS] if multi else ["value"],
         storage=f"sqlite:///{out / 'search.db'}", study_name="compress", load_if_exists=True,
-        space_options={"parent": str(out / "ordered"), "tied_width": parent.tied_width,
-                       "min_depth": config.min_depth, "steps": config.steps},
+        space_options={"parent": str(weights.folder), **_space_options(parent, config)},
         estimator_options=estimator_options, dataset="text",
         dataset_options=parent.text_options(), backend=config.backend,
-        constraints={budget.metric: bound}, seed=config.seed, **_tracking(config, out))
+        constraints={budget.metric: target.bound}, seed=config.seed, **_tracking(config, out))
 
 
 def _tracking(config: CompressConfig, out: Path) -> dict[str, Any]:
@@ -327,9 +415,9 @@ def _estimator(config: CompressConfig, budget: Budget) -> tuple[str, dict[str, A
     return "combined", {"members": {config.estimator: given, "inherited-loss": own}}
 
 
-# -- 3. distillation -----------------------------------------------------------------------
-def _child(parent: Parent, shape: Shape, text: TextSource, backend: Backend,
-           run: _Run) -> ElasticGPT:
+# -- 4. distillation -----------------------------------------------------------------------
+def _child(parent: Parent, weights: _Weights, shape: Shape, text: TextSource,
+           backend: Backend, run: _Run) -> ElasticGPT:
     config, folder = run.config, run.out / "child"
     if is_checkpoint(folder):
         child, about = read_checkpoint(folder)
@@ -339,7 +427,7 @@ def _child(parent: Parent, shape: Shape, text: TextSource, backend: Backend,
             return child
         shutil.rmtree(folder)   # the search found another shape since
     start = time.perf_counter()
-    child = shrink(parent.model, shape)
+    child = shrink(weights.model, shape)
     trained = backend.prepare(child)   # the same parameters, on the backend's device
     teacher = parent.model.to(backend.device)
     steps = config.distill.steps(int(text.input_shape[0]))
@@ -360,7 +448,7 @@ def _child(parent: Parent, shape: Shape, text: TextSource, backend: Backend,
     return child
 
 
-# -- 4. export -------------------------------------------------------------------------------
+# -- 5. export -------------------------------------------------------------------------------
 def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
             budget: Budget, run: _Run) -> CompressionResult:
     start, config, out, seconds = time.perf_counter(), run.config, run.out, run.seconds

@@ -39,7 +39,7 @@ from frugalnas.ports.errors import ConfigError, check_choice, check_range
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ROPE_BASE", "BlockChoice", "DenseAttention",
            "DenseBlock", "DenseGPT", "DenseMLP", "ElasticAttention", "ElasticBlock",
-           "ElasticEmbedding", "ElasticGPT", "ElasticLayerNorm", "ElasticMLP", "ElasticRMSNorm",
+           "ElasticEmbedding", "ElasticGPT", "ActiveGPT", "ElasticLayerNorm", "ElasticMLP", "ElasticRMSNorm",
            "GPTConfig", "GPTEmbedding", "GPTOutput", "SubnetConfig", "apply_rotary", "attend",
            "count_non_embedding_params", "export_program", "make_norm"]
 
@@ -443,3 +443,20 @@ class ElasticGPT(nn.Module):
         pos = self.pos.export(w) if self.pos is not None else None
         dense = DenseGPT(tok, pos, blocks, self.norm.export(w), head)
         return dense.train(self.training)
+
+
+class ActiveGPT(nn.Module):
+    """The network of one configuration of an :class:`ElasticGPT`, computed on the elastic
+    network's own weights (no copy: training it trains them)."""
+
+    def __init__(self, supernet: ElasticGPT, config: SubnetConfig):
+        super().__init__()
+        self.supernet, self.config = supernet, config
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.supernet(tokens, self.config)
+        return out
+
+    def export(self) -> DenseGPT:
+        """A stand-alone copy of this network with its weights."""
+        return self.supernet.export(self.config)

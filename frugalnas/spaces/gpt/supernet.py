@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import nn
 
-from frugalnas.nn.transformer import DenseGPT, ElasticGPT, SubnetConfig
+from frugalnas.nn.transformer import ActiveGPT, ElasticGPT
 from frugalnas.nn.weight_store import Key
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import sharing_by
@@ -20,22 +19,6 @@ from frugalnas.spaces.gpt.network import elastic_model, check_token_shape
 from frugalnas.spaces.gpt.space import GPTSpace
 
 KEY: Key = ("gpt",)
-
-
-class ActiveGPT(nn.Module):
-    """The network of one configuration of a shared :class:`ElasticGPT` (no copy)."""
-
-    def __init__(self, supernet: ElasticGPT, config: SubnetConfig):
-        super().__init__()
-        self.supernet, self.config = supernet, config
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.supernet(tokens, self.config)
-        return out
-
-    def export(self) -> DenseGPT:
-        """A stand-alone copy of this network with its weights."""
-        return self.supernet.export(self.config)
 
 
 class GPTSharedBuilder:

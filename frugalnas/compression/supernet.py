@@ -1,0 +1,148 @@
+"""Supernet training before the search: the reordered parent's weights trained on a token
+budget so that its sub-networks of the budget's size work on their own, not only as parts of
+the whole.
+
+Each step trains ``samples`` sub-networks of the search space drawn at random among those whose
+size lies in the budget's band (from half the smallest size the search aims at up to the
+largest), plus the largest network when ``largest`` is set, all on the frozen parent's logits
+(logit distillation), their losses averaged: the sandwich rule of BigNAS (Yu et al., ECCV
+2020) as whittle applies it to a pretrained model, with the parent as the teacher and the
+samples kept where the search will look. The networks share the parent's weights (weight
+entanglement), so one step moves every sub-network that uses them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from torch import nn
+
+from frugalnas.compression.distill import LogitDistillation, token_steps, with_parent_logits
+from frugalnas.compression.space import Shape, SubnetSpace
+from frugalnas.engine.training import TrainReport, backend_step, run_steps
+from frugalnas.nn.transformer import ActiveGPT, ElasticGPT, SubnetConfig
+from frugalnas.ports.backend import Backend
+from frugalnas.ports.data import DataSource
+from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.weight_sharing.sandwich import SandwichNetwork
+
+#: Random draws per sampled sub-network before the band is declared empty.
+TRIES = 500
+
+
+@dataclass(frozen=True)
+class SupernetConfig:
+    """How the parent is trained as a supernet before the search: ``tokens`` of training text
+    (0: not at all; the search scores the parent's own weights) in batches of ``batch_size``
+    blocks, AdamW at ``lr`` with a cosine schedule, ``samples`` sub-networks per step (and the
+    largest network when ``largest``), each on the parent's logits softened by
+    ``temperature``."""
+
+    tokens: int = 0
+    samples: int = 2
+    largest: bool = False
+    batch_size: int = 16
+    lr: float = 3e-4
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_range("tokens", self.tokens, 0)
+        check_range("samples", self.samples, 1)
+        check_range("batch_size", self.batch_size, 1)
+        check_range("lr", self.lr, 0)
+        check_range("temperature", self.temperature, 1e-3)
+        if not isinstance(self.largest, bool):
+            raise ConfigError(f"invalid largest {self.largest!r}; valid: true, false")
+
+    def steps(self, context: int) -> int:
+        """Optimisation steps the token budget buys."""
+        return token_steps(self.tokens, self.batch_size, context)
+
+
+class BandSampler:
+    """Sub-networks of ``space`` whose non-embedding parameters lie in ``[low, high]``,
+    drawn at random: the same draws for the same ``seed`` and step, so a resumed or repeated
+    training sees the same networks."""
+
+    def __init__(self, space: SubnetSpace, low: float, high: float, seed: int = 0):
+        if not 0 <= low <= high:
+            raise ConfigError(f"invalid size band [{low:g}, {high:g}]")
+        self.space, self.low, self.high, self.seed = space, low, high, seed
+
+    def draw(self, rng: random.Random) -> Shape:
+        """One shape in the band; a ConfigError naming the band when none turns up."""
+        choices = self.space.distributions()
+        for _ in range(TRIES):
+            values = {name: rng.choice(_values(dist)) for name, dist in choices.items()}
+            shape = self.space.shape(self.space.from_params(values))
+            size = self.space.parent().non_embedding_params(shape.subnet())
+            if self.low <= size <= self.high:
+                return shape
+        raise ConfigError(f"no sub-network of space {self.space.name!r} has between "
+                          f"{self.low:,.0f} and {self.high:,.0f} non-embedding parameters in "
+                          f"{TRIES} draws; widen the space's choices or the budget")
+
+    def shapes(self, step: int, samples: int) -> list[Shape]:
+        """The ``samples`` shapes of training step ``step``."""
+        rng = random.Random(self.seed * 1_000_003 + step)
+        return [self.draw(rng) for _ in range(samples)]
+
+
+def _values(dist: BaseDistribution) -> list[Any]:
+    if isinstance(dist, CategoricalDistribution):
+        return list(dist.choices)
+    assert isinstance(dist, IntDistribution)
+    return list(range(dist.low, dist.high + 1))
+
+
+class MeanDistillation(nn.Module):
+    """The mean over stacked networks (axis 1 of the outputs) of each one's
+    :class:`LogitDistillation` from the parent's logits."""
+
+    def __init__(self, temperature: float = 1.0):
+        super().__init__()
+        self.each = LogitDistillation(temperature)
+
+    def forward(self, stacked: torch.Tensor, parent_logits: torch.Tensor) -> torch.Tensor:
+        losses = [self.each(stacked[:, i], parent_logits) for i in range(stacked.shape[1])]
+        return torch.stack(losses).mean()
+
+
+def train_supernet(supernet: ElasticGPT, parent: nn.Module, sampler: BandSampler,
+                   data: DataSource, backend: Backend, config: SupernetConfig, *,
+                   seed: int = 0, every: tuple[int, Callable[[int, float], None]] | None = None
+                   ) -> TrainReport:
+    """Train ``supernet`` (prepared by ``backend``; the parent's weights, reordered) on
+    ``config.tokens`` tokens of ``data``'s training split, each step on the sub-networks
+    ``sampler`` draws, every one distilled from the frozen ``parent``."""
+    total = config.steps(int(data.input_shape[0]))
+    if total == 0:
+        return TrainReport()
+    optimizer = torch.optim.AdamW(supernet.parameters(), lr=config.lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+    parent.eval()
+
+    def networks(step: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+        configs: list[SubnetConfig] = [s.subnet() for s in
+                                       sampler.shapes(step, config.samples)]
+        if config.largest:
+            configs.insert(0, supernet.largest())
+        return SandwichNetwork([ActiveGPT(supernet, c) for c in configs]), optimizer
+
+    step = backend_step(backend, networks, after=lambda _: schedule.step(),
+                        loss_fn=MeanDistillation(config.temperature))
+    per_epoch = max(1, math.ceil(data.num_examples("train") / config.batch_size))
+
+    def batches(epoch: int) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+        moved = backend.device_batches(data.batches("train", config.batch_size, seed=seed,
+                                                    epoch=epoch))
+        return with_parent_logits(moved, parent)
+
+    return run_steps(batches, step, total_steps=total, steps_per_epoch=per_epoch, every=every, what="supernet training")
+
