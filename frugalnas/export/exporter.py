@@ -13,11 +13,9 @@ MLflow model linked to the trial's run (and registered on request).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import platform
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -35,16 +33,15 @@ from frugalnas.ports.data import Dataset
 from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.exported import ExportedNetwork
 from frugalnas.leaderboard import fmt_number
-from frugalnas.ports.keys import COST_ATTR, METRICS_ATTR
 from frugalnas.ports.latency import measure_latency
-from frugalnas.ports.task import IMAGE_CLASSIFICATION
-from frugalnas.ports.version import __version__
 from frugalnas.ports.trial_architecture import architecture_of
 from frugalnas.engine.training import TrainConfig, seed_everything, train
 from frugalnas.ports.work_progress import progress_shown
 from frugalnas.export import formats as fmt
 from frugalnas.export.formats import ExportError
+from frugalnas.export.huggingface import check_huggingface, write_huggingface
 from frugalnas.export.options import DEFAULT_FORMATS
+from frugalnas.export.report import export_report, file_record, is_image_classification
 from frugalnas.export.select import select_trials
 
 #: Epochs of the final training when neither ``epochs`` nor a train option says otherwise.
@@ -52,7 +49,6 @@ DEFAULT_EPOCHS = 10.0
 #: Training hyperparameters taken from the study's estimator options when it has them.
 INHERITED = ("batch_size", "lr", "momentum", "weight_decay", "optimizer")
 TRAIN_OPTIONS = tuple(f.name for f in fields(TrainConfig))
-REPORT_VERSION = 1
 #: Threads for the latency measurements (batch of 1, CPU).
 LATENCY_THREADS = 1
 
@@ -132,35 +128,6 @@ def train_config(study: Any, epochs: float | None, options: Mapping[str, Any] | 
     settings["epochs"] = DEFAULT_EPOCHS if epochs is None else epochs
     settings.update(options)
     return TrainConfig(**settings)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def versions() -> dict[str, str | None]:
-    """Versions of Python and of the libraries an exported model depends on."""
-    from importlib import metadata
-
-    out: dict[str, str | None] = {"python": platform.python_version(),
-                                  "frugalnas": __version__, "torch": torch.__version__}
-    for dist in ("onnx", "onnxruntime", "onnxscript", "mlflow", "optuna", "numpy",
-                 "transformers", "tokenizers", "safetensors"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
-
-
-def machine() -> dict[str, Any]:
-    return {"platform": platform.platform(), "machine": platform.machine(),
-            "processor": platform.processor() or None, "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads()}
 
 
 def _load_dataset(study: Any, dataset: str | None, dataset_options: Mapping[str, Any] | None,
@@ -268,8 +235,6 @@ def _check_networks(study: Any, picks: Sequence[Any], data: Dataset, data_name: 
     or the data cannot take (``huggingface``: ``transformers`` installed, language-modelling
     data, a network GPT-2 can hold)."""
     if "huggingface" in formats:
-        from frugalnas.export.huggingface import check_huggingface
-
         check_huggingface(study, picks, data, data_name)
 
 
@@ -349,28 +314,16 @@ def _export_one(study: Any, frozen: Any, rank: int, out: Path, plan: _Plan) -> E
     written = _write_files(trained, frozen.number, out, plan,
                            {"study": study.name, "trial": frozen.number, "architecture": str(arch)})
     latency = _latency(trained.model, plan, written) if plan.latency else None
-    report = _report(study, frozen, rank, arch, plan, trained, written, latency,
-                     score, test_examples, test_items)
+    report = export_report(study, frozen, rank, arch, plan, trained, written, latency,
+                           score, test_examples, test_items)
     if plan.tracking:
         _log_model(study, frozen.number, arch, out, plan, trained, written, report)
     report["seconds"]["total"] = time.perf_counter() - started
     files = written.files
-    report["files"] = {k: _file_record(p, out) for k, p in files.items()}
+    report["files"] = {k: file_record(p, out) for k, p in files.items()}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     files["report"] = out / "report.json"
     return ExportedModel(frozen.number, rank, arch, out, trained.model, report, files)
-
-
-def _file_record(path: Path, out: Path) -> dict[str, Any]:
-    """Size and SHA-256 of a written file; of a folder (the Hugging Face one), its total size
-    and each file's."""
-    if not path.is_dir():
-        return {"file": str(path.relative_to(out)), "bytes": path.stat().st_size,
-                "sha256": _sha256(path)}
-    inner = {str(p.relative_to(path)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(path.rglob("*")) if p.is_file()}
-    return {"file": str(path.relative_to(out)) + "/",
-            "bytes": sum(v["bytes"] for v in inner.values()), "sha256": None, "files": inner}
 
 
 def _train(study: Any, number: int, arch: Architecture, plan: _Plan) -> _Trained:
@@ -413,17 +366,6 @@ def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     with torch.no_grad():
         logits = torch.cat([model(x[i:i + 512]) for i in range(0, len(x), 512)])
     return float((logits.argmax(1) == y).float().mean() * 100.0)
-
-
-def is_image_classification(data: Any) -> bool:
-    return bool(data.task.name == IMAGE_CLASSIFICATION.name)
-
-
-def metric_name(data: Any) -> str:
-    """The report's name of the task's test metric: the validation metric's, for the test
-    split (``test_accuracy``, ``test_loss``)."""
-    metric = str(data.task.metric)
-    return "test_" + metric[len("valid_"):] if metric.startswith("valid_") else f"test_{metric}"
 
 
 def _test_score(predict: Any, data: Any) -> tuple[float, int, int]:
@@ -482,8 +424,6 @@ def _write_files(trained: _Trained, number: int, out: Path, plan: _Plan,
             session = fmt.onnx_session(res.path)
             written.onnx_score = _test_score(lambda x: fmt.onnx_predict(session, x), data)[0]
         elif name == "huggingface":
-            from frugalnas.export.huggingface import write_huggingface
-
             res = write_huggingface(model, data, batch, reference, out, about)
         else:  # pragma: no cover - check_formats admits only the formats above
             raise ConfigError(f"unknown export format {name!r}")
@@ -526,82 +466,6 @@ def _latency(model: nn.Module, plan: _Plan, written: _Written) -> dict[str, Any]
             written.files["onnx"], tuple(plan.data.input_shape), threads=LATENCY_THREADS,
             example=example)
     return found
-
-
-def _report(study: Any, frozen: Any, rank: int, arch: Architecture, plan: _Plan,
-            trained: _Trained, written: _Written, latency: dict[str, Any] | None,
-            score: float, test_examples: int, test_items: int) -> dict[str, Any]:
-    config = study.config
-    metric = metric_name(plan.data)
-    if is_image_classification(plan.data):
-        test = {"test_accuracy": score, "test_examples": test_examples,
-                "onnx_test_accuracy": written.onnx_score}
-    else:
-        test = {metric: score, "test_examples": test_examples, f"onnx_{metric}": written.onnx_score}
-        if metric == "test_loss":
-            test["test_perplexity"] = math.exp(min(score, 700.0))
-            test["test_tokens"] = test_items
-    return {
-        "frugalnas_export": REPORT_VERSION,
-        "study": study.name, "trial": frozen.number, "rank": rank, "selection": plan.selection,
-        "architecture": {"text": str(arch), "space": study.space.name,
-                         "space_options": dict(config.space_options),
-                         "decisions": dict(arch.decisions)},
-        "task": plan.data.task.name, "test_metric": metric, **test,
-        "params": trained.params, "flops": trained.flops,
-        "latency": latency,
-        "search": {"objectives": dict(zip(config.objectives, map(float, frozen.values))),
-                   "directions": list(study.directions),
-                   "metrics": dict(frozen.user_attrs.get(METRICS_ATTR) or {}),
-                   "cost": dict(frozen.user_attrs.get(COST_ATTR) or {}),
-                   "strategy": config.strategy, "estimator": config.estimator,
-                   "estimator_options": dict(config.estimator_options)},
-        "dataset": _dataset_report(plan, config.seed, test_examples),
-        "training": _training_report(plan, trained, config.backend),
-        "checks": written.checks,
-        "seconds": {"train": trained.seconds,
-                    **{f"write_{k}": v for k, v in written.seconds.items()}},
-        "versions": versions(),
-        "machine": machine(),
-        "mlflow": None,
-    }
-
-
-def _dataset_report(plan: _Plan, seed: int, test_examples: int) -> dict[str, Any]:
-    data = plan.data
-    if is_image_classification(data):
-        preprocessing: dict[str, Any] = {
-            "standardise": "(x - mean) / std per channel, before any resize",
-            "mean": data.mean, "std": data.std}
-    else:
-        tokenizer = getattr(data, "tokenizer", None)
-        file = getattr(data, "tokenizer_file", None)
-        preprocessing = {"tokens": {"bytes": "UTF-8 bytes (ids 0-255)",
-                                    "bpe": "byte-level BPE ids (tokenizer.json)"}.get(
-                                        str(tokenizer), "the dataset's token ids"),
-                         "tokenizer": tokenizer, "vocab_size": data.num_classes,
-                         "tokenizer_file": str(file) if file is not None else None,
-                         "context": int(data.input_shape[0])}
-    return {"name": plan.data_name, "options": plan.data_options, "seed": seed,
-            "task": data.task.name,
-            "input_shape": list(data.input_shape), "num_classes": data.num_classes,
-            "train_examples": data.num_examples("train"),
-            "valid_examples": data.num_examples("valid"),
-            "test_examples": test_examples, "trained_on": "train+valid",
-            "preprocessing": preprocessing}
-
-
-def _training_report(plan: _Plan, trained: _Trained, backend_name: str) -> dict[str, Any]:
-    cfg, losses = plan.cfg, trained.losses
-    return {**{k: getattr(cfg, k) for k in TRAIN_OPTIONS}, "seed": plan.seed,
-            "steps": trained.steps, "epochs_done": trained.epochs,
-            "seconds": trained.seconds, "train_loop_seconds": trained.loop_seconds,
-            "flops": 3.0 * trained.flops * trained.steps * cfg.batch_size,
-            "peak_memory": trained.peak_memory,
-            "final_loss": sum(losses[-10:]) / len(losses[-10:]) if losses else None,
-            "backend": {**plan.backend.describe(), "name": backend_name,
-                        "options": plan.backend_options},
-            "backend_metrics": {k: float(v) for k, v in trained.backend_metrics.items()}}
 
 
 def _log_model(study: Any, number: int, arch: Architecture, out: Path, plan: _Plan,

@@ -31,7 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from frugalnas.nn.transformer import DenseGPT
 from frugalnas.ports.errors import ConfigError
+from frugalnas.ports.trial_architecture import architecture_of
+from frugalnas.ports.version import __version__
+from frugalnas.export.formats import FormatResult, quiet, verify
 from frugalnas.export.options import ExportError
 
 #: The folder the format writes, inside the export's folder.
@@ -108,8 +112,6 @@ def gpt2_shape(model: nn.Module) -> GPT2Shape:
     """The GPT-2 shape of ``model``, or a one-line :class:`ConfigError` naming what a GPT-2
     cannot hold (only the module's types and shapes are read: a network on the meta device
     will do)."""
-    from frugalnas.nn.transformer import DenseGPT
-
     if not isinstance(model, DenseGPT):
         raise ConfigError(f"the huggingface export format writes GPT-2 folders of the gpt "
                           f"space's networks (DenseGPT); got a {type(model).__name__}")
@@ -174,8 +176,6 @@ def check_huggingface(study: Any, picks: Sequence[Any], data: Any, data_name: st
     """Before any training: the huggingface format needs ``transformers``, language-modelling
     data and, for every chosen trial, a network GPT-2 can hold (built on the meta device,
     without weights or random numbers)."""
-    from frugalnas.ports.trial_architecture import architecture_of
-
     require_transformers()
     check_task(data.task.name, data_name)
     for frozen in picks:
@@ -328,8 +328,6 @@ def _tokenizer(data: Any, folder: Path, shape: GPT2Shape) -> dict[str, Any]:
 
 
 def _readme(folder: Path, shape: GPT2Shape, tokens: str, about: dict[str, Any]) -> None:
-    from frugalnas.ports.version import __version__
-
     text, encode, decode = TOKENS[tokens]
     (folder / "README.md").write_text(README.format(
         title=f"frugalnas GPT-2: {about.get('architecture', 'language model')}",
@@ -345,8 +343,6 @@ def write_huggingface(model: nn.Module, data: Any, batch: torch.Tensor,
     tokenizer or a README on its tokens), load it with ``AutoModelForCausalLM`` and check
     its logits on ``batch`` against ``reference``; a :class:`~frugalnas.export.formats.
     FormatResult`."""
-    from frugalnas.export.formats import FormatResult, quiet, verify
-
     require_transformers()
     transformers: Any = importlib.import_module("transformers")
 
