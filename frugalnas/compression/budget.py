@@ -1,6 +1,8 @@
 """A compression's budget: ``params=0.5`` (half the parent's non-embedding parameters),
 ``params=2e6`` (at most two million), ``latency=0.5`` (half the parent's ONNX Runtime latency,
-batch 1, one block of tokens, one thread) or ``latency=3`` (at most 3 ms)."""
+batch 1, one block of tokens, one thread), ``latency=3`` (at most 3 ms), ``memory=0.5`` (half
+the parent's inference memory: float32 weights, embeddings included, and the key/value cache
+of one block at batch 1) or ``memory=20`` (at most 20 MiB)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from dataclasses import dataclass
 from frugalnas.ports.errors import ConfigError
 
 #: What a budget may bound, and the metric of a sub-network that it bounds.
-METRICS = {"params": "non_embedding_params", "latency": "latency_ms"}
+METRICS = {"params": "non_embedding_params", "latency": "latency_ms", "memory": "memory_mib"}
 KINDS = tuple(METRICS)
 #: The unit of each kind, as progress lines print it.
-UNITS = {"params": "non-embedding parameters", "latency": "ms"}
+UNITS = {"params": "non-embedding parameters", "latency": "ms", "memory": "MiB"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,7 @@ def parse_budget(text: str) -> Budget:
     if not sep or kind not in KINDS:
         raise ConfigError(f"invalid budget {text!r}; expected KIND=VALUE with KIND one of "
                           f"{', '.join(KINDS)}, e.g. params=0.5 (half the parent's "
-                          "non-embedding parameters), params=2e6 or latency=0.5")
+                          "non-embedding parameters), params=2e6, latency=0.5 or memory=0.5")
     try:
         value = float(raw)
     except ValueError:

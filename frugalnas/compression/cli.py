@@ -24,8 +24,9 @@ def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     cmd.add_argument("--data", required=True,
                      help="UTF-8 text: a file, a folder of .txt files or a glob")
     cmd.add_argument("--budget", default="params=0.5",
-                     help="KIND=VALUE: params=0.5 (half the non-embedding parameters) or an "
-                     "amount such as params=2e6 (default params=0.5)")
+                     help="KIND=VALUE with KIND params, latency or memory: a fraction such as "
+                     "params=0.5 (half the non-embedding parameters) or an amount such as "
+                     "params=2e6, latency=3 (ms) or memory=20 (MiB) (default params=0.5)")
     cmd.add_argument("--out", required=True, help="folder for the results (resumed if it exists)")
     cmd.add_argument("--trials", type=int, default=40, help="sub-networks to score (default 40)")
     cmd.add_argument("--strategy", default="tpe", help="search strategy (default tpe)")

@@ -20,6 +20,8 @@ from frugalnas.ports.space import SearchSpace
 PARAMS = "non_embedding_params"
 #: Its latency: ONNX Runtime, batch 1, one block of tokens, one thread (ms).
 LATENCY = "latency_ms"
+#: Its inference memory: float32 weights and the key/value cache of one block (MiB).
+MEMORY = "memory_mib"
 #: The inherited weights' validation loss (also the value).
 INHERITED = "inherited_loss"
 #: How a candidate's latency is measured (a few repetitions: the search sees many).
@@ -42,7 +44,7 @@ class InheritedLoss(Estimator):
     of tokens, one thread), for a latency budget."""
 
     name = "inherited-loss"
-    provides: tuple[str, ...] = (PARAMS, INHERITED)
+    provides: tuple[str, ...] = (PARAMS, MEMORY, INHERITED)
     measures = ("seconds", "params")
 
     def __init__(self, valid_examples: int | None = 64, latency: bool = False):
@@ -62,7 +64,8 @@ class InheritedLoss(Estimator):
     def known_metrics(self, arch: Architecture, space: SearchSpace) -> Mapping[str, float]:
         if not isinstance(space, SubnetSpace):
             return {}
-        return {PARAMS: float(space.non_embedding_params(arch))}
+        return {PARAMS: float(space.non_embedding_params(arch)),
+                MEMORY: space.memory_mib(arch)}
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         start = time.perf_counter()
@@ -70,7 +73,7 @@ class InheritedLoss(Estimator):
         space = context.space
         assert isinstance(space, SubnetSpace)
         network = space.build(arch, data.num_classes, data.input_shape)
-        metrics = {PARAMS: float(space.non_embedding_params(arch))}
+        metrics = dict(self.known_metrics(arch, space))
         if self.latency:   # on the CPU network, before the backend moves it
             metrics[LATENCY] = latency_ms(network, int(data.input_shape[0]),
                                           space.config.vocab_size)

@@ -26,7 +26,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,13 +36,13 @@ import optuna
 import torch
 
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.compression.budget import Budget, parse_budget
+from frugalnas.compression.budget import UNITS, Budget, parse_budget
 from frugalnas.compression.checkpoint import is_checkpoint, read_checkpoint, save_checkpoint
 from frugalnas.compression.distill import DistillConfig, distill
 from frugalnas.compression.estimator import PARAMS, latency_ms
 from frugalnas.compression.importance import METHODS, measure, reorder
 from frugalnas.compression.parent import Parent, load_parent
-from frugalnas.compression.space import Shape, SubnetSpace, shrink
+from frugalnas.compression.space import Shape, SubnetSpace, inference_mib, shrink
 from frugalnas.compression.supernet import BandSampler, SupernetConfig, train_supernet
 from frugalnas.datasets.text import TextSource
 from frugalnas.engine.study import Study, create_study
@@ -98,8 +98,9 @@ class CompressConfig:
 @dataclass(frozen=True)
 class CompressionResult:
     """What a compression made: the child's shape, where it was written, the parent's and the
-    child's validation loss (nats per token), non-embedding parameters and ONNX Runtime
-    latency (ms; batch 1, one block of tokens, one thread), the seconds of each stage."""
+    child's validation loss (nats per token), non-embedding parameters, ONNX Runtime latency
+    (ms; batch 1, one block of tokens, one thread) and inference memory (MiB: float32 weights
+    and the key/value cache of one block), the seconds of each stage."""
 
     out: Path
     model: Path
@@ -111,6 +112,7 @@ class CompressionResult:
     seconds: dict[str, float]
     onnx: Path | None = None
     latency_ms: dict[str, float] = field(default_factory=dict)
+    memory_mib: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         ratio = self.child_params / self.parent_params
@@ -139,7 +141,7 @@ def compress(model: str | Path, data: str | Path, *, budget: str | Budget = "par
     weights = _supernet(parent, target, text, run)
     shape, study = _search(parent, weights, target, text, run)
     child = _child(parent, weights, shape, text, study.backend, run)
-    result = _export(parent, child, shape, text, budget, run)
+    result = _export(parent, child, shape, text, target, run)
     _review(study, result)
     return result
 
@@ -150,7 +152,8 @@ def _review(study: Study, result: CompressionResult) -> None:
     metrics = {"parent_valid_loss": result.parent_loss, "child_valid_loss": result.child_loss,
                "parent_non_embedding_params": float(result.parent_params),
                "child_non_embedding_params": float(result.child_params),
-               **{f"{who}_latency_ms": ms for who, ms in result.latency_ms.items()}}
+               **{f"{who}_latency_ms": ms for who, ms in result.latency_ms.items()},
+               **{f"{who}_memory_mib": mib for who, mib in result.memory_mib.items()}}
     study.runner.start()
     try:
         study.log_metrics(metrics, step=0)
@@ -229,16 +232,29 @@ class _Target:
     bound: float
     sizes: tuple[float, ...]
 
+    def measure(self, space: SubnetSpace) -> Callable[[Shape], float]:
+        """What ``sizes`` measure: inference memory under a memory budget, non-embedding
+        parameters otherwise."""
+        if self.budget.kind == "memory":
+            return lambda shape: inference_mib(space.parent(), shape.subnet())
+        return space.size
+
+    def unit(self) -> str:
+        return UNITS["memory" if self.budget.kind == "memory" else "params"]
+
 
 def _target(parent: Parent, budget: Budget, text: TextSource, run: _Run) -> _Target:
     params = parent.model.non_embedding_params()
-    measured = params if budget.kind == "params" else _parent_latency(parent, text, run)
+    if budget.kind == "latency":
+        measured = _parent_latency(parent, text, run)
+        bound = budget.bound(measured)
+        # the same share of the parameters and half of it (latency does not shrink as fast
+        # as the parameters)
+        return _Target(budget, measured, bound,
+                       (params * bound / measured, params * bound / measured / 2))
+    measured = params if budget.kind == "params" else inference_mib(parent.model)
     bound = budget.bound(measured)
-    # under a latency budget, the same share of the parameters and half of it (latency does
-    # not shrink as fast as the parameters)
-    sizes = (bound,) if budget.kind == "params" else \
-        (params * bound / measured, params * bound / measured / 2)
-    return _Target(budget, measured, bound, sizes)
+    return _Target(budget, measured, bound, (bound,))
 
 
 @dataclass(frozen=True)
@@ -265,15 +281,15 @@ def _supernet(parent: Parent, target: _Target, text: TextSource, run: _Run) -> _
         shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
     start = time.perf_counter()
     space = SubnetSpace(str(run.out / "ordered"), **_space_options(parent, run.config))
-    low, high = min(target.sizes) / 2, max(target.sizes)
-    sampler = BandSampler(space, low, high, seed=run.config.seed)
+    sampler = BandSampler(space, min(target.sizes) / 2, max(target.sizes), run.config.seed,
+                          target.measure(space), target.unit())
     backend = PluginHost().create(BACKENDS, run.config.backend)
     supernet = copy.deepcopy(parent.model)
     backend.prepare(supernet)   # moved in place: the sub-networks run on its modules
     teacher = parent.model.to(backend.device)
     steps = config.steps(int(text.input_shape[0]))
     run.say(f"supernet: {steps} steps ({config.tokens:,} tokens), {config.samples} "
-            f"sub-network(s) per step of {low:,.0f} to {high:,.0f} non-embedding parameters")
+            f"sub-network(s) per step of between {sampler.describe()}")
 
     def progress(done: int, loss: float) -> None:
         run.say(f"supernet: step {done}/{steps}, loss {loss:.4f}")
@@ -298,8 +314,9 @@ def _search(parent: Parent, weights: _Weights, target: _Target, text: TextSource
         space = study.space
         assert isinstance(space, SubnetSpace)
         # the sizes' anchors taken in turn, so that a short search tries each size
-        anchors = [a for group in itertools.zip_longest(*(space.anchors(z) for z in
-                                                          target.sizes))
+        size_of = target.measure(space)
+        anchors = [a for group in itertools.zip_longest(*(space.anchors(z, measure=size_of)
+                                                          for z in target.sizes))
                    for a in group if a is not None]
         for arch in list(dict.fromkeys(anchors))[:config.trials]:
             study.optuna_study.enqueue_trial(dict(arch.decisions))
@@ -450,7 +467,7 @@ def _child(parent: Parent, weights: _Weights, shape: Shape, text: TextSource,
 
 # -- 5. export -------------------------------------------------------------------------------
 def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
-            budget: Budget, run: _Run) -> CompressionResult:
+            target: _Target, run: _Run) -> CompressionResult:
     start, config, out, seconds = time.perf_counter(), run.config, run.out, run.seconds
     backend = SingleDeviceBackend()
     losses = {name: split_metric(net.eval(), backend, text, limit=config.valid_examples)
@@ -463,13 +480,14 @@ def _export(parent: Parent, child: ElasticGPT, shape: Shape, text: TextSource,
     run.say(f"export: ONNX Runtime latency, batch 1, {text.input_shape[0]} tokens: parent "
             f"{latency['parent']:.3g} ms, child {latency['child']:.3g} ms")
     seconds["export"] = time.perf_counter() - start
+    memory = {"parent": inference_mib(parent.model), "child": inference_mib(child)}
     result = CompressionResult(out, model_dir, shape, losses["parent"], losses["child"],
                                parent.model.non_embedding_params(),
-                               child.non_embedding_params(), seconds, onnx, latency)
-    if budget.kind == "params":
-        bound, child_value = budget.bound(result.parent_params), float(result.child_params)
-    else:   # the bound the search ran under; the child as measured now
-        bound, child_value = budget.bound(latency["parent"]), latency["child"]
+                               child.non_embedding_params(), seconds, onnx, latency, memory)
+    # the bound the search ran under; the child as measured now
+    budget, bound = target.budget, target.bound
+    child_value = {"params": float(result.child_params), "latency": latency["child"],
+                   "memory": memory["child"]}[budget.kind]
     report = {**asdict(result), "out": str(out), "model": str(model_dir),
               "onnx": None if onnx is None else str(onnx), "parent": parent.describe(),
               "budget": str(budget), "bound": bound, "meets_budget": child_value <= bound,

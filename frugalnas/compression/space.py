@@ -14,7 +14,7 @@ head_dim``, as GPT-2 splits its width into its heads.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,9 @@ from frugalnas.ports.errors import ConfigError, check_range
 from frugalnas.ports.space import SearchSpace
 
 WIDTH, DEPTH, HEADS, HIDDEN = "width", "depth", "heads", "mlp_hidden"
+#: Bytes of one float32 value: the weights and caches of a written model.
+FLOAT32 = 4
+MIB = 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -150,22 +153,31 @@ class SubnetSpace(SearchSpace):
         """Parameters of the sub-network's layers and final norm."""
         return self.parent().non_embedding_params(self.shape(arch).subnet())
 
-    def anchors(self, bound: float, depths: int = 3) -> list[Architecture]:
+    def memory_mib(self, arch: Architecture) -> float:
+        """The sub-network's inference memory (:func:`inference_mib`)."""
+        return inference_mib(self.parent(), self.shape(arch).subnet())
+
+    def size(self, shape: Shape) -> float:
+        """Non-embedding parameters of ``shape``."""
+        return float(self.parent().non_embedding_params(shape.subnet()))
+
+    def anchors(self, bound: float, depths: int = 3,
+                measure: Callable[[Shape], float] | None = None) -> list[Architecture]:
         """Sub-networks a search starts from: for each of the ``depths`` largest depths, the
-        largest that fits ``bound`` non-embedding parameters when the width, heads and MLP
-        units shrink by one factor, and when only the heads and MLP units do (Minitron's
-        width pruning); distinct, feasible ones only."""
+        largest whose ``measure`` (default: non-embedding parameters) fits ``bound`` when the
+        width, heads and MLP units shrink by one factor, and when only the heads and MLP
+        units do (Minitron's width pruning); distinct, feasible ones only."""
         out: list[Architecture] = []
         top = self.config.max_depth
         for depth in range(top, max(self.min_depth, top - depths + 1) - 1, -1):
             for keep_width in (False, True):
-                arch = self._largest_fitting(bound, depth, keep_width)
+                arch = self._largest_fitting(bound, depth, keep_width, measure or self.size)
                 if arch is not None and arch not in out:
                     out.append(arch)
         return out
 
-    def _largest_fitting(self, bound: float, depth: int, keep_width: bool
-                         ) -> Architecture | None:
+    def _largest_fitting(self, bound: float, depth: int, keep_width: bool,
+                         measure: Callable[[Shape], float]) -> Architecture | None:
         c = self.config
         for step in range(100, 0, -1):
             f = step / 100
@@ -173,7 +185,7 @@ class SubnetSpace(SearchSpace):
             width = heads * c.head_dim if self.tied_width else \
                 (max(self.widths) if keep_width else _at_most(self.widths, c.max_width * f))
             shape = Shape(width, depth, heads, _at_most(self.mlp_hidden, c.max_mlp_hidden * f))
-            if self.parent().non_embedding_params(shape.subnet()) <= bound:
+            if measure(shape) <= bound:
                 return self.of_shape(shape)
         return None
 
@@ -203,6 +215,22 @@ def _at_most(choices: Sequence[int], value: float) -> int:
     """The largest choice not above ``value`` (the smallest choice when none is)."""
     fitting = [c for c in choices if c <= value]
     return max(fitting) if fitting else min(choices)
+
+
+def inference_mib(model: ElasticGPT, config: SubnetConfig | None = None) -> float:
+    """The memory an inference of ``model``'s sub-network ``config`` (None: the largest)
+    holds, in MiB: its float32 weights, embeddings and head included (a head tied to the
+    embedding counted once), and the key/value cache of one full block of the model's context
+    at batch 1."""
+    config = config or model.largest()
+    c = model.config
+    embeddings = c.vocab_size * config.width * (1 if c.tie_weights else 2)
+    if c.positions == "learned":
+        embeddings += c.context * config.width
+    weights = model.non_embedding_params(config) + embeddings
+    kv_heads = sum(choice.heads // c.group for choice in config.blocks)
+    cache = 2 * kv_heads * c.head_dim * c.context
+    return (weights + cache) * FLOAT32 / MIB
 
 
 def shrink(model: ElasticGPT, shape: Shape) -> ElasticGPT:

@@ -66,14 +66,17 @@ class SupernetConfig:
 
 
 class BandSampler:
-    """Sub-networks of ``space`` whose non-embedding parameters lie in ``[low, high]``,
-    drawn at random: the same draws for the same ``seed`` and step, so a resumed or repeated
-    training sees the same networks."""
+    """Sub-networks of ``space`` whose ``measure`` (default: non-embedding parameters; its
+    ``unit`` for messages) lies in ``[low, high]``, drawn at random: the same draws for the
+    same ``seed`` and step, so a resumed or repeated training sees the same networks."""
 
-    def __init__(self, space: SubnetSpace, low: float, high: float, seed: int = 0):
+    def __init__(self, space: SubnetSpace, low: float, high: float, seed: int = 0,
+                 measure: Callable[[Shape], float] | None = None,
+                 unit: str = "non-embedding parameters"):
         if not 0 <= low <= high:
             raise ConfigError(f"invalid size band [{low:g}, {high:g}]")
         self.space, self.low, self.high, self.seed = space, low, high, seed
+        self.measure, self.unit = measure or space.size, unit
 
     def draw(self, rng: random.Random) -> Shape:
         """One shape in the band; a ConfigError naming the band when none turns up."""
@@ -81,12 +84,16 @@ class BandSampler:
         for _ in range(TRIES):
             values = {name: rng.choice(_values(dist)) for name, dist in choices.items()}
             shape = self.space.shape(self.space.from_params(values))
-            size = self.space.parent().non_embedding_params(shape.subnet())
-            if self.low <= size <= self.high:
+            if self.low <= self.measure(shape) <= self.high:
                 return shape
         raise ConfigError(f"no sub-network of space {self.space.name!r} has between "
-                          f"{self.low:,.0f} and {self.high:,.0f} non-embedding parameters in "
-                          f"{TRIES} draws; widen the space's choices or the budget")
+                          f"{self.describe()} in {TRIES} draws; widen the space's choices or "
+                          "the budget")
+
+    def describe(self) -> str:
+        """``444,960 and 889,920 non-embedding parameters``."""
+        digits = ",.0f" if self.high >= 1000 else ".3g"
+        return f"{self.low:{digits}} and {self.high:{digits}} {self.unit}"
 
     def shapes(self, step: int, samples: int) -> list[Shape]:
         """The ``samples`` shapes of training step ``step``."""

@@ -15,6 +15,7 @@ from frugalnas.compression.budget import parse_budget
 from frugalnas.compression.distill import LogitDistillation
 from frugalnas.compression.checkpoint import CONFIG_FILE, read_checkpoint, save_checkpoint
 from frugalnas.compression.pipeline import compress
+from frugalnas.compression.space import Shape, inference_mib
 from frugalnas.datasets.text import SAMPLE, TextSource
 from frugalnas.engine.study import load_study
 from frugalnas.nn.transformer import ElasticGPT
@@ -203,3 +204,37 @@ def test_a_latency_search_resumes_with_the_bound_it_started_with(wide_parent: Pa
     study = load_study(study_name="compress", storage=f"sqlite:///{tmp_path / 'search.db'}")
     assert len(study.trials) == 4
     assert study.config.constraints["latency_ms"] == pytest.approx(bound)
+
+
+def _bytes_of(model: torch.nn.Module) -> int:
+    unique = {id(p): p for p in model.parameters()}   # a tied head counted once
+    return sum(p.numel() * p.element_size() for p in unique.values())
+
+
+@pytest.mark.parametrize("shape", [
+    dict(), dict(positions="rotary", tie_weights=True),
+    dict(positions="rotary", kv_heads=2, norm="rmsnorm", gated=True, bias=False)])
+def test_inference_memory_is_the_written_weights_and_one_blocks_cache(shape) -> None:
+    model = ElasticGPT(256, 64, 3, 4, 16, 192, CONTEXT, **shape)
+    sub = Shape(48, 2, 2, 96).subnet()
+    for config in (None, sub):
+        dense = model.export(config)
+        heads = 4 if config is None else 2
+        kv_heads = len(dense.blocks) * heads // model.config.group
+        cache = 2 * kv_heads * 16 * CONTEXT * 4
+        assert inference_mib(model, config) * 2 ** 20 == _bytes_of(dense) + cache
+
+
+def test_a_memory_budget_bounds_the_child_as_written(parent: Path, tmp_path: Path) -> None:
+    result = compress(parent, SAMPLE, budget="memory=0.7", out=tmp_path,
+                      **{**FAST, "onnx": False, "tracking": False, "distill": {"tokens": 0}})
+    report = json.loads((tmp_path / "report.json").read_text())
+    written, _ = read_checkpoint(result.model)
+    assert report["bound"] == pytest.approx(0.7 * result.memory_mib["parent"])
+    assert result.memory_mib["child"] == pytest.approx(inference_mib(written))
+    assert result.memory_mib["child"] <= report["bound"] and report["meets_budget"]
+    study = load_study(study_name="compress", storage=f"sqlite:///{tmp_path / 'search.db'}")
+    assert study.config.constraints == {"memory_mib": pytest.approx(report["bound"])}
+    for trial in study.completed_trials():
+        assert trial.frozen.user_attrs["metrics"]["memory_mib"] == pytest.approx(
+            study.space.memory_mib(trial.architecture))
