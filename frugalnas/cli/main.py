@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from frugalnas.ports.config import (DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, ISOLATION_MODES,
-                                   StudyConfig, check_run_settings, load_run_file,
-                                   parse_constraint)
+                                   StudyConfig, check_run_settings, check_worker_settings,
+                                   load_run_file, parse_constraint)
 from frugalnas.host.dotted import is_dotted
 from frugalnas.ports.errors import (ConfigConflictError, ConfigError, FrugalnasError, Interrupted,
                                    PluginError, PluginNotAllowedError, one_line, raise_interrupted)
@@ -270,8 +270,6 @@ def _run_heartbeat(args: argparse.Namespace, storage: str | None) -> int | None:
     """The heartbeat of ``run``: ``--heartbeat`` (0: none), by default
     :data:`DEFAULT_RUN_HEARTBEAT` seconds on a database storage; none in memory or on a
     journal file, which has no heartbeats."""
-    from frugalnas.distribution.worker import check_worker_settings
-
     database = (isinstance(storage, str) and storage.startswith(("sqlite:///", "postgresql",
                                                                  "mysql"))
                 and ":memory:" not in storage) or is_dask_url(storage)
@@ -376,7 +374,7 @@ def _failure_summary(study: Any) -> str:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from frugalnas.distribution.worker import check_worker_settings, run_worker
+    from frugalnas.distribution.worker import run_worker
 
     stop_on_sigterm()
     _optuna_logging()

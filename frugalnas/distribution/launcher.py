@@ -13,15 +13,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from frugalnas.ports.config import StudyConfig
 from frugalnas.ports.errors import ConfigError, FrugalnasError, PluginError
 from frugalnas.engine.dask_url import is_dask_url
 from frugalnas.engine.storage_url import masked
-
-if TYPE_CHECKING:
-    from frugalnas.host.plugins import PluginHost
+from frugalnas.host.plugins import PluginHost
 
 
 class LaunchError(FrugalnasError):
@@ -49,7 +45,6 @@ class WorkerJob:
         a one-line summary of the study's trials."""
         import optuna
 
-        from frugalnas.host.plugins import PluginHost
         from frugalnas.distribution.worker import run_worker
 
         # One line per trial from optuna and N workers would bury the run's own output.

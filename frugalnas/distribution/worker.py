@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -37,13 +38,12 @@ from frugalnas.distribution.quota_storage import (DUPLICATE_REASON, FINISHED_ELS
                                                   QuotaReached, QuotaStorage, make_storage,
                                                   quiet_experimental)
 from frugalnas.engine.runner import signals_interrupt, storage_failures_stop
-from frugalnas.ports.config import DEFAULT_MAX_FAILURES, ISOLATION_MODES, StudyConfig
-from frugalnas.ports.errors import ConfigError, FrugalnasError, check_choice, check_range
+from frugalnas.engine.study import Study, create_study
+from frugalnas.ports.config import (DEFAULT_MAX_FAILURES, ISOLATION_MODES, StudyConfig,
+                                   check_worker_settings)
+from frugalnas.ports.errors import ConfigError, FrugalnasError, check_choice
+from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.keys import FAIL_REASON_ATTR
-
-if TYPE_CHECKING:
-    from frugalnas.engine.study import Study
-    from frugalnas.host.plugins import PluginHost
 
 #: A worker whose strategy proposes this many taken architectures in a row stops.
 MAX_DUPLICATES_IN_A_ROW = 20
@@ -61,24 +61,6 @@ class WorkerGaveUp(FrugalnasError):
                          "stops (raise --max-failures, or 0 to never stop)")
 
 
-def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int,
-                          max_failures: int = DEFAULT_MAX_FAILURES) -> None:
-    """Raise ConfigError for heartbeat/grace/retries/max_failures values that cannot work."""
-    check_range("max_failures", max_failures, 0)
-    if heartbeat is not None:
-        check_range("heartbeat (seconds)", heartbeat, 1)
-    if grace is not None:
-        if heartbeat is None:
-            raise ConfigError(f"grace {grace!r} needs heartbeats; add --heartbeat SECONDS")
-        if not isinstance(grace, int) or grace <= heartbeat:
-            raise ConfigError(f"invalid grace {grace!r}; it must exceed the heartbeat interval "
-                              f"({heartbeat} s), or live trials would be failed as stale")
-    check_range("retries", retries, 0)
-    if retries and heartbeat is None:
-        raise ConfigError(f"retries {retries!r} needs heartbeats to detect dead trials; "
-                          "add --heartbeat SECONDS")
-
-
 def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int, *,
                heartbeat: int | None = None, grace: int | None = None, retries: int = 0,
                timeout: float | None = None, host: PluginHost | None = None,
@@ -89,10 +71,6 @@ def run_worker(config: StudyConfig, storage: str, study_name: str, n_trials: int
     gives up (:class:`WorkerGaveUp`) after ``max_failures`` of its own trials failed in a row
     (failed trials do not count towards ``n_trials``, so it would otherwise never end); 0
     never gives up. ``isolate`` says where trials are evaluated, as for ``Study.optimize``."""
-    from dataclasses import asdict
-
-    from frugalnas.engine.study import create_study
-
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"invalid n_trials {n_trials!r} for a worker; expected an integer >= 1")
     check_worker_settings(heartbeat, grace, retries, max_failures)

@@ -19,10 +19,12 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
-from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT, StudyConfig
+from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT, StudyConfig, check_worker_settings
 from frugalnas.ports.errors import ConfigError
 from frugalnas.distribution.launcher import Launcher, WorkerJob, check_shared_storage, positive_workers
 from frugalnas.host.plugins import PluginHost, hookimpl
+from frugalnas.launchers.dask_cluster import DaskLauncher, check_address
+from frugalnas.launchers.local import LocalLauncher
 from frugalnas.ports.secrets import OptionRoles
 
 if TYPE_CHECKING:
@@ -58,8 +60,6 @@ def check_options(options: dict[str, Any]) -> None:
                               f"{', '.join(OPTIONS)}")
     cluster = options.get("cluster")
     if cluster is not None:
-        from frugalnas.launchers.dask_cluster import check_address
-
         check_address(cluster)
     if options.get("workers") is not None:
         positive_workers(options["workers"], "number of workers")
@@ -105,7 +105,6 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
 
     from frugalnas.engine.study import create_study
     from frugalnas.distribution.quota_storage import make_storage
-    from frugalnas.distribution.worker import check_worker_settings
 
     heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat
     check_worker_settings(heartbeat, grace, retries)
@@ -129,9 +128,6 @@ def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher,
 # -- the plugin's hooks --------------------------------------------------------------------
 @hookimpl
 def frugalnas_launchers() -> dict[str, Any]:
-    from frugalnas.launchers.dask_cluster import DaskLauncher
-    from frugalnas.launchers.local import LocalLauncher
-
     return {"local": LocalLauncher, "dask": DaskLauncher}
 
 

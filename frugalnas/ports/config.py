@@ -11,7 +11,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
-from frugalnas.ports.errors import ConfigError, check_choice
+from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.secrets import OptionRoles, mask_options, mask_value
 
 DIRECTIONS = ("maximize", "minimize")
@@ -242,6 +242,24 @@ def check_run_settings(run: dict[str, Any]) -> None:
     if "load_if_exists" in run and not isinstance(run["load_if_exists"], bool):
         raise ConfigError(f"invalid load_if_exists {run['load_if_exists']!r}; expected true or "
                           "false")
+
+
+def check_worker_settings(heartbeat: int | None, grace: int | None, retries: int,
+                          max_failures: int = DEFAULT_MAX_FAILURES) -> None:
+    """Raise ConfigError for heartbeat/grace/retries/max_failures values that cannot work."""
+    check_range("max_failures", max_failures, 0)
+    if heartbeat is not None:
+        check_range("heartbeat (seconds)", heartbeat, 1)
+    if grace is not None:
+        if heartbeat is None:
+            raise ConfigError(f"grace {grace!r} needs heartbeats; add --heartbeat SECONDS")
+        if not isinstance(grace, int) or grace <= heartbeat:
+            raise ConfigError(f"invalid grace {grace!r}; it must exceed the heartbeat interval "
+                              f"({heartbeat} s), or live trials would be failed as stale")
+    check_range("retries", retries, 0)
+    if retries and heartbeat is None:
+        raise ConfigError(f"retries {retries!r} needs heartbeats to detect dead trials; "
+                          "add --heartbeat SECONDS")
 
 
 def check_keys(what: str, data: dict[str, Any], valid: list[str]) -> None:

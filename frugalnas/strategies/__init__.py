@@ -10,6 +10,7 @@ from typing import Any
 
 from frugalnas.host.plugins import hookimpl
 from frugalnas.host.registry import LazyFactory
+from frugalnas.multiobjective.hypervolume import check_reference_point
 
 #: name -> (module:factory, summary): the strategies this plugin registers, named so that
 #: registering imports none of them (nor optuna, scipy, scikit-learn or torch); the summary is
@@ -59,8 +60,6 @@ def frugalnas_check_config(config: Any, host: Any) -> None:
     """Before the first trial: the reference point of ``mo-evolution``, ``surrogate-evolution``
     and ``bananas`` has one value per objective."""
     if config.strategy in ("mo-evolution", "surrogate-evolution", "bananas"):
-        from frugalnas.multiobjective.hypervolume import check_reference_point
-
         check_reference_point(config.strategy_options.get("reference_point"),
                               len(config.directions))
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import frugalnas
+from frugalnas.host.plugins import PluginHost
 
 _TEMPLATE: dict[str, Path] = {}
 
@@ -42,8 +43,6 @@ def pytest_configure(config: pytest.Config) -> None:
 def frugalnas_host(request: pytest.FixtureRequest):
     """A fresh :class:`frugalnas.PluginHost` with every installed plugin loaded. Parametrize
     indirectly with ``{"plugins": [...], "disable_plugins": [...]}`` to change what loads."""
-    from frugalnas.host.plugins import PluginHost
-
     params: dict[str, Any] = getattr(request, "param", {}) or {}
     return PluginHost(params.get("plugins", ()), params.get("disable_plugins", ()))
 

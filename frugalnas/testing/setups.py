@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from frugalnas.compression.checkpoint import save_checkpoint
+from frugalnas.nn.transformer import ElasticGPT
 from frugalnas.ports.task import LANGUAGE_MODELLING
+from frugalnas.spaces.gpt.network import gpt_init
 
 SMALL_NB201 = {"N": 1, "C": 4}
 #: The options of ``nb201-table`` on :data:`SMALL_NB201`: the table holds the values of the
@@ -35,6 +38,9 @@ SMALL_DAG = {"nodes": 2, "channels": 4, "normal_cells": 1, "reductions": 1}
 SMALL_GPT: dict[str, Any] = {"widths": [16, 32], "min_depth": 1, "max_depth": 2,
                              "heads": [1, 2], "mlp_ratios": [2, 4], "head_dim": 8,
                              "context": 16}
+#: A tiny ``vit`` space for 8 x 8 images: patches of 2 or 4, widths 16/32, one or two layers.
+SMALL_VIT: dict[str, Any] = {"patch_sizes": [2, 4], "widths": [16, 32], "max_depth": 2,
+                             "heads": [1, 2], "mlp_ratios": [2, 4], "head_dim": 8}
 SMALL_MOBILENET: dict[str, Any] = {"width_mult": 0.25, "stages": [[16, 2, 2], [24, 2, 1]],
                                     "head_channels": 32}
 SMALL_DATA = {"n": 96, "num_classes": 4, "channels": 3, "size": 8}
@@ -140,10 +146,6 @@ def cifar_options() -> dict[str, Any]:
 def tiny_gpt_parent() -> dict[str, Any]:
     """A tiny byte-level GPT saved as a frugalnas checkpoint (fresh weights), for the
     ``gpt-subnet`` space: its options."""
-    from frugalnas.compression.checkpoint import save_checkpoint
-    from frugalnas.nn.transformer import ElasticGPT
-    from frugalnas.spaces.gpt.network import gpt_init
-
     model = ElasticGPT(256, 32, 2, 2, 8, 64, 16)
     with torch_seed(0):
         gpt_init(model)
@@ -178,6 +180,7 @@ BUILTIN_SETUPS: dict[tuple[str, str], CheckSetup] = {
     ("search_spaces", "gpt"): CheckSetup(
         options=SMALL_GPT, check_options={"task": LANGUAGE_MODELLING, "input_shapes": ((8,),),
                                           "num_classes": 11}),
+    ("search_spaces", "vit"): CheckSetup(options=SMALL_VIT),
     ("search_spaces", "gpt-subnet"): CheckSetup(
         options=tiny_gpt_parent,   # networks predict the parent's 256 byte tokens
         check_options={"task": LANGUAGE_MODELLING, "input_shapes": ((8,),), "num_classes": 256}),

@@ -33,6 +33,7 @@ from frugalnas.ports.capabilities import CellGraph, capability
 from frugalnas.ports.keys import INTERRUPTED_PREFIX
 from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.trial_constraints import feasible_flag
+from frugalnas.tracking.mlflow.drawing import draw_cell
 
 if TYPE_CHECKING:  # the mlflow plugin loads for --help, which needs no optuna
     from optuna.trial import FrozenTrial
@@ -96,8 +97,6 @@ def _arch_params(arch: Any) -> dict[str, str]:
 
 
 def _arch_artifacts(tracker: Any, arch: Any) -> dict[str, str | bytes]:
-    from frugalnas.tracking.mlflow.drawing import draw_cell
-
     graph = capability(tracker.study.space, CellGraph)
     text = str(arch)
     out: dict[str, str | bytes] = {

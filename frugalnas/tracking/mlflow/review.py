@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from frugalnas.ports.keys import ARCHITECTURE_ATTR, COST_ATTR, METRICS_ATTR
+from frugalnas.ports.trial_constraints import recorded_feasible
 
 #: Rows of the leaderboard.
 TOP = 100
@@ -192,8 +193,6 @@ def entry_of_report(report: Any) -> ReviewEntry:
 
 def entry_of_trial(frozen: Any) -> ReviewEntry:
     """A :class:`ReviewEntry` from a COMPLETE trial as the storage records it."""
-    from frugalnas.ports.trial_constraints import recorded_feasible
-
     def numbers(raw: Any) -> dict[str, float]:
         return {k: float(v) for k, v in (raw or {}).items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}

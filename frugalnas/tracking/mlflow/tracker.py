@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from frugalnas.ports.secrets import mask_text
 from frugalnas.engine.storage_url import operational_failure
+from frugalnas.multiobjective.hypervolume import hypervolume
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
 from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
                                                  TAG_STUDY_ID, TAG_TRIAL, create_runs,
@@ -433,8 +434,6 @@ class StudyTracker:
         trials: the volume dominated by every completed trial numbered up to it."""
         from mlflow.entities import Metric
         from optuna.trial import TrialState
-
-        from frugalnas.multiobjective.hypervolume import hypervolume
 
         dirs = list(self.study.directions)
         if len(dirs) < 2:
