@@ -9,6 +9,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "define-by-run": "frugalnas.spaces.define_by_run",
     "mobilenet": "frugalnas.spaces.mobilenet",
     "gpt": "frugalnas.spaces.gpt",
+    "vit": "frugalnas.spaces.vit",
     "latency": "frugalnas.latency",
     "datasets": "frugalnas.datasets.plugin",
     "estimators": "frugalnas.estimators",

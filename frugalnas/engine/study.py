@@ -144,8 +144,14 @@ class Study:
             if self._dataset is None:
                 if self.config.dataset is None:
                     raise ConfigError(f"estimator {self.config.estimator!r} needs a dataset; set dataset=")
-                self._dataset = self.host.create(DATASETS, self.config.dataset, seed=self.config.seed,
-                                                 **self.config.dataset_options)
+                data = self.host.create(DATASETS, self.config.dataset, seed=self.config.seed,
+                                        **self.config.dataset_options)
+                tasks = type(self.space).tasks
+                if data.task.name not in tasks:
+                    raise ConfigError(f"space {self.config.space!r} builds networks for "
+                                      f"{', '.join(tasks)}; dataset {self.config.dataset!r} "
+                                      f"holds {data.task.name} data")
+                self._dataset = data
             return self._dataset
 
     def context(self, trial: optuna.Trial | None = None) -> TrialContext:

@@ -62,7 +62,8 @@ class SupernetEstimator(Estimator):
     ``sandwich``: each step trains the space's largest network on the labels and this many
     more on its predictions, the smallest among them (BigNAS's sandwich rule with in-place
     distillation; 0: one drawn network per step; spaces with a largest and smallest
-    network: mobilenet)."""
+    network: mobilenet, gpt, vit). ``optimizer``: ``"sgd"`` (with ``momentum``) or
+    ``"adam"``, which transformers (gpt, vit) train far better with."""
 
     name = "supernet"
     provides: tuple[str, ...] = ("valid_accuracy", "supernet_epochs")
@@ -75,7 +76,7 @@ class SupernetEstimator(Estimator):
                  bn_batches: int = 4, checkpoint: str | None = None,
                  hybrid_proxies: Sequence[str] | str | None = None, hybrid_weight: float = 0.5,
                  finetune_steps: int = 0, progressive_shrinking: bool = False,
-                 sandwich: int = 0, host: Any = None):
+                 sandwich: int = 0, optimizer: str = "sgd", host: Any = None):
         check_range("epochs", epochs, 0)
         check_range("sandwich", sandwich, 0)
         self.sandwich = int(sandwich)
@@ -84,7 +85,8 @@ class SupernetEstimator(Estimator):
         check_range("bn_batches", bn_batches, 0)
         check_choice("sharing", sharing, SHARING)
         self.config = TrainConfig(epochs=max(epochs, 1), batch_size=batch_size, lr=lr,
-                                  momentum=momentum, weight_decay=weight_decay)
+                                  momentum=momentum, weight_decay=weight_decay,
+                                  optimizer=optimizer)
         self.epochs, self.few_shot_epochs = int(epochs), int(few_shot_epochs)
         self.sharing, self.bn_batches = sharing, int(bn_batches)
         self.few_shot_split, self.few_shot_groups = few_shot_split, few_shot_groups

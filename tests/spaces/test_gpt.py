@@ -14,7 +14,8 @@ from frugalnas.nn.weight_store import WeightStore
 from frugalnas.ports.capabilities import (OwnEncodings, ProgressiveShrinking, SandwichRule,
                                           WeightSharing, capability)
 from frugalnas.ports.errors import ArchitectureParseError, ConfigError
-from frugalnas.spaces.gpt.space import DEPTH_KEY, WIDTH_KEY, GPTSpace, layer_keys
+from frugalnas.spaces.gpt.space import GPTSpace
+from frugalnas.spaces.stack.space import DEPTH_KEY, WIDTH_KEY, layer_keys
 from frugalnas.testing.setups import SMALL_GPT
 
 SPACE = GPTSpace(**SMALL_GPT)

@@ -42,6 +42,9 @@ class DefineByRunSpace(SearchSpace):
     and ``trial.input_shape`` give the network's shape). ``discovery`` random replays (plus
     the all-first and all-last ones) find every decision and its choices."""
 
+    #: The builder decides what its networks do: they may classify images or model text.
+    tasks = ("image-classification", "language-modelling")
+
     def __init__(self, builder: Callable[..., Any], name: str | None = None,
                  options: Mapping[str, Any] | None = None, discovery: int = 200,
                  seed: int = 0):
