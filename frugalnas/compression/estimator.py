@@ -80,5 +80,6 @@ class InheritedLoss(Estimator):
         model = context.backend.prepare(network)
         loss = split_metric(model, context.backend, data, limit=self.valid_examples)
         metrics[INHERITED] = loss
+        metrics.update(data.task.derived_metrics(loss))
         cost = Cost(seconds=time.perf_counter() - start, params=count_params(model))
         return EstimateResult(value=loss, metrics=metrics, cost=cost)

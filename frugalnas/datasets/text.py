@@ -18,7 +18,9 @@ documents, in path order, make one stream of tokens:
 
 A stream is cut into non-overlapping blocks of ``context`` tokens (each with the token after
 it, for the shifted targets): an example is a block, a batch is ``(tokens, next tokens)``,
-both ``(N, context)`` int64, and the task is :data:`~frugalnas.ports.task.LANGUAGE_MODELLING`.
+both ``(N, context)`` int64, and the task is language modelling
+(:class:`~frugalnas.ports.task.LanguageModelling`, which also gives the validation loss in
+bits per byte of the validation text).
 Blocks may straddle the end of one document and the start of the next in the same split.
 
 Without ``path`` the source reads the shipped sample, nine Shakespeare plays (see
@@ -42,7 +44,7 @@ from frugalnas.ports.data import (DataSource, check_fractions, epoch_order, fixe
                                   no_test_split, split_counts, split_indices, split_name,
                                   subset_indices)
 from frugalnas.ports.errors import ConfigError
-from frugalnas.ports.task import LANGUAGE_MODELLING, Task
+from frugalnas.ports.task import LanguageModelling, Task
 
 NAME = "text"
 #: The shipped sample corpus, read when no ``path`` is given.
@@ -181,6 +183,7 @@ class TextSplit:
     stream: TokenStream
     starts: np.ndarray
     documents: tuple[str, ...]
+    n_bytes: int = 0
 
 
 def block_starts(length: int, context: int) -> np.ndarray:
@@ -242,13 +245,16 @@ class TextSource(DataSource):
                     f"{len(stream)} tokens, too few for one block of context {context} + 1; "
                     "lower context or give more text")
             docs = tuple(dict.fromkeys(str(r[0]) for r in ranges[which]))
-            splits[which] = TextSplit(stream, starts, docs)
+            n_bytes = sum(int(r[2]) - int(r[1]) for r in ranges[which])
+            splits[which] = TextSplit(stream, starts, docs, n_bytes)
         return cls(NAME, splits, int(context), num_classes, tokenizer, tokenizer_file, bpe)
 
     # -- the contract ----------------------------------------------------------------------
     @property
     def task(self) -> Task:
-        return LANGUAGE_MODELLING
+        """Language modelling, with the validation text's bytes per token (bits per byte)."""
+        valid = self.splits["valid"]
+        return LanguageModelling(valid.n_bytes / len(valid.stream) if len(valid.stream) else None)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -320,7 +326,7 @@ class TextSource(DataSource):
         train, valid = self.splits["train"], self.splits["valid"]
         joined = TextSplit(train.stream + valid.stream,
                            np.concatenate([train.starts, valid.starts + len(train.stream)]),
-                           train.documents + valid.documents)
+                           train.documents + valid.documents, train.n_bytes + valid.n_bytes)
         return self._with("train", joined)
 
     def resized(self, size: int) -> "TextSource":

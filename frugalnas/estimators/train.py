@@ -110,7 +110,8 @@ class TrainEstimator(Estimator):
             reports[0] += 1
             samples = steps_done * self.config.batch_size
             context.report(step, {
-                "value": score, data.task.metric: score, "train_loss": loss, **metrics,
+                "value": score, data.task.metric: score, **data.task.derived_metrics(score),
+                "train_loss": loss, **metrics,
                 "params": float(params), "epochs": steps_done / batches_per_epoch,
                 "flops": 3.0 * flops_per_sample * samples + eval_flops * reports[0],
                 "seconds": time.perf_counter() - start}, last=steps_done >= total_steps)
@@ -128,7 +129,7 @@ class TrainEstimator(Estimator):
                        every=(self.report_every_steps, on_steps)
                        if self.report_every_steps else None)
         score = split_metric(model, backend, data, limit=self.valid_examples)
-        metrics.update({data.task.metric: score,
+        metrics.update({data.task.metric: score, **data.task.derived_metrics(score),
                         "train_loss": sum(report.losses[-10:]) / max(1, len(report.losses[-10:]))})
         samples = report.steps * self.config.batch_size
         flops = 3.0 * flops_per_sample * samples + eval_flops

@@ -11,6 +11,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -41,6 +43,10 @@ class Task(ABC):
     def score(self, outputs: torch.Tensor, targets: torch.Tensor) -> float:
         """The metric over one batch."""
         return self.combine(*self.totals(outputs, targets))
+
+    def derived_metrics(self, value: float) -> dict[str, float]:
+        """Other units of the validation metric ``value``, by name (none by default)."""
+        return {}
 
     @abstractmethod
     def example_batch(self, n: int, input_shape: tuple[int, ...], classes: int,
@@ -94,11 +100,23 @@ class ImageClassification(Task):
 
 class LanguageModelling(Task):
     """Next-token logits ``(N, T, vocabulary)`` against the next tokens ``(N, T)``: the mean
-    cross-entropy in nats per token, both while training and on a split (lower is better)."""
+    cross-entropy in nats per token, both while training and on a split (lower is better).
+
+    Given the text's ``bytes_per_token`` (1 for byte tokens; the validation text's bytes
+    over its tokens for BPE), the loss is also given in bits per byte
+    (``valid_bits_per_byte``), which compares models whatever their tokenizer."""
 
     name = "language-modelling"
     metric = "valid_loss"
     direction = "minimize"
+
+    def __init__(self, bytes_per_token: float | None = None):
+        self.bytes_per_token = bytes_per_token
+
+    def derived_metrics(self, value: float) -> dict[str, float]:
+        if not self.bytes_per_token:
+            return {}
+        return {"valid_bits_per_byte": value / math.log(2) / self.bytes_per_token}
 
     def loss(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(outputs.flatten(0, -2), targets.flatten())

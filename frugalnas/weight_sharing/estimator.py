@@ -164,7 +164,7 @@ class SupernetEstimator(Estimator):
                                 finetune_steps=self.finetune_steps, finetune=self.config)
         h = supernet.history
         task = context.dataset.task
-        metrics = {task.metric: acc,
+        metrics = {task.metric: acc, **task.derived_metrics(acc),
                    "supernet_epochs": float(h.one_shot_epochs + h.few_shot_epochs)}
         cost = Cost(seconds=time.perf_counter() - start)
         value = acc

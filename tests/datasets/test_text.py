@@ -76,7 +76,7 @@ def test_split_by_document_is_seeded_and_disjoint(corpus):
         tokens = ds.tokens(which)
         assert tokens.dtype == np.uint8
         assert bytes(tokens) == expected.encode("utf-8") and ds.decode(tokens) == expected
-    assert ds.task is LANGUAGE_MODELLING and ds.num_classes == 256 and ds.input_shape == (32,)
+    assert ds.task.name == LANGUAGE_MODELLING.name and ds.num_classes == 256 and ds.input_shape == (32,)
     assert ds.name == "text" and ds.has_test and ds.tokenizer_file is None
 
 
@@ -151,6 +151,18 @@ def test_derived_sources(corpus):
     assert ds.test_x is None and ds.test_y is None
     with pytest.raises(ConfigError, match="a text source has no image size"):
         ds.resized(16)
+
+
+def test_the_loss_is_also_given_in_bits_per_byte_of_the_validation_text(corpus):
+    root, docs = corpus
+    ds = TextSource.open(root, context=16)
+    assert ds.task.derived_metrics(2.0) == {"valid_bits_per_byte": pytest.approx(2.0 / np.log(2))}
+    bpe = TextSource.open(root, context=16, tokenizer="bpe", vocab_size=300)
+    valid_bytes = sum(len(docs[name][0].encode("utf-8")) for name in names(bpe, "valid"))
+    per_token = valid_bytes / len(bpe.tokens("valid"))
+    assert per_token > 1.5   # BPE merges bytes
+    assert bpe.task.derived_metrics(2.0)["valid_bits_per_byte"] == \
+        pytest.approx(2.0 / np.log(2) / per_token)
 
 
 def test_a_single_document_is_split_by_byte_ranges(tmp_path):
@@ -255,7 +267,7 @@ def test_the_registered_text_dataset_reads_the_shipped_sample():
     with pytest.raises(ConfigError, match="unknown option 'resize'"):
         create_component("datasets", "text", seed=0, resize=16)
     ds = create_component("datasets", "text", seed=0, context=128)
-    assert isinstance(ds, TextSource) and ds.task is LANGUAGE_MODELLING
+    assert isinstance(ds, TextSource) and ds.task.name == LANGUAGE_MODELLING.name
     samples = sorted(p.name for p in SAMPLE.glob("*.txt"))
     assert len(samples) >= 5 and sum(p.stat().st_size for p in SAMPLE.glob("*.txt")) <= 1_200_000
     assert (SAMPLE / "README.md").exists()

@@ -38,6 +38,9 @@ def test_a_study_trains_language_models_and_minimises_the_validation_loss(corpus
     for trial in done:
         # an untrained network guesses about uniformly over 256 bytes: ln 256 = 5.55 nats
         assert 0 < trial.values[0] < math.log(256) - 0.5
+        # byte tokens: bits per byte is the loss in bits
+        bits = trial.frozen.user_attrs["metrics"]["valid_bits_per_byte"]
+        assert bits == pytest.approx(trial.values[0] / math.log(2))
 
 
 def test_a_supernet_with_the_sandwich_rule_scores_every_network_of_the_space(corpus):
