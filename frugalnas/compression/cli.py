@@ -33,6 +33,9 @@ def add_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     cmd.add_argument("--estimator", default="inherited-loss",
                      help="how a sub-network is scored (default inherited-loss: its "
                      "validation loss with the parent's weights)")
+    cmd.add_argument("--direction", choices=("minimize", "maximize"), default="minimize",
+                     help="which way the estimator's value is better (default minimize: a "
+                          "loss; maximize for a proxy such as decoder_params)")
     cmd.add_argument("--importance", choices=IMPORTANCE_METHODS, default="activation",
                      help="how parts are ranked (default activation)")
     cmd.add_argument("--tokens", type=int, default=2_000_000,
@@ -68,6 +71,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
                "batch_size": args.batch_size}
     result = compress(args.model, args.data, budget=args.budget, out=args.out,
                       trials=args.trials, strategy=args.strategy, estimator=args.estimator,
+                      direction=args.direction,
                       importance=args.importance, batch_size=args.batch_size,
                       context=args.context, backend=args.backend, seed=args.seed,
                       onnx=not args.no_onnx, distill=distill,

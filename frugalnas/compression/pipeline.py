@@ -56,6 +56,8 @@ from frugalnas.ports.backend import Backend
 from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.work_progress import progress_shown
 
+#: Which way a search's value is better.
+DIRECTIONS = ("minimize", "maximize")
 STAGES = ("importance", "supernet", "search", "distillation", "export")
 #: How the chosen candidate's latency is confirmed under a latency budget.
 CONFIRM_SETUP = LatencySetup(runtime="onnxruntime", warmup=10, repeats=50, rounds=3)
@@ -75,6 +77,7 @@ class CompressConfig:
     estimator_options: dict[str, Any] | None = None
     valid_examples: int = 64
     multi_objective: bool = False
+    direction: str = "minimize"
     min_depth: int = 1
     steps: int = 8
     supernet: SupernetConfig = field(default_factory=SupernetConfig)
@@ -88,6 +91,10 @@ class CompressConfig:
 
     def __post_init__(self) -> None:
         check_choice("importance", self.importance, METHODS)
+        check_choice("direction", self.direction, DIRECTIONS)
+        if self.estimator == "inherited-loss" and self.direction != "minimize":
+            raise ConfigError("estimator 'inherited-loss' scores a loss: its direction is "
+                              "'minimize'")
         for what in ("calibration_batches", "batch_size", "trials", "valid_examples",
                      "min_depth", "steps"):
             check_range(what, getattr(self, what), 1)
@@ -336,12 +343,14 @@ def _search(parent: Parent, weights: _Weights, target: _Target, text: TextSource
                           "trials; raise the budget or the number of trials")
     space = study.space
     assert isinstance(space, SubnetSpace)
-    ranked = sorted(feasible, key=lambda t: (t.values[0], t.number))
+    sign = 1.0 if config.direction == "minimize" else -1.0
+    ranked = sorted(feasible, key=lambda t: (sign * t.values[0], t.number))
     best = ranked[0] if budget.kind == "params" else _confirmed(ranked, space, text, bound, run)
     assert best.architecture is not None
     shape = space.shape(best.architecture)
-    run.say(f"search: best {shape} (trial {best.number}, {best.values[0]:.4f} nats/token "
-            "inherited)")
+    scored = "nats/token inherited" if config.estimator == "inherited-loss" else \
+        f"by {config.estimator}"
+    run.say(f"search: best {shape} (trial {best.number}, {best.values[0]:.4g} {scored})")
     return shape, study
 
 
@@ -392,7 +401,7 @@ def _study(parent: Parent, weights: _Weights, target: _Target, run: _Run) -> Stu
     estimator, estimator_options = _estimator(config, budget)
     return create_study(
         space="gpt-subnet", strategy=config.strategy, estimator=estimator,
-        directions=["minimize", "minimize"] if multi else "minimize",
+        directions=[config.direction, "minimize"] if multi else config.direction,
         objectives=["value", PARAMS] if multi else ["value"],
         storage=f"sqlite:///{out / 'search.db'}", study_name="compress", load_if_exists=True,
         space_options={"parent": str(weights.folder), **_space_options(parent, config)},
@@ -422,9 +431,9 @@ def _quiet_optuna() -> Iterator[None]:
 
 
 def _estimator(config: CompressConfig, budget: Budget) -> tuple[str, dict[str, Any]]:
-    """The study's estimator and its options: ``inherited-loss``, or another estimator whose
-    value is a loss to minimise, combined with ``inherited-loss`` for the metrics the budget
-    bounds (the other gives the value)."""
+    """The study's estimator and its options: ``inherited-loss``, or another estimator (its
+    value better in ``config.direction``: a loss, or a proxy to maximise) combined with
+    ``inherited-loss`` for the metrics the budget bounds (the other gives the value)."""
     own = {"valid_examples": config.valid_examples, "latency": budget.kind == "latency"}
     given = dict(config.estimator_options or {})
     if config.estimator == "inherited-loss":

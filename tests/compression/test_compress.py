@@ -238,3 +238,15 @@ def test_a_memory_budget_bounds_the_child_as_written(parent: Path, tmp_path: Pat
     for trial in study.completed_trials():
         assert trial.frozen.user_attrs["metrics"]["memory_mib"] == pytest.approx(
             study.space.memory_mib(trial.architecture))
+
+
+def test_a_training_free_search_maximises_a_proxy(parent: Path, tmp_path: Path) -> None:
+    result = compress(parent, SAMPLE, out=tmp_path, estimator="decoder_params",
+                      direction="maximize",
+                      **{**FAST, "onnx": False, "tracking": False, "distill": {"tokens": 0}})
+    study = load_study(study_name="compress", storage=f"sqlite:///{tmp_path / 'search.db'}")
+    assert study.directions == ["maximize"]
+    best = max(study.feasible_trials(), key=lambda t: t.values[0])
+    assert study.space.shape(best.architecture) == result.shape
+    with pytest.raises(ConfigError, match="inherited-loss.*scores a loss"):
+        compress(parent, SAMPLE, out=tmp_path / "x", direction="maximize")
