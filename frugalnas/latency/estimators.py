@@ -18,6 +18,8 @@ from frugalnas.latency.predictor import (KernelTablePredictor, LatencyMeter,
 
 METRICS = ("latency_ms", "latency_ms_iqr", "latency_ms_min")
 MEMORY_METRICS = ("peak_memory_mb", "weight_memory_mb", "activation_memory_mb")
+#: A language model's latency per generated token with a key/value cache (``decode``).
+DECODE_METRICS = ("decode_ms", "decode_ms_iqr")
 IMAGE_SHAPE = (3, 32, 32)
 #: The vocabulary a token model gets without ``num_classes``: the ``text`` dataset's bytes.
 BYTE_VOCABULARY = 256
@@ -90,7 +92,9 @@ class MeasuredLatency(Estimator):
     the memory of one forward pass with torch on the CPU at the same batch and input
     (:class:`~frugalnas.latency.measure.MemoryFootprint`: weights, input and the most
     activation bytes alive at once), with its parts ``weight_memory_mb`` and
-    ``activation_memory_mb``."""
+    ``activation_memory_mb``. With ``decode`` (a language model of the ``gpt`` space, with
+    ``sequence_length`` T), ``decode_ms`` is the median time of generating token T with a
+    key/value cache of the T - 1 before it, and ``decode_ms_iqr`` its spread."""
 
     name = "measured-latency"
     needs_dataset = False
@@ -100,13 +104,19 @@ class MeasuredLatency(Estimator):
     def __init__(self, input_shape: list[int] | None = None, num_classes: int | None = None,
                  runtime: str = "onnxruntime", batch_size: int = 1, threads: int = 1,
                  warmup: int = 10, repeats: int = 50, cache: str | None = None,
-                 rounds: int = 1, sequence_length: int | None = None, memory: bool = True):
+                 rounds: int = 1, sequence_length: int | None = None, memory: bool = True,
+                 decode: bool = False):
         self.input_shape, self.tokens = _input(input_shape, sequence_length)
         self.num_classes = _classes(num_classes, self.tokens)
-        if not isinstance(memory, bool):
-            raise ConfigError(f"invalid memory {memory!r}; expected true or false")
-        self.memory = memory
-        self.provides = METRICS + (MEMORY_METRICS if memory else ())
+        for flag, value in (("memory", memory), ("decode", decode)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"invalid {flag} {value!r}; expected true or false")
+        if decode and not self.tokens:
+            raise ConfigError("decode times generated tokens: it needs sequence_length (the "
+                              "position of the generated token)")
+        self.memory, self.decode = memory, decode
+        self.provides = METRICS + (MEMORY_METRICS if memory else ()) + \
+            (DECODE_METRICS if decode else ())
         self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats, rounds)
         self.meter = _meter(self.setup, cache)
 
@@ -118,6 +128,10 @@ class MeasuredLatency(Estimator):
                                          self.input_shape, self.tokens)
         model = context.space.build(arch, self.num_classes, self.input_shape)
         metrics = {**result.metrics(), "latency_cached": float(hit)}
+        if self.decode:
+            step, _ = self.meter.decode(context.space, arch, self.num_classes,
+                                        self.input_shape[0])
+            metrics.update(decode_ms=step.median_ms, decode_ms_iqr=step.iqr_ms)
         if self.memory:
             metrics.update(peak_memory(model, self.input_shape, self.setup.batch_size,
                                        self.num_classes if self.tokens else None).metrics())

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from frugalnas.ports.architecture import Architecture
+from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.space import SearchSpace
 from frugalnas.latency.cache import LatencyCache, cache_key
 from frugalnas.latency.kernels import Kernel, network_kernels, probe_leaves
@@ -106,6 +107,32 @@ class LatencyMeter:
         if tokens:
             parts["input"] = "tokens"
         return (parts, lambda: space.build(arch, num_classes, tuple(input_shape)), input_shape)
+
+    def decode(self, space: SearchSpace, arch: Architecture, num_classes: int,
+               length: int) -> tuple[Measurement, bool]:
+        """The latency of generating token ``length`` of ``arch``'s language model with a
+        key/value cache of the ``length - 1`` before it (:class:`~frugalnas.nn.
+        dense_transformer.DecodeStep`), and whether it came from the cache."""
+        parts: dict[str, object] = {"space": space.name, "arch": str(arch),
+                                    "classes": num_classes, "input": "tokens",
+                                    "decode_at": length}
+        batch = self.setup.batch_size
+
+        def make() -> object:
+            import torch
+
+            from frugalnas.nn.dense_transformer import DecodeStep, DenseGPT
+
+            model = space.build(arch, num_classes, (length,)).eval()
+            if not isinstance(model, DenseGPT):
+                raise ConfigError(f"per-token latency needs a decoder with a key/value cache "
+                                  f"(the gpt space's networks); space {space.name!r} builds "
+                                  f"{type(model).__name__}")
+            prompt = torch.randint(0, num_classes, (batch, length - 1),
+                                   generator=torch.Generator().manual_seed(0))
+            return DecodeStep(model, prompt)
+
+        return self._cached(parts, make, (1,))
 
     @staticmethod
     def kernel_item(kernel: Kernel) -> Item:

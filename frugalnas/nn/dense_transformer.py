@@ -11,11 +11,13 @@ that need no frugalnas to run once exported (:func:`export_program`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from frugalnas.ports.errors import ConfigError
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
@@ -44,12 +46,14 @@ def export_linear(layer: nn.Linear, in_features: int, out_features: int) -> nn.L
     return dense
 
 
-def apply_rotary(x: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
-    """Rotary position embedding (RoPE, Su et al. 2021) of ``x`` shaped (N, heads, T, d): the
-    two halves of each head's features are rotated by an angle growing with the position."""
+def apply_rotary(x: torch.Tensor, base: float = ROPE_BASE, offset: int = 0) -> torch.Tensor:
+    """Rotary position embedding (RoPE, Su et al. 2021) of ``x`` shaped (N, heads, T, d), its
+    positions ``offset .. offset + T - 1``: the two halves of each head's features are rotated
+    by an angle growing with the position."""
     t, d = x.shape[-2], x.shape[-1]
     inv_freq = base ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-    angles = torch.outer(torch.arange(t, dtype=torch.float32, device=x.device), inv_freq)
+    positions = torch.arange(offset, offset + t, dtype=torch.float32, device=x.device)
+    angles = torch.outer(positions, inv_freq)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., :d // 2], x[..., d // 2:]
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
@@ -71,8 +75,15 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dim: int, cau
     return y.transpose(1, 2).reshape(n, t, -1)
 
 
+#: One attention's key/value cache: keys and values (N, kv_heads, positions, head_dim), the
+#: keys already rotated.
+KVCache = tuple[torch.Tensor, torch.Tensor]
+
+
 class DenseAttention(nn.Module):
-    """Plain multi-head (``kv_heads == heads``) or grouped-query attention."""
+    """Plain multi-head (``kv_heads == heads``) or grouped-query attention. ``forward``
+    attends over its input; ``forward_cached`` over a key/value cache of earlier positions
+    and its input (causal attention only: the cache is how a decoder generates)."""
 
     def __init__(self, width: int, heads: int, head_dim: int, kv_heads: int, causal: bool = True,
                  rotary: bool = False, bias: bool = True, rope_base: float = ROPE_BASE):
@@ -89,6 +100,32 @@ class DenseAttention(nn.Module):
                    self.rope_base)
         out: torch.Tensor = self.out(y)
         return out
+
+    def forward_cached(self, x: torch.Tensor, past: KVCache | None = None
+                       ) -> tuple[torch.Tensor, KVCache]:
+        """The output for the new positions ``x`` (N, T, width) following the ``past``
+        positions, and the cache of all of them."""
+        if not self.causal:
+            raise ConfigError("a bidirectional attention has no key/value cache: every "
+                              "position sees the later ones")
+        n, t, _ = x.shape
+        q, k, v = (z.view(n, t, -1, self.head_dim).transpose(1, 2)
+                   for z in (self.q(x), self.k(x), self.v(x)))
+        offset = 0 if past is None else past[0].shape[2]
+        if self.rotary:
+            q = apply_rotary(q, self.rope_base, offset)
+            k = apply_rotary(k, self.rope_base, offset)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        group = q.shape[1] // k.shape[1]
+        keys, values = (k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)) \
+            if group > 1 else (k, v)
+        # new position i sees the past and the new positions up to i
+        mask = None if t == 1 else \
+            torch.ones(t, offset + t, dtype=torch.bool, device=x.device).tril(offset)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        out: torch.Tensor = self.out(y.transpose(1, 2).reshape(n, t, -1))
+        return out, (k, v)
 
 
 class DenseMLP(nn.Module):
@@ -123,6 +160,14 @@ class DenseBlock(nn.Module):
         out: torch.Tensor = x + self.mlp(self.norm2(x))
         return out
 
+    def forward_cached(self, x: torch.Tensor, past: KVCache | None = None
+                       ) -> tuple[torch.Tensor, KVCache]:
+        """:meth:`forward` of new positions after the ``past`` ones, and the block's cache."""
+        attended, cache = self.attn.forward_cached(self.norm1(x), past)
+        x = x + attended
+        out: torch.Tensor = x + self.mlp(self.norm2(x))
+        return out, cache
+
 
 class GPTEmbedding(nn.Module):
     """The embedding stage of a :class:`DenseGPT`: token embedding plus, when ``pos`` is
@@ -135,11 +180,16 @@ class GPTEmbedding(nn.Module):
         super().__init__()
         self.parts = (tok, pos)          # a tuple: not registered as submodules
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """The embedding of ``tokens`` at positions ``offset, offset + 1, ...``."""
         tok, pos = self.parts
         x: torch.Tensor = tok(tokens)
         if pos is not None:
-            x = x + pos(torch.arange(tokens.shape[1], device=tokens.device))
+            end = offset + tokens.shape[1]
+            if end > pos.num_embeddings:
+                raise ConfigError(f"position {end - 1} is beyond the model's "
+                                  f"{pos.num_embeddings} learned positions")
+            x = x + pos(torch.arange(offset, end, device=tokens.device))
         return x
 
     def extra_repr(self) -> str:
@@ -201,6 +251,45 @@ class DenseGPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits: torch.Tensor = self.output(x)
+        return logits
+
+    def forward_cached(self, tokens: torch.Tensor, cache: list[KVCache] | None = None
+                       ) -> tuple[torch.Tensor, list[KVCache]]:
+        """The logits of ``tokens`` (N, T) that follow the positions held in ``cache`` (one
+        :data:`KVCache` per block; None: none before), and the cache extended by them: a
+        prompt, then one generated token at a time, computes what :meth:`forward` computes
+        on the whole sequence."""
+        blocks = [cast(DenseBlock, b) for b in self.blocks]
+        offset = 0 if not cache else cache[0][0].shape[2]
+        x = self.embedding(tokens, offset)
+        extended = []
+        for i, block in enumerate(blocks):
+            x, kv = block.forward_cached(x, cache[i] if cache else None)
+            extended.append(kv)
+        logits: torch.Tensor = self.output(x)
+        return logits, extended
+
+
+class DecodeStep(nn.Module):
+    """One generated token of ``model`` after ``prompt`` (N, P): ``forward(token)`` (N, 1)
+    returns the logits (N, 1, vocabulary) of position P, the prompt's keys and values held as
+    a fixed cache (buffers), so each call costs what generating one token with a key/value
+    cache costs (what a per-token latency times)."""
+
+    def __init__(self, model: DenseGPT, prompt: torch.Tensor):
+        super().__init__()
+        self.model = model
+        with torch.no_grad():
+            _, cache = model.forward_cached(prompt)
+        self.depth = len(cache)
+        for i, (k, v) in enumerate(cache):
+            self.register_buffer(f"k{i}", k)
+            self.register_buffer(f"v{i}", v)
+
+    def forward(self, token: torch.Tensor) -> torch.Tensor:
+        cache = [(cast(torch.Tensor, getattr(self, f"k{i}")),
+                  cast(torch.Tensor, getattr(self, f"v{i}"))) for i in range(self.depth)]
+        logits, _ = self.model.forward_cached(token, cache)
         return logits
 
 

@@ -198,3 +198,20 @@ def test_a_gpt_study_minimises_loss_and_measured_latency_under_a_memory_budget(c
         metrics = trial.user_attrs["metrics"]
         assert trial.values[0] > 0 and trial.values[1] == metrics["latency_ms"] > 0
         assert 0 < metrics["peak_memory_mb"] < 64
+
+
+@pytest.mark.parametrize("runtime", ["onnxruntime", "torch"])
+def test_the_latency_per_generated_token_is_timed_with_a_key_value_cache(space, big, runtime,
+                                                                        tmp_path):
+    estimator = MeasuredLatency(sequence_length=T, decode=True, runtime=runtime,
+                                cache=str(tmp_path / "c.sqlite"), memory=False, **FAST)
+    assert {"decode_ms", "decode_ms_iqr"} <= set(estimator.provides)
+    result = estimator.evaluate(big, _context(space))
+    assert 0 < result.metrics["decode_ms"]
+    again = MeasuredLatency(sequence_length=T, decode=True, runtime=runtime,
+                            cache=str(tmp_path / "c.sqlite"), memory=False, **FAST)
+    # the per-token time comes from the cache too, apart from the prefill's
+    assert again.evaluate(big, _context(space)).metrics["decode_ms"] == result.metrics["decode_ms"]
+    with pytest.raises(ConfigError, match="decode times generated tokens: it needs "
+                                          "sequence_length"):
+        MeasuredLatency(decode=True)

@@ -26,6 +26,7 @@ from frugalnas.nn.transformer import (
     export_program,
 )
 from frugalnas.ports.errors import ConfigError
+from frugalnas.nn.dense_transformer import DecodeStep
 
 # vocab 50, width 32, depth 3, 4 heads of 8, 64 hidden units, 16 positions
 SIZES = dict(vocab_size=50, max_width=32, max_depth=3, max_heads=4, head_dim=8,
@@ -255,3 +256,34 @@ def test_an_exported_gpt_loads_and_runs_without_frugalnas(tmp_path):
                            site_packages], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("variant", [
+    dict(), dict(positions="rotary", kv_heads=2, norm="rmsnorm", gated=True, bias=False)])
+def test_decoding_with_a_key_value_cache_computes_the_whole_sequence_s_logits(variant):
+    torch.manual_seed(0)
+    model = ElasticGPT(256, 64, 3, 4, 16, 128, 32, **variant).export().eval()
+    tokens = torch.randint(0, 256, (2, 20))
+    with torch.no_grad():
+        whole = model(tokens)
+        logits, cache = model.forward_cached(tokens[:, :12])   # a prompt
+        steps = [logits]
+        for i in range(12, 20):                                 # one token at a time
+            logits, cache = model.forward_cached(tokens[:, i:i + 1], cache)
+            steps.append(logits)
+        chunk, _ = model.forward_cached(tokens[:, 12:], model.forward_cached(tokens[:, :12])[1])
+        step = DecodeStep(model, tokens[:, :19])(tokens[:, 19:])
+    assert cache[0][0].shape == (2, model.blocks[0].attn.k.out_features // 16, 20, 16)
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole, atol=1e-5, rtol=0)
+    torch.testing.assert_close(chunk, whole[:, 12:], atol=1e-5, rtol=0)
+    torch.testing.assert_close(step, whole[:, 19:], atol=1e-5, rtol=0)
+
+
+def test_a_cache_is_refused_beyond_the_positions_and_for_bidirectional_attention():
+    model = ElasticGPT(256, 32, 1, 2, 16, 64, 8).export().eval()
+    _, cache = model.forward_cached(torch.randint(0, 256, (1, 8)))
+    with pytest.raises(ConfigError, match="position 8 is beyond the model's 8 learned"):
+        model.forward_cached(torch.randint(0, 256, (1, 1)), cache)
+    both_ways = ElasticGPT(256, 32, 1, 2, 16, 64, 8, causal=False).export()
+    with pytest.raises(ConfigError, match="bidirectional attention has no key/value cache"):
+        both_ways.forward_cached(torch.randint(0, 256, (1, 4)))
