@@ -142,3 +142,22 @@ def test_proxies_and_counts_score_vision_transformers_and_text_data_is_refused()
     with pytest.raises(ConfigError, match="space 'vit' builds networks for image-classification;"
                                           " dataset 'text' holds language-modelling data"):
         study.load_dataset()
+
+
+def test_a_vit_study_trains_per_block_out_of_core_and_exports_to_every_format(tmp_path):
+    from frugalnas.export.exporter import export_study
+
+    study = _study("train", {"max_steps": 5, "batch_size": 16, "optimizer": "adam",
+                             "lr": 0.003}, backend="out-of-core",
+                   storage=f"sqlite:///{tmp_path / 'study.db'}")
+    study.optimize(n_trials=2)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert done and all(t.frozen.user_attrs["metrics"]["ooc_plan_feasible"] == 1.0
+                        for t in done)
+    exported = export_study(study, tmp_path / "out", epochs=0.05)
+    plan = exported.report["training"]["backend"]["plan_table"]
+    assert "embedding" in plan and "blocks.0" in plan and "output" in plan   # per stage
+    for fmt in ("torchscript", "export", "onnx"):
+        assert exported.report["checks"][fmt]["max_abs_diff"] < 1e-5, fmt
+    assert exported.report["onnx_test_accuracy"] == pytest.approx(
+        exported.report["test_accuracy"])
