@@ -4,7 +4,6 @@ flags to ``run``/``worker`` and commands of their own (the MLflow plugin adds ``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import json
 import os
@@ -15,7 +14,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from frugalnas.ports.config import (DEFAULT_MAX_FAILURES, DEFAULT_RUN_HEARTBEAT, ISOLATION_MODES,
                                    StudyConfig, check_run_settings, check_worker_settings,
@@ -27,13 +26,9 @@ from frugalnas.host.kinds import KINDS, OPTION_GROUPS
 from frugalnas.host.loading import refused_plugins
 from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.secrets import mask_text
-from frugalnas.engine.dask_url import is_dask_url
-from frugalnas.cli.plan import plan
+from frugalnas.engine import builder_guard
 from frugalnas.engine.storage_url import check_storage_url, masked, operational_failure
 from frugalnas.ports.keys import FAIL_REASON_ATTR
-
-if TYPE_CHECKING:  # the command line answers --help without the engine's libraries
-    from frugalnas.engine.planning import StudyPlan
 
 
 def _parse_value(raw: str) -> Any:
@@ -192,9 +187,31 @@ def guard_builder(config: StudyConfig, host: PluginHost, isolate: str) -> None:
     a guard process whenever this process runs it, space discovery included
     (:func:`frugalnas.engine.builder_guard.guard_builder`)."""
     if isolate != "none" and is_dotted(config.space):
-        from frugalnas.engine.builder_guard import guard_builder as guard
+        builder_guard.guard_builder(host, config, isolate)
 
-        guard(host, config, isolate)
+
+def check_run(config: StudyConfig, run: dict[str, Any], host: PluginHost) -> None:
+    """The checks of a run that need no engine (nor optuna or torch): the run settings, the
+    storage URL (scheme, driver, directory) and every component name (:func:`check_names`).
+    The rest (options, dataset paths, objectives, each plugin's ``frugalnas_check_config``)
+    runs when the plan is made (:func:`frugalnas.cli.plan.plan`)."""
+    check_run_settings(run)
+    check_storage_url(run.get("storage"))
+    check_names(config, host)
+
+
+def check_names(config: StudyConfig, host: PluginHost) -> None:
+    """An :class:`~frugalnas.ports.errors.UnknownComponentError` for the first component name of
+    ``config`` that no plugin registers, read from the registries alone: a misspelt name is
+    answered before any component's module (torch, scikit-learn, ...) is imported."""
+    for group, kind in (("space", "search_spaces"), ("strategy", "strategies"),
+                        ("backend", "backends"), ("dataset", "datasets")):
+        name = getattr(config, group)
+        if name is not None:
+            host.registry(kind).get(name)
+    host.estimators().get(config.estimator)
+    if config.pruner is not None:
+        host.registry("pruners").get(config.pruner)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -202,96 +219,47 @@ def cmd_run(args: argparse.Namespace) -> int:
     config, run = resolve_run(args, args.host)
     host = host_for(config)
     guard_builder(config, host, args.isolate)
-    resolved, study_plan = plan(config, run, host)
-    heartbeat = _run_heartbeat(args, run.get("storage"))
-    from frugalnas.distribution.launcher import prepare_launch
+    check_run(config, run, host)
+    # The engine's libraries are imported from here on, once every check without them passed.
+    from frugalnas.cli.running import run_study
 
-    launch = prepare_launch(host, config, run, heartbeat=heartbeat, grace=args.grace,
-                            isolate=args.isolate)
-    if launch is not None and is_dask_url(run.get("storage")):
-        run["storage"] = launch.job.storage  # "dask": the scheduler of the launcher's cluster
-    if args.dry_run:
-        print(json.dumps(resolved, indent=2, default=str))
+    return _finish(run_study(args, config, run, host), run.get("storage"))
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    stop_on_sigterm()
+    config, run = resolve_run(args, args.host)
+    storage = run.get("storage")
+    if not storage or not isinstance(storage, str):
+        raise ConfigError("a worker needs a shared storage URL: --storage sqlite:///study.db "
+                          "(or journal:PATH, postgresql://..., mysql://...)")
+    if storage in ("sqlite://", "sqlite:///:memory:"):
+        raise ConfigError(f"a worker needs a shared storage; {storage!r} is in memory (use "
+                          "sqlite:///PATH, journal:PATH, postgresql://... or mysql://...)")
+    if run.get("n_trials") is None:
+        raise ConfigError("a worker needs the study's total number of trials: --n-trials N")
+    check_storage_url(storage)
+    check_worker_settings(args.heartbeat, args.grace, args.retries, args.max_failures)
+    if args.heartbeat and storage.startswith("journal:"):
+        raise ConfigError("heartbeats need an RDB storage (sqlite/postgresql/mysql URL); "
+                          f"got {storage!r}")
+    host = host_for(config)
+    guard_builder(config, host, args.isolate)
+    check_run(config, run, host)
+    # The engine's libraries are imported from here on, once every check without them passed.
+    from frugalnas.cli.running import join_study
+
+    return _finish(join_study(args, config, run, host), storage)
+
+
+def _finish(outcome: tuple[Any, bool] | None, storage: str | None) -> int:
+    """The closing lines of ``run`` and ``worker`` (where the results are) and the exit
+    status; ``outcome`` is the study and whether no trial completed (``None``: a dry run)."""
+    if outcome is None:
         return 0
-    import optuna
-
-    from frugalnas.engine.study import open_study
-
-    _optuna_logging()
-    if args.isolate == "process":
-        _check_process_isolation(study_plan)
-    holder: dict[str, Any] = {}
-    storage: Any = run.get("storage")
-    if heartbeat is not None:
-        from frugalnas.distribution.quota_storage import make_storage
-
-        def on_stale(ostudy: Any, frozen: Any) -> None:
-            # A trial of a dead run, failed when a later run starts: the plugins are told.
-            if "study" in holder:
-                with contextlib.suppress(Exception):
-                    holder["study"].report_stale_trial(frozen)
-
-        storage = make_storage(storage, heartbeat=heartbeat, grace=args.grace, on_stale=on_stale)
-    try:
-        study = open_study(study_plan, storage, run.get("study_name"),
-                           run.get("load_if_exists", bool(run.get("storage"))))
-    except optuna.exceptions.DuplicatedStudyError:
-        raise ConfigError(f"study {run.get('study_name')!r} already exists in the storage and "
-                          "load_if_exists is false; set load_if_exists = true to continue it, "
-                          "or choose another --study-name") from None
-    holder["study"] = study
-    n_trials = run.get("n_trials", 10)
-    planned = study.trials_to_run(n_trials)
-    if planned is not None and planned < n_trials:
-        print(f"frugalnas: note: strategy {config.strategy!r} ends its search after "
-              f"{planned} more trial(s); n_trials = {n_trials} is only an upper bound",
-              file=sys.stderr, flush=True)
-    done = len(study.completed_trials())
-    if launch is not None:  # the trials run on the launcher's workers, not in this process
-        launch.run(study.name, done + n_trials)
-    else:
-        study.optimize(n_trials=n_trials, timeout=run.get("timeout"),
-                       n_jobs=run.get("n_jobs", 1), isolate=args.isolate)
-    total = len(study.completed_trials())
-    completed, others = total - done, len(study.trials) - total
-    rest = f" ({others} more failed, pruned or unfinished)" if others else ""
-    print(f"study {study.name!r}: {completed} trial(s) completed this run, {total} in total{rest}")
-    try:
-        best = study.best_trials if len(config.directions) > 1 else [study.best_trial]
-        for t in best:
-            print(f"best trial {t.number}: values={t.values} architecture={t.architecture}")
-    except ValueError as exc:  # none completed, or none meets the constraints
-        print(str(exc) if config.constraints else "no completed trial")
-    _print_locations(study, run.get("storage"))
-    return _exit_status(study, completed == 0)
-
-
-def _run_heartbeat(args: argparse.Namespace, storage: str | None) -> int | None:
-    """The heartbeat of ``run``: ``--heartbeat`` (0: none), by default
-    :data:`DEFAULT_RUN_HEARTBEAT` seconds on a database storage; none in memory or on a
-    journal file, which has no heartbeats."""
-    database = (isinstance(storage, str) and storage.startswith(("sqlite:///", "postgresql",
-                                                                 "mysql"))
-                and ":memory:" not in storage) or is_dask_url(storage)
-    heartbeat: int | None = args.heartbeat
-    if heartbeat is None:
-        heartbeat = DEFAULT_RUN_HEARTBEAT if database else None
-    elif heartbeat == 0:
-        heartbeat = None
-    elif not database:
-        raise ConfigError(f"--heartbeat {heartbeat} needs a database storage (--storage "
-                          "sqlite:///PATH, postgresql://..., mysql://...); a journal file or an "
-                          "in-memory study has no heartbeats")
-    check_worker_settings(heartbeat, args.grace, 0)
-    return heartbeat
-
-
-def _check_process_isolation(study_plan: StudyPlan) -> None:
-    """``--isolate process`` where a child process cannot evaluate: one line, before anything
-    is written."""
-    from frugalnas.engine.isolation import check_process_isolation
-
-    check_process_isolation(study_plan.sampler, study_plan.host, study_plan.config)
+    study, none_completed = outcome
+    _print_locations(study, storage)
+    return _exit_status(study, none_completed)
 
 
 def _print_locations(study: Any, storage: str | None) -> None:
@@ -321,32 +289,6 @@ def _print_locations(study: Any, storage: str | None) -> None:
         print(f"results: {line}")
 
 
-class _OneLineTrialFailures:
-    """A logging filter for optuna's logger: a failed trial is one line (optuna logs the
-    traceback and a second line); ``FRUGALNAS_TRACEBACK=1`` keeps optuna's full output."""
-
-    def filter(self, record: Any) -> bool:
-        message = str(record.msg)
-        if " failed with value " in message and message.startswith("Trial "):
-            return False
-        record.exc_info = None
-        record.exc_text = None
-        return True
-
-
-def _optuna_logging() -> None:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if os.environ.get("FRUGALNAS_TRACEBACK", "") in ("", "0"):
-        import logging
-
-        # Records of optuna's modules propagate to the handlers of the "optuna" logger.
-        for handler in logging.getLogger("optuna").handlers:
-            if not any(isinstance(f, _OneLineTrialFailures) for f in handler.filters):
-                handler.addFilter(_OneLineTrialFailures())
-
-
 def _exit_status(study: Any, none_completed: bool) -> int:
     """1 with a one-line summary on stderr when no trial completed or a plugin hook raised;
     2 with that one line when a plugin's store failed (a full disk, ...)."""
@@ -371,46 +313,6 @@ def _failure_summary(study: Any) -> str:
         return ""
     return "; failures: " + "; ".join(f"{n} x {r}" for r, n in
                                       sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    from frugalnas.distribution.worker import run_worker
-
-    stop_on_sigterm()
-    _optuna_logging()
-    config, run = resolve_run(args, args.host)
-    storage = run.get("storage")
-    if not storage or not isinstance(storage, str):
-        raise ConfigError("a worker needs a shared storage URL: --storage sqlite:///study.db "
-                          "(or journal:PATH, postgresql://..., mysql://...)")
-    if storage in ("sqlite://", "sqlite:///:memory:"):
-        raise ConfigError(f"a worker needs a shared storage; {storage!r} is in memory (use "
-                          "sqlite:///PATH, journal:PATH, postgresql://... or mysql://...)")
-    n_trials = run.get("n_trials")
-    if n_trials is None:
-        raise ConfigError("a worker needs the study's total number of trials: --n-trials N")
-    check_storage_url(storage)
-    check_worker_settings(args.heartbeat, args.grace, args.retries, args.max_failures)
-    if args.heartbeat and storage.startswith("journal:"):
-        raise ConfigError("heartbeats need an RDB storage (sqlite/postgresql/mysql URL); "
-                          f"got {storage!r}")
-    host = host_for(config)
-    guard_builder(config, host, args.isolate)
-    resolved, study_plan = plan(config, run, host)
-    if args.dry_run:
-        print(json.dumps(resolved, indent=2, default=str))
-        return 0
-    if args.isolate == "process":
-        _check_process_isolation(study_plan)
-    study = run_worker(config, storage, run.get("study_name") or "frugalnas", n_trials,
-                       heartbeat=args.heartbeat, grace=args.grace, retries=args.retries,
-                       timeout=run.get("timeout"), host=host, max_failures=args.max_failures,
-                       isolate=args.isolate)
-    states = [t.state.name for t in study.trials]
-    print(f"worker {os.getpid()} done: study {study.name!r} has {states.count('COMPLETE')} complete, "
-          f"{states.count('FAIL')} failed, {states.count('RUNNING')} running trial(s)")
-    _print_locations(study, storage)
-    return _exit_status(study, states.count("COMPLETE") == 0)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 from frugalnas.ports.lazy import lazy_attributes
 from frugalnas.host.plugins import hookimpl
+from frugalnas.export.cli import add_commands
 
 # The commands are added without importing torch or the exporter; the names below are
 # imported when first used.
@@ -45,6 +46,4 @@ __all__ = ["DEFAULT_EPOCHS", "DEFAULT_FORMATS", "FORMATS", "ExportError", "Expor
 
 @hookimpl
 def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> None:
-    from frugalnas.export.cli import add_commands
-
     add_commands(subparsers)
