@@ -4,10 +4,8 @@ ElasticGPT` holding its weights (:func:`read_pretrained`: the same logits), and 
 that supernet goes back out as a ``save_pretrained`` folder of the parent's architecture, with
 the parent's tokenizer files (:func:`write_pretrained`).
 
-The weights map one to one. GPT-2's ``Conv1D`` layers hold the transposes of ``nn.Linear``'s
-matrices and its ``c_attn`` is the query, key and value projections side by side; Llama's
-``up_proj``, ``gate_proj`` and ``down_proj`` are the gated MLP's ``fc``, ``gate`` and ``proj``,
-and its rotary embedding (halves of each head rotated) is frugalnas's. A Hugging Face config
+The weights map one to one (:mod:`frugalnas.export.hf_names`), and Llama's rotary embedding
+(halves of each head rotated) is frugalnas's. A Hugging Face config
 holds one size for every layer, so a written sub-network has every layer alike
 (:func:`check_writable`).
 
@@ -28,6 +26,7 @@ from typing import Any
 
 import torch
 
+from frugalnas.export.hf_names import GPT2, LLAMA, from_hf_state, hf_key, to_hf_state
 from frugalnas.export.huggingface import quiet_transformers, require_transformers
 from frugalnas.nn.dense_transformer import ROPE_BASE
 from frugalnas.nn.transformer import BlockChoice, ElasticGPT, GPTConfig, SubnetConfig
@@ -36,8 +35,6 @@ from frugalnas.ports.errors import ConfigError
 __all__ = ["SUPPORTED", "TOKENIZER_FILES", "HFSource", "check_writable", "elastic_config",
            "read_config", "read_pretrained", "write_pretrained"]
 
-GPT2 = "GPT2LMHeadModel"
-LLAMA = "LlamaForCausalLM"
 #: The architecture classes (config.json ``architectures[0]``) this module reads and writes.
 SUPPORTED: tuple[str, ...] = (GPT2, LLAMA)
 #: The files of a parent's folder that a written sub-network gets copies of, when present.
@@ -62,23 +59,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                     "relu": "relu", "silu": "silu", "swish": "silu"}
 
-# frugalnas module names -> Hugging Face module names (the parameter name follows).
-_TOP = {GPT2: {"tok": "transformer.wte", "pos": "transformer.wpe", "norm": "transformer.ln_f",
-               "head": "lm_head"},
-        LLAMA: {"tok": "model.embed_tokens", "norm": "model.norm", "head": "lm_head"}}
-_LAYERS = {GPT2: "transformer.h", LLAMA: "model.layers"}
-_BLOCK = {GPT2: {"norm1": "ln_1", "norm2": "ln_2", "attn.q": "attn.c_attn",
-                 "attn.k": "attn.c_attn", "attn.v": "attn.c_attn", "attn.out": "attn.c_proj",
-                 "mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"},
-          LLAMA: {"norm1": "input_layernorm", "norm2": "post_attention_layernorm",
-                  "attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj",
-                  "attn.v": "self_attn.v_proj", "attn.out": "self_attn.o_proj",
-                  "mlp.fc": "mlp.up_proj", "mlp.gate": "mlp.gate_proj",
-                  "mlp.proj": "mlp.down_proj"}}
-#: GPT-2's Conv1D modules (their weights are (in, out)).
-_CONV1D = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-#: The parts of GPT-2's ``c_attn``, in order.
-_QKV = ("attn.q", "attn.k", "attn.v")
 
 
 @dataclass(frozen=True)
@@ -231,53 +211,6 @@ def _transformers() -> Any:
     return importlib.import_module("transformers")
 
 
-def _hf_key(key: str, architecture: str) -> str:
-    """The Hugging Face name of the frugalnas parameter ``key`` (``blocks.1.attn.q.weight``)."""
-    module, param = key.rsplit(".", 1)
-    if module.startswith("blocks."):
-        _, index, part = module.split(".", 2)
-        return f"{_LAYERS[architecture]}.{index}.{_BLOCK[architecture][part]}.{param}"
-    return f"{_TOP[architecture][module]}.{param}"
-
-
-def _is_conv1d(hf_key: str, architecture: str) -> bool:
-    return architecture == GPT2 and hf_key.endswith(".weight") and \
-        hf_key.rsplit(".", 1)[0].endswith(_CONV1D)
-
-
-def _part(key: str) -> str:
-    """``attn.q`` of ``blocks.1.attn.q.weight``."""
-    return key.split(".", 2)[2].rsplit(".", 1)[0] if key.startswith("blocks.") else ""
-
-
-def _from_hf(names: list[str], hf_state: dict[str, torch.Tensor],
-             architecture: str) -> dict[str, torch.Tensor]:
-    """The frugalnas parameters ``names`` taken from a Hugging Face state dict."""
-    state = {}
-    for key in names:
-        hf = _hf_key(key, architecture)
-        value = hf_state[hf].detach()
-        value = value.t() if _is_conv1d(hf, architecture) else value
-        if architecture == GPT2 and _part(key) in _QKV:
-            value = value.chunk(3, dim=0)[_QKV.index(_part(key))]
-        state[key] = value.contiguous()
-    return state
-
-
-def _to_hf(state: dict[str, torch.Tensor], architecture: str) -> dict[str, torch.Tensor]:
-    """A frugalnas state dict under Hugging Face's names (GPT-2's q, k and v joined)."""
-    order = {part: i for i, part in enumerate(_QKV)}
-    grouped: dict[str, list[tuple[int, torch.Tensor]]] = {}
-    for key, value in state.items():
-        grouped.setdefault(_hf_key(key, architecture), []).append(
-            (order.get(_part(key), 0), value.detach()))
-    out = {}
-    for hf, parts in grouped.items():
-        value = torch.cat([v for _, v in sorted(parts, key=lambda p: p[0])])
-        out[hf] = (value.t() if _is_conv1d(hf, architecture) else value).contiguous().clone()
-    return out
-
-
 def _load_hf(source: HFSource) -> Any:
     transformers = _transformers()
     with quiet_transformers(), warnings.catch_warnings():
@@ -298,13 +231,13 @@ def read_pretrained(folder: str | Path) -> tuple[ElasticGPT, HFSource]:
     with torch.random.fork_rng(devices=[]):
         model = ElasticGPT.from_config(elastic_config(source))
     names = list(model.state_dict())
-    unused = sorted(set(hf_state) - {_hf_key(k, source.architecture) for k in names})
-    missing = sorted({_hf_key(k, source.architecture) for k in names} - set(hf_state))
+    unused = sorted(set(hf_state) - {hf_key(k, source.architecture) for k in names})
+    missing = sorted({hf_key(k, source.architecture) for k in names} - set(hf_state))
     if unused or missing:
         raise ConfigError(f"the weights of {source.folder} do not match a {source.architecture}"
                           f" frugalnas can hold: unexpected {unused[:3]}, missing {missing[:3]}")
     try:
-        model.load_state_dict(_from_hf(names, hf_state, source.architecture), strict=True)
+        model.load_state_dict(from_hf_state(names, hf_state, source.architecture), strict=True)
     except RuntimeError as exc:
         raise ConfigError(f"the weights of {source.folder} do not fit its config: "
                           f"{str(exc).strip().splitlines()[-1].strip()}") from None
@@ -405,7 +338,7 @@ def write_pretrained(model: ElasticGPT, config: SubnetConfig, source: HFSource,
     if out.resolve() == source.folder.resolve():
         raise ConfigError(f"{out} is the parent's folder: write the sub-network elsewhere")
     transformers = _transformers()
-    state = _to_hf(model.export(config).state_dict(), source.architecture)
+    state = to_hf_state(model.export(config).state_dict(), source.architecture)
     hf_config = _hf_config(transformers, source, _sizes(source, model, config))
     out.mkdir(parents=True, exist_ok=True)
     with torch.random.fork_rng(devices=[]), quiet_transformers(), warnings.catch_warnings():

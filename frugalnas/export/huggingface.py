@@ -7,9 +7,8 @@ A :class:`~frugalnas.nn.transformer.DenseGPT` is a GPT-2 when it has learned pos
 LayerNorm, causal multi-head attention (as many key/value heads as query heads) whose heads
 fill the width (``heads x head_dim == width``), and every layer alike (the same heads and MLP
 units); :func:`gpt2_shape` refuses anything else in one line naming what differs, before any
-training (:func:`check_huggingface`). The weights map one to one: GPT-2's ``Conv1D`` layers
-hold ``(in, out)`` matrices, the transposes of ``nn.Linear``'s, and its ``c_attn`` is the
-query, key and value projections side by side.
+training (:func:`check_huggingface`). The weights map one to one
+(:mod:`frugalnas.export.hf_names`).
 
 The tokens: a BPE tokenizer of the ``text`` dataset is copied in as ``tokenizer.json`` (with
 ``tokenizer_config.json``, so that ``AutoTokenizer.from_pretrained`` reads it); for byte
@@ -31,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from frugalnas.export.hf_names import GPT2, to_hf_state
 from frugalnas.nn.transformer import DenseGPT
 from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.trial_architecture import architecture_of
@@ -195,42 +195,16 @@ def check_huggingface(study: Any, picks: Sequence[Any], data: Any, data_name: st
                               f"huggingface format: {exc}") from None
 
 
-def _bias(layer: nn.Module, size: int) -> torch.Tensor:
-    bias = getattr(layer, "bias", None)
-    return torch.zeros(size) if bias is None else bias.detach()
-
-
-def gpt2_state_dict(model: Any, shape: GPT2Shape) -> dict[str, torch.Tensor]:
-    """``model``'s weights under GPT-2's names (``GPT2LMHeadModel.state_dict``); the
-    ``Conv1D`` matrices transposed, the query, key and value projections side by side in
-    ``c_attn``; missing biases as zeros."""
-    w = shape.n_embd
-
-    def t(weight: torch.Tensor) -> torch.Tensor:
-        return weight.detach().t().contiguous()
-
-    state: dict[str, torch.Tensor] = {
-        "transformer.wte.weight": model.tok.weight.detach(),
-        "transformer.wpe.weight": model.pos.weight.detach(),
-        "transformer.ln_f.weight": model.norm.weight.detach(),
-        "transformer.ln_f.bias": _bias(model.norm, w),
-        "lm_head.weight": model.head.weight.detach()}
-    for i, block in enumerate(model.blocks):
-        p, attn, mlp = f"transformer.h.{i}.", block.attn, block.mlp
-        state.update({
-            p + "ln_1.weight": block.norm1.weight.detach(), p + "ln_1.bias": _bias(block.norm1, w),
-            p + "ln_2.weight": block.norm2.weight.detach(), p + "ln_2.bias": _bias(block.norm2, w),
-            p + "attn.c_attn.weight": t(torch.cat([attn.q.weight, attn.k.weight,
-                                                   attn.v.weight])),
-            p + "attn.c_attn.bias": torch.cat([_bias(attn.q, w), _bias(attn.k, w),
-                                               _bias(attn.v, w)]),
-            p + "attn.c_proj.weight": t(attn.out.weight),
-            p + "attn.c_proj.bias": _bias(attn.out, w),
-            p + "mlp.c_fc.weight": t(mlp.fc.weight),
-            p + "mlp.c_fc.bias": _bias(mlp.fc, shape.n_inner),
-            p + "mlp.c_proj.weight": t(mlp.proj.weight),
-            p + "mlp.c_proj.bias": _bias(mlp.proj, w)})
-    return {k: v.clone() for k, v in state.items()}
+def gpt2_state_dict(model: DenseGPT) -> dict[str, torch.Tensor]:
+    """``model``'s weights under GPT-2's names (``GPT2LMHeadModel.state_dict``), with zeros
+    for the biases a bias-free network lacks (GPT-2 has one on every layer but the head)."""
+    state = dict(model.state_dict())
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and module.bias is None and name != "head":
+            state[f"{name}.bias"] = torch.zeros(module.out_features)
+        elif isinstance(module, nn.LayerNorm) and module.bias is None:
+            state[f"{name}.bias"] = torch.zeros(module.normalized_shape)
+    return to_hf_state(state, GPT2)
 
 
 @contextlib.contextmanager
@@ -347,7 +321,8 @@ def write_huggingface(model: nn.Module, data: Any, batch: torch.Tensor,
     transformers: Any = importlib.import_module("transformers")
 
     start = time.perf_counter()
-    shape = gpt2_shape(model)
+    shape = gpt2_shape(model)   # refuses anything but a DenseGPT that GPT-2 holds
+    assert isinstance(model, DenseGPT)
     folder = out / FOLDER
     if folder.exists():
         shutil.rmtree(folder)
@@ -355,7 +330,7 @@ def write_huggingface(model: nn.Module, data: Any, batch: torch.Tensor,
     with quiet(), quiet_transformers():
         hf = transformers.GPT2LMHeadModel(shape.config())
         try:
-            hf.load_state_dict(gpt2_state_dict(model, shape), strict=True)
+            hf.load_state_dict(gpt2_state_dict(model), strict=True)
         except RuntimeError as exc:
             raise ExportError(f"the GPT-2 model of transformers does not take the network's "
                               f"weights: {str(exc).splitlines()[0]}") from exc
