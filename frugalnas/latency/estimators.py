@@ -23,8 +23,9 @@ DECODE_METRICS = ("decode_ms", "decode_ms_iqr")
 IMAGE_SHAPE = (3, 32, 32)
 #: The vocabulary a token model gets without ``num_classes``: the ``text`` dataset's bytes.
 BYTE_VOCABULARY = 256
-TOKENS_REFUSED = ("the latency predictor knows convolutional kernels only; use "
-                  "measured-latency for language models")
+#: Why the layer table refuses language models, and what to use instead.
+TOKENS_REFUSED = ("the layer table knows convolutional layers only; use table='kernels' (its "
+                  "attention, MLP, norm and embedding kernels) for language models")
 
 
 def default_cache() -> Path:
@@ -151,7 +152,9 @@ class PredictedLatency(Estimator):
     The table is calibrated on ``calibration`` networks measured whole, in ``rounds``
     interleaved rounds with the table; a constrained study screens candidates with the
     prediction before evaluating them. Measurements go through the same on-disk cache as
-    ``measured-latency``."""
+    ``measured-latency``. With ``sequence_length`` T the networks are language models timed on
+    the prefill of T tokens, and the kernel table holds their attention, MLP, norm, embedding
+    and output kernels (the layer table is for convolutional networks only)."""
 
     name = "latency-predictor"
     needs_dataset = False
@@ -163,13 +166,12 @@ class PredictedLatency(Estimator):
                  warmup: int = 10, repeats: int = 50, calibration: int = 20,
                  cache: str | None = None, seed: int = 0, table: str = "kernels",
                  rounds: int = 5, sequence_length: int | None = None):
-        if sequence_length is not None or (isinstance(input_shape, (list, tuple))
-                                           and len(input_shape) == 1):
-            raise ConfigError(TOKENS_REFUSED)
-        self.input_shape, _ = _input(input_shape)
-        self.num_classes = _classes(num_classes, False)
+        self.input_shape, self.tokens = _input(input_shape, sequence_length)
+        self.num_classes = _classes(num_classes, self.tokens)
         check_range("calibration", calibration, 2)
         check_choice("table", table, TABLES)
+        if self.tokens and table == "layers":
+            raise ConfigError(TOKENS_REFUSED)
         self.calibration, self.seed = int(calibration), seed
         self.table = table
         self.setup = LatencySetup(runtime, batch_size, threads, warmup, repeats, rounds)
@@ -177,17 +179,25 @@ class PredictedLatency(Estimator):
         self._predictors: dict[int, KernelTablePredictor | LayerTablePredictor] = {}
 
     def check_space(self, space: SearchSpace) -> None:
-        """Spaces of networks for other tasks than image classes (language models, such as
-        the ``gpt`` space's) are refused before the first trial."""
-        if "image-classification" not in type(space).tasks:
-            raise ConfigError(TOKENS_REFUSED)
+        """A space whose networks take other inputs than the predictor's (language models
+        without ``sequence_length``, image networks with it) is refused before the first
+        trial."""
+        tasks = type(space).tasks
+        if self.tokens and "language-modelling" not in tasks:
+            raise ConfigError(f"sequence_length times language models; space {space.name!r} "
+                              f"builds networks for {', '.join(tasks)}")
+        if not self.tokens and "image-classification" not in tasks:
+            raise ConfigError(f"space {space.name!r} builds language models: give the "
+                              "latency predictor sequence_length=T (the prefill of T tokens)")
 
     def predictor(self, space: SearchSpace) -> KernelTablePredictor | LayerTablePredictor:
         found = self._predictors.get(id(space))
         if found is None:
-            kind = KernelTablePredictor if self.table == "kernels" else LayerTablePredictor
-            found = kind(space, self.meter, self.num_classes, self.input_shape,
-                         self.calibration, self.seed)
+            found = KernelTablePredictor(space, self.meter, self.num_classes,
+                                         self.input_shape, self.calibration, self.seed,
+                                         self.tokens) if self.table == "kernels" else \
+                LayerTablePredictor(space, self.meter, self.num_classes, self.input_shape,
+                                    self.calibration, self.seed)
             self._predictors[id(space)] = found
         return found
 

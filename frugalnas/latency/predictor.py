@@ -136,8 +136,12 @@ class LatencyMeter:
 
     @staticmethod
     def kernel_item(kernel: Kernel) -> Item:
-        """What :meth:`cached_many` needs to measure ``kernel`` alone."""
-        return ({"kernel": kernel.signature}, kernel.module, kernel.input_shape)
+        """What :meth:`cached_many` needs to measure ``kernel`` alone (a kernel of token
+        inputs, an embedding, on zero tokens: any vocabulary holds them)."""
+        parts: dict[str, object] = {"kernel": kernel.signature}
+        if kernel.tokens:
+            parts.update(input="tokens", classes=1)
+        return (parts, kernel.module, kernel.input_shape)
 
     @staticmethod
     def probe_item() -> Item:
@@ -290,19 +294,23 @@ class KernelTablePredictor:
     by non-negative least squares on the relative error to ``calibration`` networks measured
     whole (without calibration networks they are the overhead and 1). The calibration
     networks, their kernels and the overhead probe are measured together, in interleaved
-    rounds, so a machine whose speed drifts affects table and networks alike."""
+    rounds, so a machine whose speed drifts affects table and networks alike. With
+    ``tokens`` the networks are language models on int64 tokens (``input_shape`` ``(T,)``),
+    whose attention, MLP, embedding and output stages are kernels measured whole."""
 
     def __init__(self, space: SearchSpace, meter: LatencyMeter, num_classes: int,
-                 input_shape: Sequence[int], calibration: int = 20, seed: int = 0):
+                 input_shape: Sequence[int], calibration: int = 20, seed: int = 0,
+                 tokens: bool = False):
         self.space, self.meter = space, meter
         self.num_classes, self.input_shape = int(num_classes), tuple(int(s) for s in input_shape)
         self.calibration_size, self.seed = int(calibration), int(seed)
+        self.tokens = bool(tokens)
         self._fit: KernelFit | None = None
 
     def kernels(self, arch: Architecture) -> list[Kernel]:
         """The kernels ``arch``'s network runs, in order."""
         return network_kernels(self.space.build(arch, self.num_classes, self.input_shape),
-                               self.input_shape)
+                               self.input_shape, self.tokens)
 
     def prepare(self, archs: Sequence[Architecture]) -> None:
         """Measure the kernels of ``archs`` missing from the table, together (interleaved
@@ -321,8 +329,8 @@ class KernelTablePredictor:
             archs = self.calibration_set()
             kernels = [self.kernels(a) for a in archs]
             meter = self.meter
-            nets = [meter.network_item(self.space, a, self.num_classes, self.input_shape)
-                    for a in archs]
+            nets = [meter.network_item(self.space, a, self.num_classes, self.input_shape,
+                                       self.tokens) for a in archs]
             table = [meter.kernel_item(k) for ks in kernels for k in ks]
             done = meter.cached_many(nets + table + [meter.probe_item()])
             overhead = done[-1][0].median_ms

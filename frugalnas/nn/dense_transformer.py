@@ -95,6 +95,10 @@ class DenseAttention(nn.Module):
         self.v = nn.Linear(width, kv_heads * head_dim, bias=bias)
         self.out = nn.Linear(heads * head_dim, width, bias=bias)
 
+    def extra_repr(self) -> str:
+        return (f"head_dim={self.head_dim}, causal={self.causal}, rotary={self.rotary}, "
+                f"rope_base={self.rope_base:g}")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = attend(self.q(x), self.k(x), self.v(x), self.head_dim, self.causal, self.rotary,
                    self.rope_base)
@@ -140,6 +144,9 @@ class DenseMLP(nn.Module):
         self.fc = nn.Linear(width, hidden, bias=bias)
         self.gate = nn.Linear(width, hidden, bias=bias) if gated else None
         self.proj = nn.Linear(hidden, width, bias=bias)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = ACTIVATIONS[self.activation]
@@ -193,7 +200,8 @@ class GPTEmbedding(nn.Module):
         return x
 
     def extra_repr(self) -> str:
-        return "tok + pos" if self.parts[1] is not None else "tok"
+        tok, pos = self.parts
+        return f"tok={tok!r}" + (f", pos={pos!r}" if pos is not None else "")
 
 
 class GPTOutput(nn.Module):
@@ -212,7 +220,8 @@ class GPTOutput(nn.Module):
         return logits
 
     def extra_repr(self) -> str:
-        return "norm, head"
+        norm, head = self.parts
+        return f"norm={norm!r}, head={head!r}"
 
 
 class DenseGPT(nn.Module):

@@ -26,8 +26,8 @@ from ops_support.text_corpus import pseudo_verse
 OFF = {"disable_plugins": ("mlflow", "progress")}
 FAST = {"warmup": 2, "repeats": 5}
 T = 16
-REFUSED = ("the latency predictor knows convolutional kernels only; use measured-latency "
-           "for language models")
+REFUSED = ("the layer table knows convolutional layers only; use table='kernels' (its "
+           "attention, MLP, norm and embedding kernels) for language models")
 
 
 @pytest.fixture(scope="module")
@@ -160,19 +160,41 @@ def test_options_for_token_inputs_are_checked():
         make(input_shape=[8, 8])
 
 
-def test_the_latency_predictor_refuses_language_models_in_one_line(tmp_path):
-    for options in ({"sequence_length": T}, {"input_shape": [T]}):
-        with pytest.raises(ConfigError) as refused:
-            PredictedLatency(cache="", **options)
-        assert str(refused.value) == REFUSED
-    # on the gpt space, before the first trial: alone or as a member of a combination
+def test_the_kernel_table_predicts_language_models_from_their_transformer_kernels(
+        space, small, big, tmp_path):
+    from frugalnas.latency.kernels import network_kernels
+
+    kinds = [k.kind for k in network_kernels(space.build(big, 256, (T,)), (T,), tokens=True)]
+    assert kinds == ["GPTEmbedding", "LayerNorm", "DenseAttention", "LayerNorm", "DenseMLP",
+                     "LayerNorm", "DenseAttention", "LayerNorm", "DenseMLP", "GPTOutput"]
+    estimator = PredictedLatency(sequence_length=T, calibration=4, cache=str(tmp_path / "c"),
+                                 rounds=1, **FAST)
+    estimator.check_space(space)
+    predicted = {name: estimator.evaluate(arch, _context(space)).value
+                 for name, arch in (("small", small), ("big", big))}
+    assert 0 < predicted["small"] < predicted["big"]
+    table = estimator.predictor(space)
+    assert all(k.tokens == (k.kind == "GPTEmbedding") for k in table.kernels(big))
+
+
+def test_the_latency_predictor_refuses_inputs_its_space_does_not_take(tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        PredictedLatency(cache="", sequence_length=T, table="layers")
+    assert str(refused.value) == REFUSED
+    # on the gpt space without a sequence length, before the first trial: alone or combined
     for estimator, options in [("latency-predictor", {"cache": str(tmp_path / "c")}),
                                ("combined", {"members": {"params": {}, "latency-predictor": {
                                    "cache": str(tmp_path / "c")}}})]:
-        with pytest.raises(ConfigError, match=REFUSED) as refused:
+        with pytest.raises(ConfigError, match="space 'gpt' builds language models: give the "
+                                              "latency predictor sequence_length=T") as refused:
             frugalnas.create_study(space="gpt", space_options=SMALL_GPT, estimator=estimator,
                                    estimator_options=options, dataset=None, **OFF)
         assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigError, match="sequence_length times language models; space "
+                                          "'nb201'"):
+        frugalnas.create_study(space="nb201", estimator="latency-predictor",
+                               estimator_options={"sequence_length": T, "cache": ""},
+                               dataset=None, **OFF)
 
 
 @pytest.fixture
