@@ -3,6 +3,9 @@ work), compressed to a fraction of its non-embedding parameters by ``frugalnas.c
 two baselines given the same parent, the same text and the same tokens after pruning:
 
 * ``scratch``: the shape frugalnas chose, trained from fresh weights on the next tokens;
+* ``supernetS``: frugalnas with its supernet stage, the same tokens split between the supernet
+  training before the search (the share ``S``, ``--supernet-share``) and the distillation
+  after it;
 * ``minitron``: the parent ordered by the same activation importance, pruned to a hand-chosen
   shape (every layer kept, the heads and MLP units of each cut by one factor, as Minitron's
   width pruning), then distilled exactly as frugalnas distils.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -148,7 +152,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row = race(kind, budget, seed, parent_dir, data, args, results["parent_params"])
                 results[key].append(row)
                 args.results.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    method = supernet_method(args.supernet_share)
+    for row in results["runs"]:
+        if row["budget"] in args.budgets and row["seed"] in args.seeds and method not in row:
+            row.update(supernet_race(row["budget"], row["seed"], parent_dir, data, args))
+            args.results.write_text(json.dumps(results, indent=1, default=str) + "\n")
     return results
+
+
+def supernet_method(share: float) -> str:
+    """The results' name of frugalnas with its supernet trained on ``share`` of the tokens."""
+    return f"supernet{share:g}"
+
+
+def supernet_race(budget: float, seed: int, parent_dir: Path, data: Any,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """frugalnas with the supernet stage, on the same tokens in all."""
+    from frugalnas.compression.checkpoint import read_checkpoint
+    from frugalnas.compression.pipeline import compress
+
+    trained = int(args.tokens * args.supernet_share)
+    result = compress(parent_dir, CORPUS.resolve(), budget=f"params={budget}",
+                      out=args.out / f"params{budget:g}-seed{seed}-{supernet_method(args.supernet_share)}",
+                      trials=args.trials, seed=seed, context=CONTEXT, valid_examples=64,
+                      progress=args.progress, onnx=False, tracking=False,
+                      supernet={"tokens": trained, "lr": args.lr},
+                      distill={"tokens": args.tokens - trained, "lr": args.lr})
+    child, _ = read_checkpoint(result.model)
+    name = supernet_method(args.supernet_share)
+    row = {name: valid_loss(child, data), f"{name}_shape": str(result.shape),
+           f"{name}_params": result.child_params, f"{name}_seconds": result.seconds,
+           f"{name}_tokens": trained}
+    print(f"params={budget:g} seed {seed}: frugalnas with its supernet on {trained:,} tokens "
+          f"{row[name]:.4f} ({result.shape})", flush=True)
+    return row
 
 
 def race(kind: str, budget: float, seed: int, parent_dir: Path, data: Any,
@@ -195,14 +232,21 @@ def summary(results: dict[str, Any]) -> list[str]:
     for budget in sorted({r["budget"] for r in results["runs"]}, reverse=True):
         rows = [r for r in results["runs"] if r["budget"] == budget]
         parts = []
-        for method in ("frugalnas", "minitron", "scratch"):
-            values = [r[method] for r in rows]
+        shares = sorted({k for r in rows for k in r if re.fullmatch(r"supernet[0-9.]+", k)})
+        for method in ("frugalnas", *shares, "minitron", "scratch"):
+            values = [r[method] for r in rows if method in r]
+            if not values:
+                continue
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             parts.append(f"{method} {statistics.mean(values):.4f} +- {spread:.4f}")
         stages = {k: statistics.mean(r["seconds"][k] for r in rows) for k in rows[0]["seconds"]}
         lines.append(f"params={budget:g} ({len(rows)} seeds): " + ", ".join(parts))
         lines.append("  frugalnas stages (mean s): " +
                      ", ".join(f"{k} {v:.0f}" for k, v in stages.items()))
+        for share in shares:
+            timed = [r[f"{share}_seconds"] for r in rows if f"{share}_seconds" in r]
+            lines.append(f"  {share} stages (mean s): " + ", ".join(
+                f"{k} {statistics.mean(s.get(k, 0.0) for s in timed):.0f}" for k in timed[0]))
     for budget in sorted({r["budget"] for r in results.get("latency_runs", [])}, reverse=True):
         rows = [r for r in results["latency_runs"] if r["budget"] == budget]
         values = [r["frugalnas"] for r in rows]
@@ -227,6 +271,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=300_000,
                         help="tokens after pruning, for every method")
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--supernet-share", type=float, default=0.5,
+                        help="the share of --tokens that trains the supernet before the "
+                             "search, in the supernet method")
     parser.add_argument("--lr", type=float, default=1e-3, help="distillation learning rate")
     parser.add_argument("--scratch-lr", type=float, default=3e-3)
     parser.add_argument("--train-steps", type=int, default=2000)
