@@ -18,8 +18,8 @@ from typing import Any
 from frugalnas.ports.exported import ExportedNetwork
 from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.version import __version__
-from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL
-from frugalnas.tracking.mlflow.store import (UID_ATTR, ensure_experiment, prepare_tracking_store,
+from frugalnas.tracking.mlflow.store import (TAG_ROLE, TAG_STUDY, TAG_STUDY_ID, TAG_TRIAL, UID_ATTR,
+                                             ensure_experiment, prepare_tracking_store,
                                              runtime_uri, tracking_uri_of)
 
 

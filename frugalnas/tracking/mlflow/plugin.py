@@ -68,11 +68,11 @@ from frugalnas.tracking.mlflow.models import log_model, trial_run_links
 from frugalnas.tracking.mlflow.reference import parse_reference
 from frugalnas.tracking.mlflow.store import (DEFAULT_TRACKING_URI, OPTIONS, PLUGIN,
                                              tracking_uri_of)
-from frugalnas.tracking.mlflow.tracker import StudyTracker
 from frugalnas.tracking.mlflow.ui import cmd_ui
 
 if TYPE_CHECKING:  # the plugin loads for --help, which needs no optuna
     from frugalnas.ports.trial_report import TrialReport
+    from frugalnas.tracking.mlflow.tracker import StudyTracker
 
 
 # Trackers still open, so that interpreter exit drains their writes (a study used through
@@ -188,6 +188,10 @@ def frugalnas_commands(subparsers: argparse._SubParsersAction, host: Any) -> Non
 
 @hookimpl
 def frugalnas_study_started(study: Any) -> None:
+    # The tracker (optuna, the storage's locks, the leaderboard) is imported when a study
+    # starts, not when the plugin loads with every command.
+    from frugalnas.tracking.mlflow.tracker import StudyTracker
+
     with _LOCK:
         state = study.plugin_state.setdefault(PLUGIN, {})
         if state.get("tracker") is None:

@@ -27,27 +27,23 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from optuna.trial import FrozenTrial
+
+from frugalnas.ports import optuna_compat
 from frugalnas.ports.capabilities import CellGraph, capability
 from frugalnas.ports.keys import INTERRUPTED_PREFIX
 from frugalnas.ports.secrets import mask_text
 from frugalnas.ports.trial_constraints import feasible_flag
+from frugalnas.ports.trial_report import TrialReport
 from frugalnas.tracking.mlflow.drawing import draw_cell
-
-if TYPE_CHECKING:  # the mlflow plugin loads for --help, which needs no optuna
-    from optuna.trial import FrozenTrial
-
-    from frugalnas.ports.trial_report import TrialReport
+from frugalnas.tracking.mlflow.store import TAG_ROLE, TAG_STUDY_ID, TAG_TRIAL
 
 #: MLflow's longest parameter value; a longer architecture string is also written whole as
 #: the artifact ``architecture.txt``.
 MAX_PARAM_LENGTH = 6000
 
-TAG_STUDY = "frugalnas.study"
-TAG_STUDY_ID = "frugalnas.study_id"
-TAG_ROLE = "frugalnas.role"
-TAG_TRIAL = "frugalnas.trial_number"
 STALE_PREFIX = "stale trial"
 #: fail_reason of a FAIL trial whose reason the storage does not have.
 NO_REASON = ("stale trial or interrupted worker: the storage has no failure reason (the "
@@ -132,8 +128,6 @@ def report_of(tracker: Any, frozen: FrozenTrial) -> TrialReport:
     """The :class:`TrialReport` of a finished trial as the storage records it (the same one
     the study hands the plugins for a stale trial)."""
     study = tracker.study
-    from frugalnas.ports.trial_report import TrialReport
-
     return TrialReport.from_frozen(frozen, study.space, study.config.objectives)
 
 
@@ -406,8 +400,6 @@ def reconcile(tracker: Any, skip: set[int] | frozenset[int] = frozenset(),
     (trial number -> (state, run id)) receives every trial whose run is right afterwards, and
     ``unsettled`` the runs found for the trials left alone (skipped or not finished), so that
     their writer completes those runs without searching for them."""
-    from frugalnas.ports import optuna_compat
-
     if trials is None:
         trials = optuna_compat.fresh_trials(tracker.study.optuna_study)
     by_number: dict[int, list[Any]] = {}

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from frugalnas.ports.secrets import without_masked_password
-from frugalnas.tracking.mlflow.reconcile import TAG_STUDY
 
 
 PLUGIN = "mlflow"
@@ -19,6 +18,12 @@ DEFAULT_UI_URL = "http://127.0.0.1:5000"
 #: Study user attribute: the id that tags this study's MLflow runs (``frugalnas.study_id``), so
 #: that two studies with one name (in-memory studies run twice) never share runs.
 UID_ATTR = "frugalnas_mlflow_study_id"
+#: The tags of a study's runs: the study's name and id, the run's role (the study's parent run
+#: or a trial's run) and a trial run's number.
+TAG_STUDY = "frugalnas.study"
+TAG_STUDY_ID = "frugalnas.study_id"
+TAG_ROLE = "frugalnas.role"
+TAG_TRIAL = "frugalnas.trial_number"
 
 
 def resolve_tracking_uri(option: str | None) -> str:

@@ -12,26 +12,25 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from frugalnas.ports import optuna_compat
 from frugalnas.ports.secrets import mask_text
+from frugalnas.ports.trial_report import TrialReport
+from frugalnas.distribution.locks import study_lock
 from frugalnas.engine.storage_url import operational_failure
+from frugalnas.leaderboard import leaderboard_html, recorded_sizes
 from frugalnas.multiobjective.hypervolume import hypervolume
 from frugalnas.tracking.mlflow.drawing import draw_best_so_far, draw_pareto, objective_label
-from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, TAG_ROLE, TAG_STUDY,
-                                                 TAG_STUDY_ID, TAG_TRIAL, create_runs,
-                                                 reconcile, trial_run, trial_runs,
-                                                 unchecked_trials, write)
+from frugalnas.tracking.mlflow.reconcile import (MAX_PARAM_LENGTH, create_runs, reconcile,
+                                                 trial_run, trial_runs, unchecked_trials, write)
 from frugalnas.tracking.mlflow.review import TOP, StudyReview, entry_of_report, entry_of_trial
-
 from frugalnas.tracking.mlflow.reference import (HV_MIN_TRIALS, HV_REFERENCE_ATTR,
                                                  default_reference, parse_reference)
-from frugalnas.tracking.mlflow.store import (DEFAULT_UI_URL, PLUGIN, UID_ATTR, ensure_experiment,
+from frugalnas.tracking.mlflow.store import (DEFAULT_UI_URL, PLUGIN, TAG_ROLE, TAG_STUDY,
+                                             TAG_STUDY_ID, TAG_TRIAL, UID_ATTR, ensure_experiment,
                                              prepare_tracking_store, tracking_uri_of)
 from frugalnas.tracking.mlflow.writer import Writer, quiet_writer_logs
-
-if TYPE_CHECKING:  # the plugin loads for --help, which needs no optuna
-    from frugalnas.ports.trial_report import TrialReport
 
 
 #: Most trials one writer job writes (on a SQL store: in one transaction).
@@ -55,8 +54,6 @@ class StudyTracker:
     run for one trial, and a reconciliation never sees a run another worker is writing."""
 
     def __init__(self, study: Any):
-        from frugalnas.distribution.locks import study_lock
-
         self.study = study
         self.uri = tracking_uri_of(study.config)
         self.client: Any = None
@@ -161,8 +158,6 @@ class StudyTracker:
         """Reconcile MLflow with the storage. At the start, the trials this process is about
         to write are left to it; at the end, nothing is read from MLflow when every finished
         trial in the storage is one whose run this process wrote or checked."""
-        from frugalnas.ports import optuna_compat
-
         trials = optuna_compat.fresh_trials(self.study.optuna_study)
         self._review_trials(trials)
         skip: set[int] = set()
@@ -343,8 +338,6 @@ class StudyTracker:
         objective: also ``best_value``, ``best_architecture``) or the Pareto plot and
         ``pareto_front.json`` (two objectives)."""
         from mlflow.entities import Metric, RunTag
-
-        from frugalnas.leaderboard import leaderboard_html, recorded_sizes
 
         self.review_at = time.monotonic()
         review = self.review

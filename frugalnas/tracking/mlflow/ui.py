@@ -17,10 +17,9 @@ from typing import Any
 from frugalnas.ports.errors import ConfigError
 from frugalnas.ports.secrets import mask_text
 from frugalnas.tracking.mlflow.checks import check_tracking_uri
-from frugalnas.tracking.mlflow.reconcile import TAG_ROLE, TAG_STUDY
 
-from frugalnas.tracking.mlflow.store import (artifact_root, prepare_tracking_store,
-                                             resolve_tracking_uri)
+from frugalnas.tracking.mlflow.store import (TAG_ROLE, TAG_STUDY, artifact_root,
+                                             prepare_tracking_store, resolve_tracking_uri)
 
 
 #: Experiment tag prefix under which the MLflow UI looks up a shared view of the runs table
