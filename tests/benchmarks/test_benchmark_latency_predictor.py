@@ -30,3 +30,14 @@ def test_latency_benchmark_prints_predictors_beside_the_repeatability(tmp_path):
     assert all(0 <= within <= 100 and error >= 0 for within, _, error in rows.values())
     assert re.search(r"kernel table: per-call overhead 0\.\d+ ms, intercept", text)
     assert "per measurement (2 rounds, interleaved)" in text
+
+
+@pytest.mark.slow
+def test_latency_benchmark_predicts_language_models_with_the_kernel_table_alone(tmp_path):
+    out = subprocess.run([sys.executable, str(SCRIPT), "--space", "gpt", "--sequence-length",
+                          "16", "--held-out", "4", "--calibration", "3", "--repeats", "5",
+                          "--rounds", "1"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "space gpt, onnxruntime, batch 1, 1 thread, input (16,)" in out.stdout
+    assert "kernel table vs run 1" in out.stdout and "layer table" not in out.stdout
