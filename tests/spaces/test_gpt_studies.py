@@ -90,3 +90,26 @@ def test_reports_every_k_steps_reach_the_pruner_and_scoring_reads_a_prefix(corpu
         assert trial.intermediate_values[30] == pytest.approx(trial.values[0])
     with pytest.raises(ConfigError, match="report_every_steps"):
         _study(corpus, "train", {"report_every_steps": 0})
+
+
+def tiny_lm(trial):
+    """A define-by-run language model of the elastic modules (docs/transformers.md)."""
+    from frugalnas.nn.transformer import ElasticGPT
+
+    width = trial.suggest_categorical("width", [16, 32])
+    depth = trial.suggest_int("depth", 1, 2)
+    heads = trial.suggest_categorical("heads", [1, 2])
+    return ElasticGPT(trial.num_classes, width, depth, heads, 8, 2 * width,
+                      trial.input_shape[0], positions="rotary").export()
+
+
+def test_a_define_by_run_language_model_is_searched_on_text(corpus):
+    study = frugalnas.create_study(
+        space=tiny_lm, dataset="text", dataset_options={"path": str(corpus), "context": 16},
+        estimator="train", estimator_options={"max_steps": 20, "batch_size": 16,
+                                              "optimizer": "adam", "lr": 3e-3},
+        direction="minimize", seed=0, **OFF)
+    study.optimize(n_trials=3)
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert len(done) == 3 and all(0 < t.values[0] < math.log(256) for t in done)
+    assert all(str(t.architecture).startswith("tiny_lm:width=") for t in done)
