@@ -22,10 +22,11 @@ INIT_STD = 0.02
 
 
 def gpt_init(model: nn.Module) -> nn.Module:
-    """GPT-2's initialisation, in place: linear weights from N(0, 0.02), biases zero."""
+    """GPT-2's initialisation, in place: linear (and convolution, for a vision transformer's
+    patches) and embedding weights from N(0, 0.02), biases zero."""
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, nn.Linear):
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
                 module.weight.normal_(0.0, INIT_STD)
                 if module.bias is not None:
                     module.bias.zero_()

@@ -1,39 +1,21 @@
 """The networks of the ``vit`` space: stand-alone vision transformers of plain torch modules
-(:class:`~frugalnas.nn.vision_transformer.DenseViT`), with every linear, convolution and
-position weight drawn from N(0, 0.02) and biases zero (ViT's truncated-normal start, untruncated),
-so that a network built alone and one sliced from the supernet start from the same
-distribution."""
+(:class:`~frugalnas.nn.vision_transformer.DenseViT`), initialised as the ``gpt`` space's (every
+linear, convolution and position weight drawn from N(0, 0.02), biases zero: ViT's
+truncated-normal start, untruncated), so that a network built alone and one sliced from the
+supernet start from the same distribution."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-
 from frugalnas.nn.vision_transformer import DenseViT, ElasticViT, ViTSubnet
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.errors import ConfigError
+from frugalnas.spaces.gpt.network import gpt_init
 
 if TYPE_CHECKING:
     from frugalnas.spaces.vit.space import ViTSpace
-
-INIT_STD = 0.02
-
-
-def vit_init(model: nn.Module) -> nn.Module:
-    """In place: linear, convolution and embedding weights from N(0, 0.02), biases zero."""
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                module.weight.normal_(0.0, INIT_STD)
-                if module.bias is not None:
-                    module.bias.zero_()
-            elif isinstance(module, nn.Embedding):
-                module.weight.normal_(0.0, INIT_STD)
-    return model
-
 
 def check_image_shape(space: ViTSpace, input_shape: Sequence[int]) -> int:
     """The images' side; a ConfigError unless they are square (C, H, W) images whose side
@@ -66,7 +48,7 @@ def elastic_model(space: ViTSpace, num_classes: int, input_shape: Sequence[int],
         hidden = max(b.mlp_hidden for b in config.blocks)
     model = ElasticViT(side, int(input_shape[0]), num_classes, patches, width, depth, heads,
                        space.head_dim, hidden, norm=space.norm)
-    vit_init(model)
+    gpt_init(model)
     return model
 
 
