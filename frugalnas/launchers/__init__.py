@@ -17,18 +17,19 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT, StudyConfig, check_worker_settings
+from frugalnas.ports.config import StudyConfig
 from frugalnas.ports.errors import ConfigError
 from frugalnas.distribution.launcher import Launcher, WorkerJob, check_shared_storage, positive_workers
 from frugalnas.host.plugins import PluginHost, hookimpl
 from frugalnas.launchers.dask_cluster import DaskLauncher, check_address
 from frugalnas.launchers.local import LocalLauncher
+from frugalnas.ports.lazy import lazy_attributes
 from frugalnas.ports.secrets import OptionRoles
 
-if TYPE_CHECKING:
-    from frugalnas.engine.study import Study
+# The plugin loads with every command; launch (the engine, optuna, torch) when first used.
+__getattr__ = lazy_attributes(__name__, {"launch": "frugalnas.launchers.launching"})
 
 PLUGIN = "launchers"
 OPTIONS = ("cluster", "workers", "resources")
@@ -87,42 +88,6 @@ def launcher_from_options(options: dict[str, Any], host: PluginHost) -> Launcher
         local: Launcher = host.create("launchers", "local", workers=options["workers"])
         return local
     return None
-
-
-def launch(config: StudyConfig, storage: str, n_trials: int, launcher: Launcher, *,
-           study_name: str = "frugalnas", heartbeat: int | None = None,
-           grace: int | None = None, retries: int = 1, timeout: float | None = None,
-           isolate: str = "none", host: PluginHost | None = None) -> Study:
-    """Run the study ``study_name`` of ``config`` on ``storage`` until it holds ``n_trials``
-    trials, on the workers of ``launcher`` (``LocalLauncher(4)``, ``DaskLauncher(
-    "tcp://HOST:PORT")``); returns the study as this process sees it afterwards. With a
-    ``DaskLauncher``, ``storage="dask"`` keeps the study in the memory of its scheduler. Everything
-    that can be checked (the storage the workers share, the cluster, its resources) is
-    checked before the study is created. A worker that dies loses its running trial, which
-    is failed after ``grace`` seconds without a heartbeat (``heartbeat``: seconds between
-    heartbeats, by default ``frugalnas run``'s) and, with ``retries``, run again."""
-    from dataclasses import asdict
-
-    from frugalnas.engine.study import create_study
-    from frugalnas.distribution.quota_storage import make_storage
-
-    heartbeat = DEFAULT_RUN_HEARTBEAT if heartbeat is None else heartbeat
-    check_worker_settings(heartbeat, grace, retries)
-    host = host or PluginHost(config.plugins, config.disable_plugins)
-    storage = launcher.shared_storage(storage)
-    job = WorkerJob(config, storage, study_name, n_trials, heartbeat=heartbeat, grace=grace,
-                    retries=retries, timeout=timeout, isolate=isolate)
-    launcher.check(job)
-    cfg = asdict(config)
-    study = create_study(storage=make_storage(storage, heartbeat=heartbeat, grace=grace),
-                         study_name=study_name, load_if_exists=True, host=host,
-                         **{k: v for k, v in cfg.items() if k != "directions"},
-                         directions=config.directions)
-    try:
-        launcher.launch(job)
-    finally:
-        launcher.close()
-    return study
 
 
 # -- the plugin's hooks --------------------------------------------------------------------

@@ -14,8 +14,6 @@ from frugalnas.host.registry import LazyFactory
 if TYPE_CHECKING:
     from frugalnas.ports.architecture import Architecture
     from frugalnas.ports.estimator import EstimateResult
-    from frugalnas.ports.space import SearchSpace
-    from frugalnas.sievo.sampler import SIEvolutionSampler
 
 #: The name of the ``inherited`` estimator (``frugalnas.sievo.estimator.InheritedEstimator``).
 INHERITED = "inherited"
@@ -29,31 +27,12 @@ __getattr__ = lazy_attributes(__name__, {
     "final_choice": "frugalnas.sievo.final",
     **{name: "frugalnas.sievo.plan" for name in (
         "GenerationPlan", "GenerationPlans", "SampledTraining")},
-    "SIEvolutionSampler": "frugalnas.sievo.sampler"})
+    "SIEvolutionSampler": "frugalnas.sievo.sampler",
+    "si_evolution": "frugalnas.sievo.sampler"})
 
 __all__ = ["FinalChoice", "GenerationPlan", "GenerationPlans", "InheritedEstimator",
            "SIEvolutionSampler", "SampledTraining", "final_choice", "retrain", "shared_plans",
            "si_evolution", "supernet_of", "weight_store_of"]
-
-
-def si_evolution(space: SearchSpace | None = None, seed: int = 0, population_size: int = 10,
-                 offspring: int | None = None, generations: int | None = None,
-                 batches_per_generation: int = 50, batch_size: int = 64, lr: float = 0.05,
-                 momentum: float = 0.9, weight_decay: float = 3e-4, crossover_prob: float = 0.9,
-                 mutation_prob: float = 1.0, tournament_size: int = 2,
-                 checkpoint_dir: str | None = None,
-                 warmup_batches: int = 0) -> SIEvolutionSampler:
-    """Evolution with sampled training of the population on shared weights and node
-    inheritance for offspring (SI-EvoNAS); use with the 'inherited' estimator."""
-    from frugalnas.sievo.sampler import SIEvolutionSampler
-
-    return SIEvolutionSampler(
-        space=space, seed=seed, population_size=population_size, offspring=offspring,
-        generations=generations, batches_per_generation=batches_per_generation,
-        batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay,
-        crossover_prob=crossover_prob, mutation_prob=mutation_prob,
-        tournament_size=tournament_size, checkpoint_dir=checkpoint_dir,
-        warmup_batches=warmup_batches)
 
 
 def retrain(study: Any, arch: Architecture | str | None = None, epochs: float = 10.0,
@@ -70,7 +49,10 @@ def retrain(study: Any, arch: Architecture | str | None = None, epochs: float = 
 
 @hookimpl
 def frugalnas_strategies() -> dict[str, Any]:
-    return {"si-evolution": si_evolution}
+    return {"si-evolution": LazyFactory(
+        "frugalnas.sievo.sampler:si_evolution",
+        "Evolution with sampled training of the population on shared weights and node "
+        "inheritance for offspring (SI-EvoNAS); use with the 'inherited' estimator.")}
 
 
 @hookimpl

@@ -7,6 +7,7 @@ sampler shares with the study's estimator (``shared_state``): the ``inherited`` 
 it from the evaluation context to run the sampled training of each generation's population and
 record the re-scores the next selection uses. With ``generations`` set, the sampler tells the
 study its search is over (``should_stop``) once every planned trial has been handed out.
+The plugin registers :func:`si_evolution`, the sampler's factory with its options.
 """
 
 from __future__ import annotations
@@ -99,3 +100,21 @@ class SIEvolutionSampler(Strategy):
 
     def reseed_rng(self) -> None:
         self._random.reseed_rng()
+
+
+def si_evolution(space: SearchSpace | None = None, seed: int = 0, population_size: int = 10,
+                 offspring: int | None = None, generations: int | None = None,
+                 batches_per_generation: int = 50, batch_size: int = 64, lr: float = 0.05,
+                 momentum: float = 0.9, weight_decay: float = 3e-4, crossover_prob: float = 0.9,
+                 mutation_prob: float = 1.0, tournament_size: int = 2,
+                 checkpoint_dir: str | None = None,
+                 warmup_batches: int = 0) -> SIEvolutionSampler:
+    """Evolution with sampled training of the population on shared weights and node
+    inheritance for offspring (SI-EvoNAS); use with the 'inherited' estimator."""
+    return SIEvolutionSampler(
+        space=space, seed=seed, population_size=population_size, offspring=offspring,
+        generations=generations, batches_per_generation=batches_per_generation,
+        batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay,
+        crossover_prob=crossover_prob, mutation_prob=mutation_prob,
+        tournament_size=tournament_size, checkpoint_dir=checkpoint_dir,
+        warmup_batches=warmup_batches)

@@ -19,7 +19,7 @@ from torch import nn
 
 import frugalnas
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
-from frugalnas.backends.virtual_node.comm import SECRET_ENV
+from frugalnas.backends.virtual_node.checks import SECRET_ENV
 from frugalnas.backends.virtual_node.world import ProcessWorld
 from frugalnas.ports.errors import TrialFailure
 

@@ -20,7 +20,8 @@ import torch.distributed as dist
 from torch import nn
 
 from frugalnas.backends.virtual_node.backend import VirtualNodeBackend
-from frugalnas.backends.virtual_node.comm import CONFIG_KEY, PREFIX, SECRET_ENV, loads, seal
+from frugalnas.backends.virtual_node.checks import SECRET_ENV
+from frugalnas.backends.virtual_node.comm import CONFIG_KEY, PREFIX, loads, seal
 from frugalnas.backends.virtual_node.world import listening_socket
 from frugalnas.ports.errors import ConfigError
 

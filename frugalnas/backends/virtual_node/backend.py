@@ -23,31 +23,18 @@ from frugalnas.ports.errors import (ConfigError, TrialFailure, check_choice, che
 from frugalnas.host.plugins import PluginHost
 from frugalnas.backends.virtual_node.advice import NodeBatchAdvice, measure_node_batch
 from frugalnas.backends.single_device import SingleDeviceBackend
+from frugalnas.backends.virtual_node.checks import check_inner_travels, world_secret
 from frugalnas.backends.virtual_node.comm import all_ok, broadcast_state, dumps
 from frugalnas.backends.virtual_node.engine import THROUGHPUT_CHOICES, VirtualNodeEngine
 from frugalnas.backends.virtual_node.plan import check_shares, even_shares, split_sizes
 from frugalnas.backends.virtual_node.worker import make_inner
-from frugalnas.backends.virtual_node.world import ProcessWorld, exit_text, world_secret
+from frugalnas.backends.virtual_node.world import ProcessWorld, exit_text
 
 
 def _positive_int(what: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"invalid {what} {value!r}; expected an integer >= 1")
     return value
-
-
-def check_inner_travels(host: PluginHost, inner: str, workers: int) -> None:
-    """Raise ConfigError unless worker processes can create backend ``inner``: they rebuild
-    the plugin host from ``host.spec()``, which names plugins; a plugin given as an object
-    cannot travel."""
-    component = host.registry("backends").get(inner)
-    info = host.infos.get(component.plugin)
-    if info is not None and info.source == "explicit" and component.plugin not in host.named_plugins:
-        raise ConfigError(
-            f"invalid inner {inner!r} with {workers} worker process(es): backend {inner!r} comes "
-            f"from plugin {component.plugin!r}, which was passed as an object; worker processes "
-            "rebuild the plugin host from plugin names and cannot load it. Pass the plugin by "
-            "module name or entry point name (plugins=['my_package.my_plugin']), or use nproc=1")
 
 
 class VirtualNodeBackend(Backend):
@@ -315,23 +302,3 @@ class VirtualNodeBackend(Backend):
         self.inner.close()
 
 
-def check_config(config: Any, host: Any) -> None:
-    """Before a study starts (the plugin's ``frugalnas_check_config``): the inner backend
-    exists, takes its ``inner_options``, and can be created by the worker processes (its
-    plugin travels by name); a world across machines has its shared secret."""
-    if config.backend != VirtualNodeBackend.name:
-        return
-    options = config.backend_options
-    inner = options.get("inner", "single-device")
-    if not isinstance(inner, str) or inner == VirtualNodeBackend.name:
-        return  # the constructor says what is wrong
-    component = host.registry("backends").get(inner)
-    inner_options = options.get("inner_options") or {}
-    if isinstance(inner_options, dict):
-        component.check_options(dict(inner_options))
-    nproc = options.get("nproc", 1)
-    world = options.get("world_size") or nproc
-    if inner != "single-device" and isinstance(world, int) and world > 1:
-        check_inner_travels(host, inner, world - 1)
-    if isinstance(nproc, int) and isinstance(world, int) and world > nproc:
-        world_secret(nproc, world, os.environ)

@@ -15,7 +15,7 @@ import hmac
 import io
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,9 +26,6 @@ from frugalnas.ports.errors import ConfigError
 
 PREFIX = "frugalnas-vnode/"
 CONFIG_KEY = PREFIX + "config"
-#: The shared secret of a world that spans machines (set on every machine).
-SECRET_ENV = "FRUGALNAS_VNODE_SECRET"
-MIN_SECRET_CHARS = 16
 _TAG = 32  # bytes of an HMAC-SHA256 tag
 
 
@@ -51,19 +48,6 @@ def _tag(secret: bytes, key: str, payload: bytes) -> bytes:
     mac = hmac.new(secret, key.encode() + b"\0", hashlib.sha256)
     mac.update(payload)
     return mac.digest()
-
-
-def secret_from_env(env: Mapping[str, str]) -> bytes | None:
-    """The user's shared secret from ``FRUGALNAS_VNODE_SECRET``; None when unset. Raises
-    ConfigError when it is too short to be a secret."""
-    value = env.get(SECRET_ENV)
-    if not value:
-        return None
-    if len(value) < MIN_SECRET_CHARS:
-        raise ConfigError(f"invalid {SECRET_ENV}: {len(value)} characters; expected at least "
-                          f"{MIN_SECRET_CHARS} (for example: python -c 'import secrets; "
-                          "print(secrets.token_hex(32))')")
-    return value.encode()
 
 
 def command_key(seq: int) -> str:

@@ -1,6 +1,7 @@
 """Built-in plugin ``virtual-node``: registers the backend of
 :mod:`frugalnas.backends.virtual_node.backend` and checks its options before a study starts,
-without importing it (nor torch) unless a study uses it."""
+without importing it (nor torch) unless a study uses it
+(:mod:`frugalnas.backends.virtual_node.checks`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,7 @@ from typing import Any
 
 from frugalnas.host.plugins import hookimpl
 from frugalnas.host.registry import LazyFactory
-
-#: The backend's registered name (``VirtualNodeBackend.name``).
-NAME = "virtual-node"
+from frugalnas.backends.virtual_node.checks import NAME, check_config
 
 
 @hookimpl
@@ -24,9 +23,5 @@ def frugalnas_backends() -> dict[str, Any]:
 @hookimpl
 def frugalnas_check_config(config: Any, host: Any) -> None:
     """Before a study with this backend starts: its inner backend, options and world
-    (:func:`frugalnas.backends.virtual_node.backend.check_config`)."""
-    if config.backend != NAME:
-        return
-    from frugalnas.backends.virtual_node.backend import check_config
-
+    (:func:`frugalnas.backends.virtual_node.checks.check_config`)."""
     check_config(config, host)

@@ -28,9 +28,10 @@ from frugalnas.ports.backend import Backend
 from frugalnas.ports.errors import ConfigError, TrialFailure, one_line
 from frugalnas.host.plugins import PluginHost
 from frugalnas.backends.single_device import SingleDeviceBackend
-from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, all_ok, broadcast_state,
-                                                  error_key, loads, ready_key, reset_group_names,
-                                                  secret_from_env, unseal, wait_command)
+from frugalnas.backends.virtual_node.checks import SECRET_ENV, secret_from_env
+from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, all_ok, broadcast_state, error_key,
+                                                  loads, ready_key, reset_group_names, unseal,
+                                                  wait_command)
 from frugalnas.backends.virtual_node.engine import VirtualNodeEngine
 
 PARENT_ENV = "FRUGALNAS_VNODE_PARENT"

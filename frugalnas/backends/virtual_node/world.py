@@ -26,9 +26,9 @@ from typing import Any
 import torch.distributed as dist
 
 from frugalnas.ports.errors import ConfigError, one_line
-from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, SECRET_ENV, dumps, error_key,
-                                                  post_command, ready_key, reset_group_names, seal,
-                                                  secret_from_env)
+from frugalnas.backends.virtual_node.checks import SECRET_ENV, world_secret
+from frugalnas.backends.virtual_node.comm import (CONFIG_KEY, dumps, error_key, post_command,
+                                                  ready_key, reset_group_names, seal)
 from frugalnas.backends.virtual_node.worker import PARENT_ENV, SECRET_STDIN_FLAG
 
 _ACTIVE: "ProcessWorld | None" = None  # torch.distributed allows one default group per process
@@ -40,20 +40,6 @@ def _make_active(world: "ProcessWorld | None", replacing: "ProcessWorld | None" 
     global _ACTIVE
     if replacing is None or _ACTIVE is replacing:
         _ACTIVE = world
-
-
-def world_secret(nproc: int, world_size: int, env: Mapping[str, str]) -> bytes:
-    """The key that seals rank 0's messages: random for a world on this machine, the user's
-    ``FRUGALNAS_VNODE_SECRET`` (which remote ranks read too) for one that spans machines."""
-    if world_size == nproc:
-        return secrets.token_bytes(32)
-    secret = secret_from_env(env)
-    if secret is None:
-        raise ConfigError(
-            f"a virtual-node world with ranks on other machines (world_size {world_size} > "
-            f"nproc {nproc}) needs a shared secret: set {SECRET_ENV} to the same random string "
-            f"(at least 16 characters) here and for every remote worker")
-    return secret
 
 
 def is_loopback(addr: str) -> bool:
