@@ -82,6 +82,8 @@ class SubnetSpace(SearchSpace):
     parent as one); the other options narrow the choices, which default to ``steps`` evenly
     spaced fractions of the parent's sizes."""
 
+    network_family = "transformer"
+
     name = "gpt-subnet"
     tasks = ("language-modelling",)
 

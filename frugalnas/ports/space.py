@@ -34,6 +34,9 @@ class SearchSpace(ABC):
     #: The tasks (:mod:`frugalnas.ports.task` names) the space's networks are built for:
     #: estimators that know only other tasks refuse the space before the first trial.
     tasks: ClassVar[tuple[str, ...]] = ("image-classification",)
+    #: What the space's networks are built of (``"convolutional"``, ``"transformer"``), for
+    #: components that read one kind of structure; None: not declared (a user's builder).
+    network_family: ClassVar[str | None] = None
 
     @abstractmethod
     def distributions(self) -> dict[str, BaseDistribution]:

@@ -21,6 +21,9 @@ class Naswot(Proxy):
     K[i, j] = number of ReLU units on which samples i and j agree (Mellor et al., "Neural
     Architecture Search without Training", ICML 2021)."""
 
+    families = ("convolutional",)
+    reads = "ReLU activation patterns"
+
     name = "naswot"
     needs_data = True
     needs_labels = False

@@ -99,6 +99,8 @@ def spectral_entropy(feature: torch.Tensor) -> float:
 
 
 class _AZProxy(Proxy):
+    families = ("convolutional",)
+    reads = "the 4-D feature maps of convolutional blocks"
     needs_data = True
     needs_labels = False
     passes = 1.0

@@ -48,6 +48,10 @@ class Proxy(ABC):
     #: the tasks (:class:`~frugalnas.ports.task.Task` names) the proxy is meant for: a study
     #: whose data poses another task is refused before its first trial
     tasks: ClassVar[tuple[str, ...]] = (IMAGE_CLASSIFICATION.name,)
+    #: the network families (:attr:`SearchSpace.network_family`) whose structure the proxy
+    #: reads (None: any network), and what it reads, for the one-line refusal of the others
+    families: ClassVar[tuple[str, ...] | None] = None
+    reads: ClassVar[str] = ""
     #: forward-pass equivalents per batch sample (forward+backward = 3), for the FLOP cost
     passes: ClassVar[float] = 3.0
 
@@ -236,10 +240,12 @@ class ProxyEstimator(Estimator):
     measures = ("seconds", "flops", "params")
 
     def check_space(self, space: SearchSpace) -> None:
-        """A proxy meant for none of the tasks the space's networks are built for is refused
-        before the first trial (the data's task is checked again at each evaluation)."""
+        """A proxy meant for none of the tasks the space's networks are built for, or that
+        reads a structure the space's networks lack, is refused before the first trial (the
+        data's task is checked again at each evaluation)."""
         if not set(type(space).tasks) & set(self.proxy.tasks):
             raise ConfigError(not_meant_for(self.proxy, type(space).tasks[0]))
+        check_families([self.proxy], space)
 
     def evaluate(self, arch: Architecture, context: TrialContext) -> EstimateResult:
         values, cost = score_network([self.proxy], arch, context, self.batch,
@@ -254,6 +260,18 @@ def not_meant_for(proxy: Proxy, task: str) -> str:
             "proxies), such as 'decoder_params'" if task == "language-modelling" else "")
     return (f"proxy {proxy.name!r} is not meant for {task} data: it was designed and "
             f"validated for {', '.join(proxy.tasks)} only{hint}")
+
+
+def check_families(proxies: Sequence[Proxy], space: SearchSpace) -> None:
+    """A ConfigError naming the first proxy that reads a structure ``space``'s networks lack
+    (a ReLU activation pattern in a transformer), and what it reads."""
+    family = type(space).network_family
+    for proxy in proxies:
+        if family is not None and proxy.families is not None and family not in proxy.families:
+            raise ConfigError(f"proxy {proxy.name!r} reads {proxy.reads}, which the {family} "
+                              f"networks of space {space.name!r} lack: it gives every one the "
+                              f"same score or none; valid for {', '.join(proxy.families)} "
+                              "networks")
 
 
 def check_tasks(proxies: Sequence[Proxy], task: Task) -> None:

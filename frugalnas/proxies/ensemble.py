@@ -28,7 +28,7 @@ from frugalnas.ports.errors import ConfigError, check_choice, check_range
 from frugalnas.ports.space import SearchSpace
 from frugalnas.ports.estimator import EstimateResult, Estimator, TrialContext
 from frugalnas.ports.latency import LATENCY_METRICS, LatencyProbe
-from frugalnas.proxies.base import Proxy, ProxyBatch, score_network
+from frugalnas.proxies.base import Proxy, ProxyBatch, check_families, score_network
 
 DEFAULT_MEMBERS = ("synflow", "naswot", "jacob_cov", "params")
 #: The members :func:`select_members` picks (log-rank, CIFAR-10 test accuracy) on the
@@ -292,6 +292,11 @@ class RankEnsembleEstimator(Estimator):
                          *(LATENCY_METRICS if latency else ()))
 
     measures = ("seconds", "flops", "params")
+
+    def check_space(self, space: SearchSpace) -> None:
+        """A member that reads a structure the space's networks lack is refused before the
+        first trial."""
+        check_families(self.members, space)
 
     def measure(self, arch: Architecture, context: TrialContext) -> tuple[dict[str, float], Cost]:
         """Every member proxy's value on ``arch`` (one network, one batch) and the cost."""

@@ -12,6 +12,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from frugalnas.proxies.base import Proxy, weighted_layers
 
@@ -70,7 +71,8 @@ class Grasp(Proxy):
     """grasp: sum of -w * (H g), H g the Hessian-gradient product of the loss.
 
     Wang et al., ICLR 2020; as a network score by Abdelfattah et al. 2021. Needs a double
-    backward."""
+    backward, so attention runs as plain operations (the fused attention kernels have no
+    second derivative)."""
 
     name = "grasp"
     needs_data = True
@@ -84,16 +86,17 @@ class Grasp(Proxy):
         for w in weights:
             w.requires_grad_(True)
         model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(inputs), targets)
-        g_first = [g.detach() for g in torch.autograd.grad(loss, weights, allow_unused=True,
-                                                            materialize_grads=True)]
-        loss = F.cross_entropy(model(inputs), targets)
-        g_second = torch.autograd.grad(loss, weights, create_graph=True, allow_unused=True,
-                                       materialize_grads=True)
-        z = sum((a * b).sum() for a, b in zip(g_first, g_second))
-        if not z.requires_grad:  # no weight reaches the loss
-            return 0.0
-        hg = torch.autograd.grad(z, weights, allow_unused=True, materialize_grads=True)
+        with sdpa_kernel(SDPBackend.MATH):
+            loss = F.cross_entropy(model(inputs), targets)
+            g_first = [g.detach() for g in torch.autograd.grad(
+                loss, weights, allow_unused=True, materialize_grads=True)]
+            loss = F.cross_entropy(model(inputs), targets)
+            g_second = torch.autograd.grad(loss, weights, create_graph=True,
+                                           allow_unused=True, materialize_grads=True)
+            z = sum((a * b).sum() for a, b in zip(g_first, g_second))
+            if not z.requires_grad:  # no weight reaches the loss
+                return 0.0
+            hg = torch.autograd.grad(z, weights, allow_unused=True, materialize_grads=True)
         return float(sum((-w.detach() * h).sum() for w, h in zip(weights, hg)))
 
 

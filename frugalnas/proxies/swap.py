@@ -130,6 +130,9 @@ class Swap(Proxy):
     """swap: number of distinct sample-wise ReLU activation patterns over a batch of
     ``samples`` inputs (Peng et al., ICLR 2024)."""
 
+    families = ("convolutional",)
+    reads = "ReLU activation patterns"
+
     name = "swap"
     needs_data = True
     needs_labels = False

@@ -151,6 +151,9 @@ class LinearRegions(Proxy):
     saturates at ``samples`` (7 of 8 random cells measured 1000 of 1000, even with one
     channel). ``channels=None`` counts every unit."""
 
+    families = ("convolutional",)
+    reads = "ReLU activation patterns on tiny images"
+
     name = "linear_regions"
     needs_data = False
     needs_labels = False

@@ -161,3 +161,20 @@ def test_a_vit_study_trains_per_block_out_of_core_and_exports_to_every_format(tm
         assert exported.report["checks"][fmt]["max_abs_diff"] < 1e-5, fmt
     assert exported.report["onnx_test_accuracy"] == pytest.approx(
         exported.report["test_accuracy"])
+
+
+@pytest.mark.parametrize("proxy", ["naswot", "swap", "swap_reg", "linear_regions",
+                                   "az_expressivity", "az_trainability"])
+def test_proxies_that_read_relu_patterns_or_feature_maps_are_refused_in_one_line(proxy):
+    with pytest.raises(ConfigError, match=f"proxy '{proxy}' reads .*, which the transformer "
+                                          "networks of space 'vit' lack") as info:
+        _study(proxy, {})
+    assert "\n" not in str(info.value)
+
+
+def test_an_ensemble_with_such_a_member_is_refused_and_grasp_differentiates_attention_twice():
+    with pytest.raises(ConfigError, match="proxy 'swap' reads ReLU activation patterns"):
+        _study("rank-ensemble", {"proxies": "selected"})
+    study = _study("grasp", {"batch_size": 8})
+    study.optimize(n_trials=2)
+    assert all(t.state.name == "COMPLETE" for t in study.trials)

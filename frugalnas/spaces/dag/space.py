@@ -94,6 +94,8 @@ def _node_keys(cell: str, n: int) -> list[str]:
 class DagSpace(SearchSpace):
     """Evolvable DAG cells (normal + reduction) with optional squeeze-and-excitation per node."""
 
+    network_family = "convolutional"
+
     name = "dag"
     genotype = DagGenotype
     capabilities = {WeightSharing: "frugalnas.spaces.dag.supernet:DagSharing",

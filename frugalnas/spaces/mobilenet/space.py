@@ -160,6 +160,8 @@ class MobileNetSpace(ConditionalSpace):
     stride]``. Every network is built from elastic blocks when weights are shared
     (its ``WeightSharing`` capability), so the space has a supernet of its own."""
 
+    network_family = "convolutional"
+
     name = "mobilenet"
     genotype = MobileNetGenotype
     capabilities = {

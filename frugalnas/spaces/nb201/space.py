@@ -193,6 +193,8 @@ class NB201Space(SearchSpace):
     """NAS-Bench-201: 6 edges x 5 operations (15,625 cells); options N (cells per stage) and C
     (stem channels)."""
 
+    network_family = "convolutional"
+
     name = "nb201"
     genotype = NB201Cell
     capabilities = {WeightSharing: "frugalnas.spaces.nb201.supernet:NB201Sharing",

@@ -92,6 +92,8 @@ class LayerStackSpace(ConditionalSpace):
     ratio x width). A space adds network-wide decisions before the width by extending
     :meth:`_top`."""
 
+    network_family = "transformer"
+
     genotype = StackGenotype
 
     def __init__(self, widths: Sequence[int], min_depth: int, max_depth: int,
