@@ -144,8 +144,9 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 def test_a_latency_budget_is_met_as_the_search_measured_it(wide_parent: Path,
                                                            tmp_path: Path) -> None:
     out = tmp_path / "out"
+    # six trials: a short search on a busy machine may time all four anchors above the bound
     result = compress(wide_parent, SAMPLE, budget="latency=0.7", out=out,
-                      **{**FAST, "onnx": False, "distill": {"tokens": 0}})
+                      **{**FAST, "onnx": False, "distill": {"tokens": 0}, "trials": 6})
     report = json.loads((out / "report.json").read_text())
     assert report["budget"] == "latency=0.7"
     assert set(result.latency_ms) == {"parent", "child"}
