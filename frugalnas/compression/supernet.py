@@ -26,7 +26,7 @@ from torch import nn
 from frugalnas.compression.distill import LogitDistillation, token_steps, with_parent_logits
 from frugalnas.compression.space import Shape, SubnetSpace
 from frugalnas.engine.training import TrainReport, backend_step, run_steps
-from frugalnas.nn.transformer import ActiveGPT, ElasticGPT, SubnetConfig
+from frugalnas.nn.transformer import ActiveNetwork, ElasticGPT, SubnetConfig
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import DataSource
 from frugalnas.ports.errors import ConfigError, check_range
@@ -140,7 +140,7 @@ def train_supernet(supernet: ElasticGPT, parent: nn.Module, sampler: BandSampler
                                        sampler.shapes(step, config.samples)]
         if config.largest:
             configs.insert(0, supernet.largest())
-        return SandwichNetwork([ActiveGPT(supernet, c) for c in configs]), optimizer
+        return SandwichNetwork([ActiveNetwork(supernet, c) for c in configs]), optimizer
 
     step = backend_step(backend, networks, after=lambda _: schedule.step(),
                         loss_fn=MeanDistillation(config.temperature))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import cast
+from typing import Generic, Protocol, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -39,8 +39,8 @@ from frugalnas.ports.errors import ConfigError, check_choice, check_range
 
 __all__ = ["ACTIVATIONS", "NORMS", "POSITIONS", "ROPE_BASE", "BlockChoice", "DenseAttention",
            "DenseBlock", "DenseGPT", "DenseMLP", "ElasticAttention", "ElasticBlock",
-           "ElasticEmbedding", "ElasticGPT", "ActiveGPT", "ElasticLayerNorm", "ElasticMLP", "ElasticRMSNorm",
-           "GPTConfig", "GPTEmbedding", "GPTOutput", "SubnetConfig", "apply_rotary", "attend",
+           "ElasticEmbedding", "ElasticGPT", "ActiveNetwork", "ElasticLayerNorm", "ElasticMLP",
+           "ElasticRMSNorm", "GPTConfig", "GPTEmbedding", "GPTOutput", "SubnetConfig", "apply_rotary", "attend",
            "count_non_embedding_params", "export_program", "make_norm"]
 
 POSITIONS = ("learned", "rotary")
@@ -445,18 +445,31 @@ class ElasticGPT(nn.Module):
         return dense.train(self.training)
 
 
-class ActiveGPT(nn.Module):
-    """The network of one configuration of an :class:`ElasticGPT`, computed on the elastic
+ConfigT = TypeVar("ConfigT")
+ConfigIn = TypeVar("ConfigIn", contravariant=True)
+
+
+class Elastic(Protocol[ConfigIn]):
+    """An elastic network: ``forward(x, config)`` runs one configuration on its weights,
+    ``export(config)`` copies it out (:class:`ElasticGPT`, and the vision transformer's
+    ``ElasticViT``)."""
+
+    def __call__(self, x: torch.Tensor, config: ConfigIn) -> torch.Tensor: ...
+
+    def export(self, config: ConfigIn) -> nn.Module: ...
+
+
+class ActiveNetwork(nn.Module, Generic[ConfigT]):
+    """The network of one configuration of an elastic network, computed on the elastic
     network's own weights (no copy: training it trains them)."""
 
-    def __init__(self, supernet: ElasticGPT, config: SubnetConfig):
+    def __init__(self, supernet: nn.Module, config: ConfigT):
         super().__init__()
         self.supernet, self.config = supernet, config
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.supernet(tokens, self.config)
-        return out
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return cast(Elastic[ConfigT], self.supernet)(x, self.config)
 
-    def export(self) -> DenseGPT:
+    def export(self) -> nn.Module:
         """A stand-alone copy of this network with its weights."""
-        return self.supernet.export(self.config)
+        return cast(Elastic[ConfigT], self.supernet).export(self.config)

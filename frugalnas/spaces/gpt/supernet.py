@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from frugalnas.nn.transformer import ActiveGPT, ElasticGPT
+from frugalnas.nn.transformer import ActiveNetwork, ElasticGPT, SubnetConfig
 from frugalnas.nn.weight_store import Key
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import sharing_by
@@ -40,10 +40,11 @@ class GPTSharedBuilder:
             raise KeyError(f"unknown gpt weight-store key {key!r}; keys: {self.keys()}")
         return elastic_model(self.space, self.vocab_size)
 
-    def subnet(self, arch: Architecture, get: Callable[[Key], nn.Module]) -> ActiveGPT:
+    def subnet(self, arch: Architecture, get: Callable[[Key], nn.Module]
+               ) -> ActiveNetwork[SubnetConfig]:
         supernet = get(KEY)
         assert isinstance(supernet, ElasticGPT)
-        return ActiveGPT(supernet, self.space.subnet_config(arch))
+        return ActiveNetwork(supernet, self.space.subnet_config(arch))
 
 
 #: Weight sharing for the space: its networks over one elastic transformer.

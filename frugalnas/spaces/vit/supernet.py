@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import nn
 
-from frugalnas.nn.vision_transformer import DenseViT, ElasticViT, ViTSubnet
+from frugalnas.nn.transformer import ActiveNetwork
+from frugalnas.nn.vision_transformer import ElasticViT, ViTSubnet
 from frugalnas.nn.weight_store import Key
 from frugalnas.ports.architecture import Architecture
 from frugalnas.ports.capabilities import sharing_by
@@ -21,22 +21,6 @@ from frugalnas.spaces.vit.network import check_image_shape, elastic_model
 from frugalnas.spaces.vit.space import ViTSpace
 
 KEY: Key = ("vit",)
-
-
-class ActiveViT(nn.Module):
-    """The network of one sub-network of a shared :class:`ElasticViT` (no copy)."""
-
-    def __init__(self, supernet: ElasticViT, subnet: ViTSubnet):
-        super().__init__()
-        self.supernet, self.subnet = supernet, subnet
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.supernet(images, self.subnet)
-        return out
-
-    def export(self) -> DenseViT:
-        """A stand-alone copy of this network with its weights."""
-        return self.supernet.export(self.subnet)
 
 
 class ViTSharedBuilder:
@@ -59,10 +43,11 @@ class ViTSharedBuilder:
             raise KeyError(f"unknown vit weight-store key {key!r}; keys: {self.keys()}")
         return elastic_model(self.space, self.num_classes, self.input_shape)
 
-    def subnet(self, arch: Architecture, get: Callable[[Key], nn.Module]) -> ActiveViT:
+    def subnet(self, arch: Architecture, get: Callable[[Key], nn.Module]
+               ) -> ActiveNetwork[ViTSubnet]:
         supernet = get(KEY)
         assert isinstance(supernet, ElasticViT)
-        return ActiveViT(supernet, self.space.vit_subnet(arch))
+        return ActiveNetwork(supernet, self.space.vit_subnet(arch))
 
 
 #: Weight sharing for the space: its networks over one elastic vision transformer.
