@@ -17,10 +17,8 @@ import math
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from torch import nn
 
 from frugalnas.compression.distill import LogitDistillation, token_steps, with_parent_logits
@@ -30,6 +28,7 @@ from frugalnas.nn.transformer import ActiveNetwork, ElasticGPT, SubnetConfig
 from frugalnas.ports.backend import Backend
 from frugalnas.ports.data import DataSource
 from frugalnas.ports.errors import ConfigError, check_range
+from frugalnas.ports.space import draw
 from frugalnas.weight_sharing.sandwich import SandwichNetwork
 
 #: Random draws per sampled sub-network before the band is declared empty.
@@ -82,7 +81,7 @@ class BandSampler:
         """One shape in the band; a ConfigError naming the band when none turns up."""
         choices = self.space.distributions()
         for _ in range(TRIES):
-            values = {name: rng.choice(_values(dist)) for name, dist in choices.items()}
+            values = {name: draw(dist, rng) for name, dist in choices.items()}
             shape = self.space.shape(self.space.from_params(values))
             if self.low <= self.measure(shape) <= self.high:
                 return shape
@@ -99,13 +98,6 @@ class BandSampler:
         """The ``samples`` shapes of training step ``step``."""
         rng = random.Random(self.seed * 1_000_003 + step)
         return [self.draw(rng) for _ in range(samples)]
-
-
-def _values(dist: BaseDistribution) -> list[Any]:
-    if isinstance(dist, CategoricalDistribution):
-        return list(dist.choices)
-    assert isinstance(dist, IntDistribution)
-    return list(range(dist.low, dist.high + 1))
 
 
 class MeanDistillation(nn.Module):
