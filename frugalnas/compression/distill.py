@@ -23,35 +23,44 @@ LOSSES = DISTILL_LOSSES
 
 
 @dataclass(frozen=True)
-class DistillConfig:
-    """How the child is fine-tuned: ``tokens`` of training text in batches of ``batch_size``
-    blocks, AdamW at ``lr`` with a cosine schedule, on the parent's logits (``"distill"``,
-    softened by ``temperature``) or on the next tokens (``"next-token"``)."""
+class TokenBudget:
+    """Training on the parent's logits (softened by ``temperature``) for ``tokens`` of
+    training text in batches of ``batch_size`` blocks, AdamW at ``lr`` with a cosine
+    schedule: what the fine-tuning and the supernet training share."""
 
-    tokens: int = 2_000_000
+    tokens: int = 0
     batch_size: int = 16
     lr: float = 3e-4
-    weight_decay: float = 0.0
-    loss: str = "distill"
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
         check_range("tokens", self.tokens, 0)
         check_range("batch_size", self.batch_size, 1)
         check_range("lr", self.lr, 0)
-        check_range("weight_decay", self.weight_decay, 0)
-        check_choice("loss", self.loss, LOSSES)
         check_range("temperature", self.temperature, 1e-3)
 
     def steps(self, context: int) -> int:
-        """Optimisation steps the token budget buys."""
-        return token_steps(self.tokens, self.batch_size, context)
+        """Optimisation steps the token budget buys (at least one when ``tokens`` is not
+        zero)."""
+        if self.tokens == 0:
+            return 0
+        return max(1, math.ceil(self.tokens / (self.batch_size * context)))
 
 
-def token_steps(tokens: int, batch_size: int, context: int) -> int:
-    """Steps of ``batch_size`` blocks of ``context`` tokens that ``tokens`` buy (at least one
-    when ``tokens`` is not zero)."""
-    return 0 if tokens == 0 else max(1, math.ceil(tokens / (batch_size * context)))
+@dataclass(frozen=True)
+class DistillConfig(TokenBudget):
+    """How the child is fine-tuned: a :class:`TokenBudget` (2,000,000 tokens by default),
+    with ``weight_decay``, on the parent's logits (``"distill"``) or on the next tokens
+    (``"next-token"``)."""
+
+    tokens: int = 2_000_000
+    weight_decay: float = 0.0
+    loss: str = "distill"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("weight_decay", self.weight_decay, 0)
+        check_choice("loss", self.loss, LOSSES)
 
 
 class LogitDistillation(nn.Module):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from frugalnas.compression.distill import LogitDistillation, token_steps, with_parent_logits
+from frugalnas.compression.distill import LogitDistillation, TokenBudget, with_parent_logits
 from frugalnas.compression.space import Shape, SubnetSpace
 from frugalnas.engine.training import TrainReport, backend_step, run_steps
 from frugalnas.nn.transformer import ActiveNetwork, ElasticGPT, SubnetConfig
@@ -36,32 +36,19 @@ TRIES = 500
 
 
 @dataclass(frozen=True)
-class SupernetConfig:
-    """How the parent is trained as a supernet before the search: ``tokens`` of training text
-    (0: not at all; the search scores the parent's own weights) in batches of ``batch_size``
-    blocks, AdamW at ``lr`` with a cosine schedule, ``samples`` sub-networks per step (and the
-    largest network when ``largest``), each on the parent's logits softened by
-    ``temperature``."""
+class SupernetConfig(TokenBudget):
+    """How the parent is trained as a supernet before the search: a :class:`TokenBudget`
+    (0 tokens by default: not at all; the search scores the parent's own weights), with
+    ``samples`` sub-networks per step (and the largest network when ``largest``)."""
 
-    tokens: int = 0
     samples: int = 2
     largest: bool = False
-    batch_size: int = 16
-    lr: float = 3e-4
-    temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        check_range("tokens", self.tokens, 0)
+        super().__post_init__()
         check_range("samples", self.samples, 1)
-        check_range("batch_size", self.batch_size, 1)
-        check_range("lr", self.lr, 0)
-        check_range("temperature", self.temperature, 1e-3)
         if not isinstance(self.largest, bool):
             raise ConfigError(f"invalid largest {self.largest!r}; valid: true, false")
-
-    def steps(self, context: int) -> int:
-        """Optimisation steps the token budget buys."""
-        return token_steps(self.tokens, self.batch_size, context)
 
 
 class BandSampler:
