@@ -29,6 +29,7 @@ Without ``path`` the source reads the shipped sample, nine Shakespeare plays (se
 from __future__ import annotations
 
 import codecs
+import functools
 import glob
 import os
 from collections.abc import Iterator, Sequence
@@ -250,9 +251,10 @@ class TextSource(DataSource):
         return cls(NAME, splits, int(context), num_classes, tokenizer, tokenizer_file, bpe)
 
     # -- the contract ----------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def task(self) -> Task:
-        """Language modelling, with the validation text's bytes per token (bits per byte)."""
+        """Language modelling, with the validation text's bytes per token (bits per byte);
+        made once per source (scoring a split asks for it every batch)."""
         valid = self.splits["valid"]
         return LanguageModelling(valid.n_bytes / len(valid.stream) if len(valid.stream) else None)
 
