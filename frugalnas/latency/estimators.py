@@ -193,11 +193,10 @@ class PredictedLatency(Estimator):
     def predictor(self, space: SearchSpace) -> KernelTablePredictor | LayerTablePredictor:
         found = self._predictors.get(id(space))
         if found is None:
-            found = KernelTablePredictor(space, self.meter, self.num_classes,
-                                         self.input_shape, self.calibration, self.seed,
-                                         self.tokens) if self.table == "kernels" else \
-                LayerTablePredictor(space, self.meter, self.num_classes, self.input_shape,
-                                    self.calibration, self.seed)
+            args = (space, self.meter, self.num_classes, self.input_shape, self.calibration,
+                    self.seed)
+            found = KernelTablePredictor(*args, tokens=self.tokens) \
+                if self.table == "kernels" else LayerTablePredictor(*args)
             self._predictors[id(space)] = found
         return found
 
