@@ -140,7 +140,8 @@ def compress(model: str | Path, data: str | Path, *, budget: str | Budget = "par
     resumes."""
     config = _config(options)
     budget = parse_budget(budget) if isinstance(budget, str) else budget
-    run = _Run(Path(out).expanduser(), config)
+    run = _Run(Path(out).expanduser(), config,
+               PluginHost(disable_plugins=() if config.tracking else ("mlflow",)))
     run.out.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
     parent, text = _ordered_parent(model, data, run)
@@ -170,10 +171,12 @@ def _review(study: Study, result: CompressionResult) -> None:
 
 @dataclass
 class _Run:
-    """One compression's folder, options, stage timings and progress lines."""
+    """One compression's folder, options, plugin host (the supernet's backend and the
+    search's study come from it), stage timings and progress lines."""
 
     out: Path
     config: CompressConfig
+    host: PluginHost
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
 
     def say(self, text: str) -> None:
@@ -284,13 +287,14 @@ def _supernet(parent: Parent, target: _Target, text: TextSource, run: _Run) -> _
             run.seconds["supernet"] = float(about.get("seconds", 0.0))
             return _Weights(folder, network)
         shutil.rmtree(folder)
-    for stale in (run.out / "search.db", run.out / "child"):   # made on other weights
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    # the search and the child were made on other weights
+    (run.out / "search.db").unlink(missing_ok=True)
+    shutil.rmtree(run.out / "child", ignore_errors=True)
     start = time.perf_counter()
     space = SubnetSpace(str(run.out / "ordered"), **_space_options(parent, run.config))
     sampler = BandSampler(space, min(target.sizes) / 2, max(target.sizes), run.config.seed,
                           target.measure(space), target.unit())
-    backend = PluginHost().create(BACKENDS, run.config.backend)
+    backend = run.host.create(BACKENDS, run.config.backend)
     supernet = copy.deepcopy(parent.model)
     backend.prepare(supernet)   # moved in place: the sub-networks run on its modules
     teacher = parent.model.to(backend.device)
@@ -407,7 +411,8 @@ def _study(parent: Parent, weights: _Weights, target: _Target, run: _Run) -> Stu
         space_options={"parent": str(weights.folder), **_space_options(parent, config)},
         estimator_options=estimator_options, dataset="text",
         dataset_options=parent.text_options(), backend=config.backend,
-        constraints={budget.metric: target.bound}, seed=config.seed, **_tracking(config, out))
+        constraints={budget.metric: target.bound}, seed=config.seed, host=run.host,
+        **_tracking(config, out))
 
 
 def _tracking(config: CompressConfig, out: Path) -> dict[str, Any]:
