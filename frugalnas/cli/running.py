@@ -22,7 +22,6 @@ from frugalnas.distribution.quota_storage import make_storage
 from frugalnas.distribution.worker import run_worker
 from frugalnas.engine.dask_url import is_dask_url
 from frugalnas.engine.isolation import check_process_isolation
-from frugalnas.engine.planning import StudyPlan
 from frugalnas.engine.study import Study, open_study
 from frugalnas.host.plugins import PluginHost
 from frugalnas.ports.config import DEFAULT_RUN_HEARTBEAT, StudyConfig, check_worker_settings
@@ -46,8 +45,8 @@ def run_study(args: argparse.Namespace, config: StudyConfig, run: dict[str, Any]
         print(json.dumps(resolved, indent=2, default=str))
         return None
     _optuna_logging()
-    if args.isolate == "process":
-        _check_process_isolation(study_plan)
+    if args.isolate == "process":   # where a child process cannot evaluate: one line, first
+        check_process_isolation(study_plan.sampler, study_plan.host, study_plan.config)
     holder: dict[str, Any] = {}
     storage: Any = run.get("storage")
     if heartbeat is not None:
@@ -100,8 +99,8 @@ def join_study(args: argparse.Namespace, config: StudyConfig, run: dict[str, Any
     if args.dry_run:
         print(json.dumps(resolved, indent=2, default=str))
         return None
-    if args.isolate == "process":
-        _check_process_isolation(study_plan)
+    if args.isolate == "process":   # where a child process cannot evaluate: one line, first
+        check_process_isolation(study_plan.sampler, study_plan.host, study_plan.config)
     study = run_worker(config, run["storage"], run.get("study_name") or "frugalnas",
                        run["n_trials"], heartbeat=args.heartbeat, grace=args.grace,
                        retries=args.retries, timeout=run.get("timeout"), host=host,
@@ -130,12 +129,6 @@ def _run_heartbeat(args: argparse.Namespace, storage: str | None) -> int | None:
                           "in-memory study has no heartbeats")
     check_worker_settings(heartbeat, args.grace, 0)
     return heartbeat
-
-
-def _check_process_isolation(study_plan: StudyPlan) -> None:
-    """``--isolate process`` where a child process cannot evaluate: one line, before anything
-    is written."""
-    check_process_isolation(study_plan.sampler, study_plan.host, study_plan.config)
 
 
 class _OneLineTrialFailures:
